@@ -1,0 +1,78 @@
+"""Backend registry: built-ins, the `k3diff.backends` entry-point group, and `module:object`.
+
+k3diff reaches the megakernel (and any user kernel) only through here, so the framework runs where
+the kernel cannot (no GPU, no CuTe DSL): such a backend loads, then says why it is unavailable.
+"""
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+
+from k3diff.backends.base import Backend, BackendError
+
+BUILTIN = {
+    "reference": "k3diff.backends.oracle:exact",
+    "torch": "k3diff.backends.oracle:faithful",
+    "torch-blocked": "k3diff.backends.blocked:TorchBlockedBackend",
+}
+ENTRY_POINT_GROUP = "k3diff.backends"
+
+
+def _entry_points() -> dict:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def names() -> list[str]:
+    return sorted(set(BUILTIN) | set(_entry_points()))
+
+
+def _load_target(target: str):
+    module_name, _, attr = target.partition(":")
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise BackendError(f"cannot import backend module {module_name!r}: {exc}") from None
+    for part in attr.split(".") if attr else []:
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise BackendError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _instantiate(obj, label: str):
+    backend = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run")) else obj
+    missing = [m for m in ("run", "available", "provides", "prepare") if not hasattr(backend, m)]
+    if missing:
+        raise BackendError(f"backend {label!r} lacks {', '.join(missing)} (see k3diff/backends/base.py)")
+    return backend
+
+
+def load(spec: str):
+    """A backend by registered name, or by `module:object` (a class, factory or instance)."""
+    if spec in BUILTIN:
+        return _instantiate(_load_target(BUILTIN[spec]), spec)
+    eps = _entry_points()
+    if spec in eps:
+        try:
+            obj = eps[spec].load()
+        except Exception as exc:  # a broken third-party plugin must not take the run down silently
+            raise BackendError(f"backend {spec!r} failed to load: {type(exc).__name__}: {exc}") from None
+        return _instantiate(obj, spec)
+    if ":" in spec:
+        return _instantiate(_load_target(spec), spec)
+    raise BackendError(f"unknown backend {spec!r}; known: {', '.join(names())}, or give module:object")
+
+
+def default_name() -> str:
+    """The megakernel when it can run here (GPU + CuTe DSL), else the CPU candidate."""
+    try:
+        mk = load("megakernel")
+        if mk.available() is None:
+            return "megakernel"
+    except BackendError:
+        pass
+    return "torch-blocked"
+
+
+__all__ = ["Backend", "BackendError", "load", "names", "default_name"]

@@ -1,0 +1,163 @@
+"""Gated NoPE MLA decode (K3_SPEC §3) and KDA decode (§4) for the `torch-blocked` backend.
+
+MLA: absorbed decode, split-KV over chunks of KV_CHUNK cache rows with per-chunk online-softmax
+partials merged by log-sum-exp. KDA: per-head batched delta rule on the slots that are live.
+"""
+from __future__ import annotations
+
+import torch
+
+from .blocked_moe import _get
+from .blocked_ops import F32, KV_CHUNK, bf16, gemm, rms_scale, rmsnorm_bf16
+
+
+# ================================================================ MLA
+def prepare_mla(cfg, w: dict) -> dict:
+    H, nope, v, R = cfg.mla_heads, cfg.qk_nope_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    kv_b = _get(w, "kv_b.weight").view(H, nope + v, R)
+    return {
+        # fused a-projection: rows [q_a | kv_a] -> outputs [q_c | kv_c | k_pe]
+        "qkv_a": torch.cat([_get(w, "q_a.weight"), _get(w, "kv_a.weight")], dim=0),
+        "q_norm": _get(w, "q_a_norm.weight"), "kv_norm": _get(w, "kv_a_norm.weight"),
+        "q_b": _get(w, "q_b.weight"),
+        "w_uk": kv_b[:, :nope, :],          # [H, nope, R]
+        "w_uv_t": kv_b[:, nope:, :].transpose(1, 2),   # [H, R, v]
+        "g": _get(w, "g.weight"), "o": _get(w, "o.weight"),
+    }
+
+
+def _attend_one(Q: torch.Tensor, rows: torch.Tensor, R: int, scale: float) -> torch.Tensor:
+    """One sequence, all heads. Q [H, R+rope] f32 (= [ql | q_pe]), rows [n, R+rope] bf16 (only the
+    n = L_b + 1 valid cache rows). Returns the un-rounded latent [H, R] f32."""
+    n, C = rows.shape
+    n_chunks = -(-n // KV_CHUNK)
+    kv = torch.zeros(n_chunks * KV_CHUNK, C, dtype=F32, device=rows.device)
+    kv[:n] = rows.to(F32)                                   # zero padding of the last chunk
+    kv = kv.view(n_chunks, KV_CHUNK, C)
+    z = torch.einsum("hc,ntc->nht", Q, kv) * scale          # [chunks, H, KV_CHUNK] f32 scores
+    pad = torch.arange(n_chunks * KV_CHUNK, device=rows.device).view(n_chunks, 1, KV_CHUNK) >= n
+    z = z.masked_fill(pad, float("-inf"))
+    # per-chunk online-softmax partials (every chunk holds >= 1 valid row, so m_c is finite)
+    m_c = z.amax(dim=-1)                                    # [chunks, H]
+    p = torch.exp(z - m_c.unsqueeze(-1))
+    l_c = p.sum(dim=-1)                                     # [chunks, H]
+    acc_c = torch.einsum("nht,ntr->nhr", p, kv[..., :R])    # [chunks, H, R] unnormalised
+    # log-sum-exp merge of the partials
+    m = m_c.amax(dim=0)
+    alpha = torch.exp(m_c - m)
+    l = (l_c * alpha).sum(dim=0)
+    acc = (acc_c * alpha.unsqueeze(-1)).sum(dim=0)
+    return acc / l.unsqueeze(-1)
+
+
+def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor) -> dict:
+    T = x.shape[0]
+    H, nope, rope, v = cfg.mla_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
+    ql_rank, R = cfg.q_lora_rank, cfg.kv_lora_rank
+    eps = cfg.rms_eps
+    a = bf16(gemm(x, p["qkv_a"]))
+    q_c = rmsnorm_bf16(a[:, :ql_rank], p["q_norm"], eps)
+    kv_c = rmsnorm_bf16(a[:, ql_rank:ql_rank + R], p["kv_norm"], eps)
+    k_pe = a[:, ql_rank + R:]                               # not normalised, no rotary (NoPE)
+    q = bf16(gemm(q_c, p["q_b"])).view(T, H, nope + rope)
+    gz = bf16(gemm(x, p["g"]))                              # gate from the layer input x
+
+    # absorbed query latent: ql[h] = bf16(q_nope[h] @ W_UK[h]) (batched over heads)
+    ql = bf16(torch.bmm(q[:, :, :nope].transpose(0, 1).to(F32), p["w_uk"].to(F32))).transpose(0, 1)
+
+    # insert this step's entry at row L_b before attending
+    lens = cache_lens.to(torch.int64)
+    rows_idx = torch.arange(T, device=x.device)
+    kv_cache[rows_idx, lens] = torch.cat([kv_c, k_pe], dim=-1).to(kv_cache.dtype)
+
+    scale = float(nope + rope) ** -0.5
+    Q = torch.cat([ql, q[:, :, nope:]], dim=-1).to(F32)     # [T, H, R+rope]
+    lat = torch.empty(T, H, R, dtype=torch.bfloat16, device=x.device)
+    for b, L in enumerate(lens.tolist()):
+        lat[b] = bf16(_attend_one(Q[b], kv_cache[b, :L + 1], R, scale))   # rows 0..L_b only
+
+    o = bf16(torch.bmm(lat.transpose(0, 1).to(F32), p["w_uv_t"].to(F32))).transpose(0, 1)  # [T,H,v]
+    gated = bf16(o.reshape(T, H * v).to(F32) * torch.sigmoid(gz.to(F32)))
+    out = bf16(gemm(gated, p["o"]))
+    return {"out": out, "q_c": q_c, "kv_c": kv_c, "k_pe": k_pe, "ql": ql, "attn_latent": lat,
+            "attn_out": o, "gated": gated}
+
+
+# ================================================================ KDA
+def prepare_kda(cfg, w: dict) -> dict:
+    P = cfg.kda_proj
+    conv = _get(w, "conv.weight")
+    return {
+        # fused in-projection rows [q | k | v | g | f_a | beta] (vLLM's in_proj_qkvgfab order)
+        "w_in": torch.cat([_get(w, n) for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
+                                                "g_proj.weight", "f_a.weight", "b_proj.weight")], dim=0),
+        "f_b": _get(w, "f_b.weight"), "o_proj": _get(w, "o_proj.weight"), "o_norm": _get(w, "o_norm.weight"),
+        "conv": conv.reshape(3 * P, -1), "A_log": _get(w, "A_log").reshape(-1), "dt_bias": _get(w, "dt_bias"),
+    }
+
+
+def run_kda(cfg, p: dict, x: torch.Tensor, conv_state: torch.Tensor, rec_state: torch.Tensor,
+            state_idx: torch.Tensor) -> dict:
+    T, dev = x.shape[0], x.device
+    H, D, P = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj
+    res = {  # null rows (state_idx <= 0) keep these zeros, intermediates included
+        "out": torch.zeros(T, cfg.hidden, dtype=torch.bfloat16, device=dev),
+        "conv_out": torch.zeros(T, 3 * P, dtype=torch.bfloat16, device=dev),
+        "decay": torch.zeros(T, H, D, dtype=F32, device=dev),
+        "beta": torch.zeros(T, H, dtype=F32, device=dev),
+        "core": torch.zeros(T, H, D, dtype=F32, device=dev),
+        "normed": torch.zeros(T, P, dtype=torch.bfloat16, device=dev),
+    }
+    live = torch.nonzero(state_idx > 0).squeeze(1)
+    if live.numel() == 0:
+        return res
+    slots = state_idx[live].to(torch.int64)
+    xv = x[live]
+    n = live.numel()
+
+    z = bf16(gemm(xv, p["w_in"]))
+    mixed, g2 = z[:, :3 * P], z[:, 3 * P:4 * P]
+    f_a, b_raw = z[:, 4 * P:4 * P + D], z[:, 4 * P + D:4 * P + D + H]
+    graw = bf16(gemm(f_a, p["f_b"]))
+
+    # short causal conv: history (oldest first) then the new raw input; f32 taps in order
+    hist = conv_state[slots]                                 # [n, 3P, W-1] bf16 (read live slots only)
+    w = p["conv"].to(F32)
+    Wd = w.shape[1]
+    acc = torch.zeros(n, 3 * P, dtype=F32, device=dev)
+    for j in range(Wd - 1):
+        acc = acc + w[:, j] * hist[:, :, j].to(F32)
+    acc = acc + w[:, Wd - 1] * mixed.to(F32)
+    y = bf16(torch.nn.functional.silu(acc))
+    # state shift-and-append of raw bf16 inputs (bit-exact)
+    conv_state[slots] = torch.cat([hist[:, :, 1:], mixed.unsqueeze(-1).to(conv_state.dtype)], dim=-1)
+
+    q, k, v = (y[:, i * P:(i + 1) * P].to(F32).view(n, H, D) for i in range(3))
+
+    # gates (f32): bounded decay log-gate per channel, beta per head
+    a_h = torch.exp(p["A_log"][:H].to(F32)).view(1, H, 1)
+    gk = cfg.gate_lower_bound * torch.sigmoid(a_h * (graw.to(F32).view(n, H, D) + p["dt_bias"].to(F32).view(1, H, D)))
+    beta = torch.sigmoid(b_raw.to(F32))
+
+    # L2 norms with eps inside the sum; q scaled by D^-1/2 after normalising
+    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * (D ** -0.5)
+    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+
+    # delta rule, state S[v][k] per head, all f32
+    S = rec_state[slots].to(F32)                             # [n, H, V, K]
+    S = S * torch.exp(gk).unsqueeze(2)                       # decay along the key axis
+    e = (S @ k.unsqueeze(-1)).squeeze(-1)                    # [n, H, V]
+    u = beta.unsqueeze(-1) * (v - e)
+    S = S + u.unsqueeze(-1) * k.unsqueeze(2)
+    o = (S @ q.unsqueeze(-1)).squeeze(-1)                    # readout with the updated state
+    rec_state[slots] = S.to(rec_state.dtype)
+
+    # gated RMSNorm per head (o kept f32 into the norm, as the fused decode kernel does)
+    gate = torch.sigmoid(g2.to(F32).view(n, H, D))
+    normed = bf16(o * rms_scale(o, 1e-5) * p["o_norm"].to(F32) * gate).view(n, P)
+    out = bf16(gemm(normed, p["o_proj"]))
+
+    for name, val in (("out", out), ("conv_out", y), ("decay", gk), ("beta", beta), ("core", o),
+                      ("normed", normed)):
+        res[name][live] = val
+    return res

@@ -1,0 +1,145 @@
+"""A Case: a small frozen, JSON-serialisable description of one differential check.
+
+A case holds no tensors. Everything (weights, inputs, caches, states) is rebuilt from it by
+`k3diff.materialize`, bit for bit on every machine, so a case written to a seed file is a complete
+reproduction of a failure.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+from reference.config import ConfigError, K3Config, PRESETS, preset
+
+CASE_VERSION = 1
+
+ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie")
+VALUE_DISTS = ("plain", "outliers", "large", "tiny")
+EXPERT_FORMATS = ("bf16", "mxfp4")
+STAGES = ("moe", "mla", "kda", "layer")
+
+
+class CaseError(ValueError):
+    """A seed file or case description that cannot be used; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Case:
+    stage: str
+    preset: str = "tiny"
+    overrides: tuple = ()                 # ((field, value), ...) applied to the preset
+    batch: int = 1
+    cache_lens: tuple = ()                # mla / layer-on-mla: L_b per sequence
+    n_slots: int = 0                      # kda / layer-on-kda: size of the state pool (slot 0 = null)
+    state_idx: tuple = ()                 # kda: slot of each row; <= 0 is a null (padding) row
+    layer_idx: int = 1                    # layer stage (and which weights a layer draws)
+    routing: str = "natural"
+    expert_format: str = "bf16"
+    value_dist: str = "plain"
+    weight_seed: int = 0                  # weights depend only on (dims, weight_seed, format, layer)
+    seed: int = 0                         # inputs, caches, states and routing tweaks
+    steps: int = 1                        # consecutive decode steps on the same state
+    version: int = field(default=CASE_VERSION, compare=False)
+
+    # ---- derived ----
+    def config(self) -> K3Config:
+        cfg = preset(self.preset)
+        return cfg.replace(**dict(self.overrides)) if self.overrides else cfg
+
+    @property
+    def attention_kind(self) -> str | None:
+        if self.stage in ("mla", "kda"):
+            return self.stage
+        if self.stage == "layer":
+            return self.config().layer_kind(self.layer_idx)
+        return None
+
+    def label(self) -> str:
+        """Short human description used in summaries and test ids."""
+        bits = [self.stage, self.preset, f"B={self.batch}"]
+        if self.overrides:
+            bits.append(",".join(f"{k}={v}" for k, v in self.overrides))
+        if self.stage == "layer":
+            bits.append(f"layer={self.layer_idx}({self.attention_kind})")
+        if self.stage in ("moe", "layer"):
+            bits += [self.routing, self.expert_format]
+        if self.cache_lens:
+            shown = list(self.cache_lens[:4]) + (["..."] if len(self.cache_lens) > 4 else [])
+            bits.append("L=" + ",".join(map(str, shown)))
+        if self.steps > 1:
+            bits.append(f"steps={self.steps}")
+        bits += [self.value_dist, f"seed={self.seed}"]
+        return " ".join(bits)
+
+    # ---- validation ----
+    def validate(self) -> "Case":
+        def need(ok, why):
+            if not ok:
+                raise CaseError(f"invalid case: {why}")
+
+        need(self.stage in STAGES, f"unknown stage {self.stage!r} (stages: {', '.join(STAGES)})")
+        need(self.preset in PRESETS, f"unknown preset {self.preset!r}")
+        need(self.routing in ROUTING_MODES, f"unknown routing mode {self.routing!r}")
+        need(self.value_dist in VALUE_DISTS, f"unknown value distribution {self.value_dist!r}")
+        need(self.expert_format in EXPERT_FORMATS, f"unknown expert format {self.expert_format!r}")
+        need(self.batch >= 1, f"batch must be >= 1, got {self.batch}")
+        need(self.steps >= 1, f"steps must be >= 1, got {self.steps}")
+        try:
+            cfg = self.config()
+        except (ConfigError, TypeError) as exc:
+            raise CaseError(f"invalid case config: {exc}") from None
+        kind = self.attention_kind
+        if self.stage == "layer":
+            need(0 <= self.layer_idx < cfg.n_layers,
+                 f"layer_idx {self.layer_idx} outside 0..{cfg.n_layers - 1}")
+        if kind == "mla":
+            need(len(self.cache_lens) == self.batch,
+                 f"cache_lens has {len(self.cache_lens)} entries for batch {self.batch}")
+            need(all(n >= 0 for n in self.cache_lens), "cache_lens must be >= 0")
+            need(max(self.cache_lens) + self.steps <= cfg.max_cache_len,
+                 f"cache length {max(self.cache_lens)} + {self.steps} step(s) exceeds the "
+                 f"capacity {cfg.max_cache_len} of preset {self.preset!r}")
+        if kind == "kda":
+            need(len(self.state_idx) == self.batch,
+                 f"state_idx has {len(self.state_idx)} entries for batch {self.batch}")
+            need(self.n_slots >= 1, "n_slots must be >= 1")
+            need(all(i < self.n_slots for i in self.state_idx),
+                 f"a state index is >= n_slots={self.n_slots}")
+            live = [i for i in self.state_idx if i > 0]
+            need(len(live) == len(set(live)), "two rows share one state slot")
+        return self
+
+    # ---- JSON ----
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["overrides"] = [list(kv) for kv in self.overrides]
+        for key in ("cache_lens", "state_idx"):
+            d[key] = list(d[key])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Case":
+        if not isinstance(d, dict):
+            raise CaseError("case must be a JSON object")
+        version = d.get("version")
+        if version != CASE_VERSION:
+            raise CaseError(f"case version {version!r} is not supported (this k3diff reads version "
+                            f"{CASE_VERSION}); regenerate the seed with a matching k3diff")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise CaseError(f"unknown case field(s): {', '.join(unknown)}")
+        try:
+            d = dict(d)
+            d["overrides"] = tuple((str(k), v) for k, v in d.get("overrides", ()))
+            for key in ("cache_lens", "state_idx"):
+                d[key] = tuple(int(v) for v in d.get(key, ()))
+            return cls(**d).validate()
+        except CaseError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise CaseError(f"malformed case: {exc}") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)

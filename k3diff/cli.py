@@ -1,0 +1,100 @@
+"""`k3diff replay FILE` (verdict and metrics of one seed) and `k3diff show FILE` (its case).
+
+Exit status: 0 pass, 1 the candidate fails, 2 bad input (the one-line reason on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _parser():
+    p = argparse.ArgumentParser(prog="k3diff", description="k3diff seed tools")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("replay", help="re-run one seed file and print its verdict")
+    r.add_argument("file")
+    r.add_argument("--backend", default=None, help="candidate (default: the one recorded in the seed)")
+    r.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    r.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    s = sub.add_parser("show", help="describe the case of a seed file")
+    s.add_argument("file")
+    sub.add_parser("budgets", help="print the error-budget table")
+    return p
+
+
+def _replay(args) -> int:
+    from k3diff import backends
+    from k3diff.corpus import load
+    from k3diff.runner import check_case
+
+    case, record = load(args.file)
+    name = args.backend or record.get("backend") or backends.default_name()
+    backend = backends.load(name)
+    reason = backend.available()
+    if reason is not None:
+        raise backends.BackendError(f"backend {name!r} cannot run here: {reason}")
+    verdict = check_case(case, backend, device=args.device)
+    now = verdict.to_dict()
+    if args.json:
+        print(json.dumps(now, indent=1, sort_keys=True))
+    else:
+        print(verdict.headline())
+        for rep in verdict.reports:
+            print("  " + rep.line())
+        if verdict.routing is not None:
+            print("  " + verdict.routing.line())
+        for note in verdict.notes:
+            print("  note: " + note)
+    recorded = record.get("verdict")
+    if recorded is not None and name == record.get("backend"):
+        same = json.dumps(recorded, sort_keys=True) == json.dumps(now, sort_keys=True)
+        print("reproduced the recorded verdict bit for bit" if same
+              else "verdict DIFFERS from the one recorded in the seed file")
+    return 0 if verdict.ok else 1
+
+
+def _show(args) -> int:
+    from k3diff.corpus import load
+
+    case, record = load(args.file)
+    print(case.label())
+    cfg = case.config()
+    print(f"stage {case.stage}; preset {case.preset}; overrides {dict(case.overrides) or 'none'}")
+    print(f"batch {case.batch}; steps {case.steps}; seed {case.seed}; weight seed {case.weight_seed}")
+    if case.cache_lens:
+        print(f"cache lengths {list(case.cache_lens)}")
+    if case.state_idx:
+        print(f"state slots {list(case.state_idx)} of {case.n_slots} (<= 0: padding row)")
+    print(f"dims: d={cfg.hidden} E={cfg.n_experts} k={cfg.top_k} r={cfg.latent_dim} I={cfg.moe_intermediate} "
+          f"mla_heads={cfg.mla_heads} kda_heads={cfg.kda_heads}x{cfg.kda_head_dim}")
+    if record.get("verdict"):
+        print(f"recorded with backend {record.get('backend')}: "
+              f"{'pass' if record['verdict'].get('ok') else 'FAIL'}")
+    print(f"replay: {record.get('replay')}")
+    return 0
+
+
+def main(argv=None) -> int:
+    from k3diff.backends.base import BackendError
+    from k3diff.case import CaseError
+    from k3diff.corpus import CorpusError
+    from k3diff.sizing import CaseTooLarge
+
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "replay":
+            return _replay(args)
+        if args.command == "show":
+            return _show(args)
+        from k3diff.budgets import describe
+        for where, rule, reason in describe():
+            print(f"{where:32} {rule:36} {reason}")
+        return 0
+    except (CorpusError, CaseError, BackendError, CaseTooLarge) as exc:
+        print(f"k3diff: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

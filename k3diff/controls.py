@@ -1,0 +1,130 @@
+"""Anti-cheat controls around every candidate call (on by default).
+
+Generated kernels have fooled evaluators by returning memory that still held an earlier result, by
+leaving outputs unwritten, by scribbling on their inputs, or by reading uninitialised memory that
+happened to hold the right values. So each candidate call:
+  - writes into buffers poisoned with NaN (integers: a sentinel), so an unwritten element shows;
+  - must leave every input and weight bitwise unchanged except the state its stage declares;
+  - runs a second time on fresh copies of the same inputs, into buffers that still hold the
+    previous case's results; both runs must agree bit for bit (or, for a backend that declares
+    itself nondeterministic, the spread is measured and reported).
+Candidate and reference never share buffers: every run gets its own clones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from k3diff.budgets import Budget
+from k3diff.divergence import compare
+from k3diff.stages import STATE, dims, output_specs, resolve_shape
+
+INT_POISON = -7
+_BITWISE = Budget(0.0, 0.0, "control", bitwise=True)
+# the previous case's outputs, by (name, shape, dtype): the stale memory of the second run
+_STALE: dict = {}
+
+
+@dataclass
+class Controls:
+    poison: bool = True
+    check_inputs: bool = True
+    run_twice: bool = True
+
+
+def _alloc(stage, cfg, inputs, provides, device, fill: str) -> dict:
+    sizes = dims(cfg, stage, inputs)
+    out = {}
+    for spec in output_specs(stage, provides):
+        shape = resolve_shape(spec, sizes)
+        stale = _STALE.get((spec.name, shape, spec.dtype)) if fill == "stale" else None
+        if stale is not None:
+            buf = stale.clone().to(device)
+        elif spec.dtype.is_floating_point:
+            buf = torch.full(shape, float("nan") if fill == "nan" else 7.0, dtype=spec.dtype, device=device)
+        else:
+            buf = torch.full(shape, INT_POISON, dtype=spec.dtype, device=device)
+        out[spec.name] = buf
+    return out
+
+
+def _snapshot(tensors: dict) -> dict:
+    return {k: v.clone() for k, v in tensors.items() if torch.is_tensor(v)}
+
+
+def _changed(before: dict, after: dict, allowed) -> list[str]:
+    bad = []
+    for k, v in before.items():
+        if k in allowed:
+            continue
+        a = after.get(k)
+        if a is None or a.shape != v.shape or a.dtype != v.dtype:
+            bad.append(k)
+            continue
+        if not compare("control", k, a, v, None, _BITWISE).ok:
+            bad.append(k)
+    return bad
+
+
+def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, controls: Controls, verdict) -> dict:
+    """Run the candidate under the controls. Returns its outputs, its updated states, and under
+    '_before' the states as they were (for the untouched-rows checks). Findings go into `verdict`."""
+    from k3diff.divergence import TensorReport
+
+    device = next(v.device for v in inputs.values() if torch.is_tensor(v))
+    pristine = _snapshot(inputs)
+    weights_before = _snapshot(weights) if controls.check_inputs else {}
+
+    def one_run(fill):
+        run_inputs = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in pristine.items()}
+        for k, v in inputs.items():
+            run_inputs.setdefault(k, v)
+        out = _alloc(stage, cfg, run_inputs, provides, device, fill)
+        backend.run(stage, cfg, prepared, run_inputs, out)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return run_inputs, out
+
+    run_inputs, out = one_run("nan" if controls.poison else "stale")
+    if controls.check_inputs:
+        bad = _changed(pristine, run_inputs, STATE[stage])
+        if weights_before:
+            bad += [f"weight {k}" for k in _changed(weights_before, weights, ())]
+        if bad:
+            verdict.reports.append(TensorReport(stage, "inputs", False,
+                                                note=f"modified input(s) it does not own: {', '.join(bad)}"))
+    if controls.run_twice:
+        again_inputs, again = one_run("stale")
+        diffs = []
+        for name in out:
+            r = compare(stage, name, again[name], out[name], None, _BITWISE)
+            if not r.ok:
+                diffs.append((name, _spread(again[name], out[name])))
+        for name in STATE[stage]:
+            if name in run_inputs and not compare(stage, name, again_inputs[name], run_inputs[name], None, _BITWISE).ok:
+                diffs.append((name, _spread(again_inputs[name], run_inputs[name])))
+        if diffs:
+            text = ", ".join(f"{n} (max spread {s:.3g})" for n, s in diffs)
+            if getattr(backend, "deterministic", True):
+                verdict.reports.append(TensorReport(stage, "determinism", False,
+                                                    note=f"two runs on identical inputs differ: {text}"))
+            else:
+                verdict.notes.append(f"nondeterministic (declared): {text}")
+    for name, buf in out.items():
+        _STALE[(name, tuple(buf.shape), buf.dtype)] = buf.detach().to("cpu", copy=True)
+    result = dict(out)
+    result["_before"] = {k: pristine[k] for k in STATE[stage] if k in pristine}
+    for name in STATE[stage]:
+        if name in run_inputs:
+            result[name] = run_inputs[name]
+    return result
+
+
+def _spread(a: torch.Tensor, b: torch.Tensor) -> float:
+    if not a.dtype.is_floating_point:
+        return float((a.to(torch.int64) != b.to(torch.int64)).sum())
+    d = (a.double() - b.double()).abs()
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    d = torch.where(both_nan, torch.zeros_like(d), torch.nan_to_num(d, nan=float("inf")))
+    return float(d.max()) if d.numel() else 0.0

@@ -1,0 +1,189 @@
+"""Compare one candidate tensor with the float64 oracle, calibrated by the bf16 baseline.
+
+The verdict rule and its budgets live in `k3diff.budgets`; this module measures and locates.
+Besides the pass/fail bound it reports DeepGEMM's similarity `1 - 2*sum(xy)/sum(x^2+y^2)`, the worst
+error in ULPs of the output dtype, and the share of elements outside the element-wise form of the
+rule, so a reviewer sees how far from the line a result is, not only which side.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from k3diff.budgets import Budget
+
+_MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
+
+
+@dataclass
+class TensorReport:
+    stage: str
+    tensor: str
+    ok: bool
+    max_err: float = 0.0
+    bound: float = 0.0
+    base_err: float = 0.0
+    atol: float = 0.0
+    similarity: float = 0.0      # DeepGEMM's 1 - 2xy/(x^2+y^2): 0 is identical
+    worst_ulps: float = 0.0
+    frac_outside: float = 0.0
+    where: tuple = ()            # index of the worst element; where[0] is the token
+    cand_value: float = 0.0
+    ref_value: float = 0.0
+    note: str = ""
+
+    @property
+    def ratio(self) -> float:
+        """How much of the budget the worst element used (> 1 fails)."""
+        return self.max_err / self.bound if self.bound > 0 else (0.0 if self.max_err == 0 else float("inf"))
+
+    def line(self) -> str:
+        status = "ok" if self.ok else "FAIL"
+        loc = f" at token {self.where[0]} index {list(self.where[1:])}" if self.where else ""
+        if self.note:
+            return f"{status} {self.stage}/{self.tensor}: {self.note}{loc}"
+        return (f"{status} {self.stage}/{self.tensor}: max|err| {self.max_err:.3g} vs bound {self.bound:.3g} "
+                f"(baseline {self.base_err:.3g}, atol {self.atol:.3g}){loc}; "
+                f"cand {self.cand_value:.6g} ref {self.ref_value:.6g}; {self.worst_ulps:.1f} ulp; "
+                f"sim {self.similarity:.2e}; {100 * self.frac_outside:.3f}% outside")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["where"] = list(self.where)
+        return d
+
+
+def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
+    """FlashAttention's atol: 2 * max|(ref + 0.3 - 0.3) - ref| computed in the output dtype."""
+    if not dtype.is_floating_point or ref.numel() == 0:
+        return 0.0
+    r = torch.nan_to_num(ref.to(dtype), nan=0.0, posinf=0.0, neginf=0.0)
+    return 2.0 * float(((r + 0.3) - 0.3 - r).abs().max().to(torch.float64))
+
+
+def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    bits = _MANTISSA_BITS.get(dtype, 52)
+    mag = ref.abs().clamp_min(torch.finfo(dtype).tiny if dtype.is_floating_point else 1.0)
+    return torch.exp2(torch.floor(torch.log2(mag)) - bits)
+
+
+def _unravel(flat: int, shape) -> tuple:
+    idx = []
+    for size in reversed(shape):
+        idx.append(flat % size)
+        flat //= size
+    return tuple(reversed(idx))
+
+
+def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: torch.Tensor | None,
+            budget: Budget, dtype: torch.dtype | None = None) -> TensorReport:
+    """Apply the error rule to one tensor. `dtype` is the candidate's storage dtype."""
+    dtype = dtype or cand.dtype
+    if tuple(cand.shape) != tuple(ref.shape):
+        return TensorReport(stage, name, False, note=f"shape {tuple(cand.shape)} != reference {tuple(ref.shape)}")
+    if budget.bitwise:
+        return _bitwise(stage, name, cand, ref)
+    c = cand.to(torch.float64)
+    r = ref.to(torch.float64)
+    if c.numel() == 0:
+        return TensorReport(stage, name, True)
+    # a non-finite candidate value where the reference is finite fails at once: it is either a
+    # NaN the kernel made or a NaN-poisoned element it never wrote
+    bad = ~torch.isfinite(c) & torch.isfinite(r)
+    if bool(bad.any()):
+        flat = int(bad.flatten().nonzero()[0])
+        where = _unravel(flat, c.shape)
+        return TensorReport(stage, name, False, where=where, cand_value=float(c.flatten()[flat]),
+                            ref_value=float(r.flatten()[flat]),
+                            note=f"{int(bad.sum())} non-finite value(s) where the reference is finite "
+                                 "(NaN made by the kernel, or an element it never wrote)")
+    finite = torch.isfinite(r)
+    r0 = torch.where(finite, r, torch.zeros_like(r))
+    c0 = torch.where(finite, c, torch.zeros_like(c))
+    err = (c0 - r0).abs()
+    if base is not None:
+        b0 = torch.where(finite, base.to(torch.float64), torch.zeros_like(r))
+        b0 = torch.nan_to_num(b0, nan=0.0)
+        base_err_el = (b0 - r0).abs()
+    else:
+        base_err_el = torch.zeros_like(r0)
+    base_err = float(base_err_el.max())
+    atol = budget.atol_mult * noise_floor(r0, dtype)
+    bound = budget.rtol * base_err + atol
+    flat = int(err.flatten().argmax())
+    max_err = float(err.flatten()[flat])
+    denom = float((c0 * c0 + r0 * r0).sum())
+    similarity = 0.0 if denom == 0 else 1.0 - 2.0 * float((c0 * r0).sum()) / denom
+    ulps = float((err / ulp(r0, dtype)).max()) if dtype.is_floating_point else max_err
+    outside = err > (atol + budget.rtol * base_err_el)
+    return TensorReport(stage, name, max_err <= bound, max_err=max_err, bound=bound, base_err=base_err,
+                        atol=atol, similarity=similarity, worst_ulps=ulps,
+                        frac_outside=float(outside.double().mean()), where=_unravel(flat, c.shape),
+                        cand_value=float(c0.flatten()[flat]), ref_value=float(r0.flatten()[flat]))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.contiguous().view(view)
+
+
+def _bitwise(stage, name, cand, ref) -> TensorReport:
+    if cand.dtype != ref.dtype:
+        return TensorReport(stage, name, False, note=f"dtype {cand.dtype} != expected {ref.dtype} for a bitwise check")
+    diff = _bits(cand) != _bits(ref)
+    if not bool(diff.any()):
+        return TensorReport(stage, name, True, note="bitwise equal")
+    flat = int(diff.flatten().nonzero()[0])
+    return TensorReport(stage, name, False, where=_unravel(flat, cand.shape),
+                        cand_value=float(cand.flatten()[flat].double()), ref_value=float(ref.flatten()[flat].double()),
+                        note=f"{int(diff.sum())} element(s) differ bitwise, must be bit-exact")
+
+
+@dataclass
+class RoutingReport:
+    ok: bool
+    tie_flips: int = 0           # tokens whose id set differs on a near-tie (allowed, replayed forced)
+    mismatched_tokens: list = field(default_factory=list)   # differing tokens that were NOT near-ties
+    note: str = ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"ok routing: ids equal as sets ({self.tie_flips} near-tie flip(s))"
+        return f"FAIL routing: {self.note}"
+
+
+def compare_routing(cand_ids: torch.Tensor, ref_ids: torch.Tensor, ref_gap: torch.Tensor | None,
+                    delta: float) -> RoutingReport:
+    """Top-k ids per token as sets. A differing set is a near-tie flip (allowed, counted) when the
+    reference's gap between the k-th and (k+1)-th biased score is below `delta` but not zero; an
+    exact tie (gap 0) must go to the lower id like the reference, so a difference there fails."""
+    c = torch.sort(cand_ids.to(torch.int64).cpu(), dim=-1).values
+    r = torch.sort(ref_ids.to(torch.int64).cpu(), dim=-1).values
+    if c.shape != r.shape:
+        return RoutingReport(False, note=f"topk_ids shape {tuple(c.shape)} != {tuple(r.shape)}")
+    differs = (c != r).any(dim=-1).nonzero().flatten().tolist()
+    flips, bad = 0, []
+    gap = None if ref_gap is None else ref_gap.to(torch.float64).cpu()
+    for t in differs:
+        g = None if gap is None else float(gap[t])
+        if g is not None and 0.0 < g < delta:
+            flips += 1
+        else:
+            bad.append(t)
+    if bad:
+        t = bad[0]
+        extra = set(c[t].tolist()) - set(r[t].tolist())
+        missing = set(r[t].tolist()) - set(c[t].tolist())
+        g = "unknown" if gap is None else f"{float(gap[t]):.3g}"
+        kind = "an exact tie broken differently (the lower id must win)" if gap is not None and float(gap[t]) == 0.0 \
+            else f"reference gap {g} >= near-tie delta {delta:g}"
+        return RoutingReport(False, flips, bad, note=f"{len(bad)} token(s) chose other experts; token {t}: "
+                             f"extra {sorted(extra)}, missing {sorted(missing)}; {kind}")
+    return RoutingReport(True, flips)
+
+
+def align_by_id(ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """Per-row values reordered by ascending expert id (slot order is unspecified)."""
+    order = torch.argsort(ids.to(torch.int64), dim=-1, stable=True)
+    return torch.gather(values, -1, order.to(values.device))

@@ -1,0 +1,85 @@
+"""Compile caching, in one place: every kernel, its variants, and the argument types it takes.
+
+Kernels take raw global pointers (16-byte aligned) and the batch T as a run-time Int32; every model
+dimension is a compile-time constant of the Dims the kernel set is built for. `compile_kernel`
+needs no GPU (a placeholder address and a fake stream), so the same code builds every kernel on a
+CPU-only machine (`python -m megakernel compile`). Compiled functions are kept per process in
+_CACHE; `cute.compile` is not thread-safe, so callers compile from one thread.
+"""
+import time
+
+from megakernel.cute_env import import_cutlass
+
+import_cutlass()
+import cutlass.cute as cute  # noqa: E402
+from cutlass import BFloat16, Float32, Int32, Uint8  # noqa: E402
+from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
+
+from megakernel.dev import GMEM  # noqa: E402
+from megakernel.k_gemv import GemvX  # noqa: E402
+from megakernel.k_route import Route  # noqa: E402
+from megakernel.k_schedule import Schedule  # noqa: E402
+from megakernel.k_expert import ExpertUp, ExpertDown  # noqa: E402
+from megakernel.k_combine import Combine  # noqa: E402
+from megakernel.k_out import OutProj  # noqa: E402
+
+BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
+
+TT_GEMV = 8     # tokens per pass over a weight row when T > 1 (T == 1 uses 1)
+TT_EXPERT = 4
+
+
+def _wdt(fmt):
+    return BF if fmt == "bf16" else U8
+
+
+# name -> (constructor(dims, **variant), argument types(dims, **variant))
+KERNELS = {
+    "gemv_x": (lambda dm, TT: GemvX(dm.E + dm.r + 2 * dm.Is, dm.d, TT),
+               lambda dm, TT: [BF, BF, F32, INT]),
+    "route": (lambda dm, forced: Route(dm, forced),
+              lambda dm, forced: [F32, F32, I32, I32, F32, BF, BF, INT]),
+    "schedule": (lambda dm: Schedule(dm), lambda dm: [I32] * 6 + [INT]),
+    "expert_up": (lambda dm, fmt, TT: ExpertUp(dm, fmt, TT),
+                  lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
+    "expert_down": (lambda dm, fmt, TT: ExpertDown(dm, fmt, TT),
+                    lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
+    "combine": (lambda dm: Combine(dm), lambda dm: [I32, F32, BF, BF, BF, BF, INT]),
+    "out": (lambda dm, TT, debug: OutProj(dm, TT, debug),
+            lambda dm, TT, debug: [BF] * 7 + [INT]),
+}
+
+
+def variants():
+    """Every (name, variant) the launch sequence can use."""
+    out = [("gemv_x", dict(TT=1)), ("gemv_x", dict(TT=TT_GEMV)),
+           ("route", dict(forced=False)), ("route", dict(forced=True)), ("schedule", {}),
+           ("combine", {})]
+    for fmt in ("bf16", "mxfp4"):
+        for TT in (1, TT_EXPERT):
+            out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
+    for TT in (1, TT_GEMV):
+        for debug in (False, True):
+            out.append(("out", dict(TT=TT, debug=debug)))
+    return out
+
+
+_CACHE = {}
+COMPILE_SECONDS = {}
+
+
+def ptr(dtype, addr):
+    return make_ptr(dtype, addr, GMEM, assumed_align=16)
+
+
+def compile_kernel(name, dims, **variant):
+    key = (name, dims, tuple(sorted(variant.items())))
+    fn = _CACHE.get(key)
+    if fn is None:
+        ctor, argt = KERNELS[name]
+        args = [Int32(1) if a == INT else ptr(a, 256) for a in argt(dims, **variant)]
+        t0 = time.time()
+        fn = cute.compile(ctor(dims, **variant), *args, make_fake_stream())
+        COMPILE_SECONDS[key] = time.time() - t0
+        _CACHE[key] = fn
+    return fn

@@ -1,0 +1,42 @@
+"""The MoE dimensions a kernel set is compiled for (all compile-time constants)."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Dims:
+    d: int            # hidden
+    r: int            # latent width of the routed experts
+    E: int            # routed experts
+    k: int            # experts per token
+    I: int            # routed expert FFN width
+    Is: int           # merged shared expert width (n_shared * I)
+    rsf: float = 1.0  # routed_scaling_factor
+    renorm: bool = True
+    eps: float = 1e-5
+    beta: float = 4.0
+    beta_lin: float = 25.0
+
+    def check(self):
+        for name in ("d", "r", "I", "Is"):
+            if getattr(self, name) % 32:
+                raise ValueError(f"megakernel needs {name} % 32 == 0 (MXFP4 groups, 16-byte loads)")
+        if self.E > 1024 or self.k > 32:
+            raise ValueError("megakernel supports E <= 1024 and top_k <= 32")
+        return self
+
+
+MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared memory)
+
+FULL = Dims(d=7168, r=3584, E=896, k=16, I=3072, Is=6144)
+SMALL = Dims(d=1024, r=512, E=112, k=16, I=256, Is=512)
+
+
+def from_cfg(cfg) -> Dims:
+    """Read only the attributes of reference.config.K3Config the kernel needs (duck typed)."""
+    if getattr(cfg, "n_group", 1) != 1:
+        raise ValueError("megakernel supports n_group == 1 only")
+    return Dims(d=cfg.hidden, r=cfg.latent_dim, E=cfg.n_experts, k=cfg.top_k,
+                I=cfg.moe_intermediate, Is=cfg.moe_intermediate * cfg.n_shared,
+                rsf=float(cfg.routed_scaling_factor), renorm=bool(cfg.renormalize),
+                eps=float(cfg.rms_eps), beta=float(cfg.situ_beta),
+                beta_lin=float(cfg.situ_linear_beta)).check()

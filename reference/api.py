@@ -1,0 +1,143 @@
+"""`run_stage`: the one entry point k3diff's reference backend calls.
+
+    run_stage(stage, cfg, weights, inputs, mode="exact") -> dict[str, Tensor]
+
+Returns every output k3diff/stages.py names for the stage, the updated state tensors under their
+input names (kv_cache; conv_state, recurrent_state; prefix, blocks), and cheap diagnostics:
+moe -> sel_gap [T] float64 (always float64); layer -> the attention and MLP intermediates as
+"attn.<name>" / "mlp.<name>". Inputs and weights are never modified (every stage works on private
+copies). It runs on the inputs' device (weights are moved there if needed).
+
+Dtypes: exact mode returns float64 for every float tensor; faithful mode returns the contract
+dtype (bf16 or f32). Integer tensors (topk_ids int32) are returned as such.
+"""
+from __future__ import annotations
+
+import torch
+
+from .config import ConfigError, K3Config, check_cache_lens
+from .kda import check_state_idx, kda
+from .layer import layer
+from .materialize import weight_shapes
+from .mla import mla
+from .moe import dense_mlp, expert_format, latent_moe
+from .numerics import Numerics, get
+
+BF, F32, F64 = torch.bfloat16, torch.float32, torch.float64
+OUT_DTYPES = {
+    "moe": {"out": BF, "router_logits": F32, "topk_weights": F32, "latent": BF, "combined": BF,
+            "latent_normed": BF, "routed_out": BF, "shared_out": BF, "sel_gap": F64, "dense_act": BF},
+    "mla": {"out": BF, "q_c": BF, "kv_c": BF, "k_pe": BF, "ql": BF, "attn_latent": BF, "attn_out": BF,
+            "gated": BF, "kv_cache": BF},
+    "kda": {"out": BF, "conv_out": BF, "decay": F32, "beta": F32, "core": F32, "normed": BF,
+            "conv_state": BF, "recurrent_state": F32},
+    "layer": {"delta": BF, "x_attn": BF, "attn_out": BF, "x_mlp": BF, "prefix": BF, "blocks": BF,
+              "kv_cache": BF, "conv_state": BF, "recurrent_state": F32},
+}
+STATE_NAMES = {"moe": (), "mla": ("kv_cache",), "kda": ("conv_state", "recurrent_state"),
+               "layer": ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state")}
+
+
+def _dtype_of(stage: str, name: str) -> torch.dtype:
+    if stage == "layer" and "." in name:                       # attn.<x> / mlp.<x> diagnostics
+        head, rest = name.split(".", 1)
+        table = OUT_DTYPES["moe"] if head == "mlp" else {**OUT_DTYPES["mla"], **OUT_DTYPES["kda"]}
+        return table.get(rest, BF)
+    return OUT_DTYPES[stage].get(name, BF)
+
+
+def _expect(t, shape, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"input {name} is missing or not a tensor")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"input {name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+
+
+def _check_weights(cfg, stage, weights, layer_idx):
+    fmt = "mxfp4" if any(k.endswith("experts.w13_packed") for k in weights) else "bf16"
+    for name, (shape, _) in weight_shapes(cfg, stage, fmt, layer_idx).items():
+        if name not in weights:
+            raise ValueError(f"weight {name} is missing for stage {stage}")
+        t = weights[name]
+        ok = tuple(t.shape) == tuple(shape) or (
+            name.endswith(("A_log", "res.proj", "conv.weight")) and t.numel() >= _numel(shape))
+        if not ok:
+            raise ValueError(f"weight {name} has shape {tuple(t.shape)}, expected {tuple(shape)}")
+
+
+def _numel(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _check_attention_inputs(cfg, kind, inputs, T):
+    if kind == "mla":
+        cache = inputs.get("kv_cache")
+        if not isinstance(cache, torch.Tensor) or cache.dim() != 3:
+            raise ValueError("input kv_cache must be a [T, Lcap, R+rope] tensor")
+        _expect(cache, (T, cache.shape[1], cfg.mla_cache_dim), "kv_cache")
+        _expect(inputs.get("cache_lens"), (T,), "cache_lens")
+        check_cache_lens(cfg, inputs["cache_lens"].tolist(), cache.shape[1])
+    else:
+        conv, rec = inputs.get("conv_state"), inputs.get("recurrent_state")
+        if not isinstance(conv, torch.Tensor) or conv.dim() != 3:
+            raise ValueError("input conv_state must be a [S, 3P, W-1] tensor")
+        S = conv.shape[0]
+        _expect(conv, (S, 3 * cfg.kda_proj, cfg.conv_width - 1), "conv_state")
+        _expect(rec, (S, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_head_dim), "recurrent_state")
+        _expect(inputs.get("state_idx"), (T,), "state_idx")
+        check_state_idx(inputs["state_idx"], S)
+
+
+def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exact") -> dict:
+    """One decode step of `stage` ('moe', 'mla', 'kda', 'layer'); see the module docstring.
+
+    moe: weights with dense.* keys run the dense MLP (layer 0) and return `out` (+ dense_act);
+    inputs may hold forced_ids [T, k] (-1 = dropped route, see reference.router)."""
+    num: Numerics = get(mode)
+    cfg.validate()
+    if stage not in OUT_DTYPES:
+        raise ValueError(f"unknown stage {stage!r}; stages are {', '.join(OUT_DTYPES)}")
+    lead = inputs["prefix"] if stage == "layer" else inputs.get("x")
+    if not isinstance(lead, torch.Tensor) or lead.dim() != 2 or lead.shape[1] != cfg.hidden:
+        what = "prefix" if stage == "layer" else "x"
+        raise ValueError(f"input {what} must be a [T, {cfg.hidden}] tensor")
+    T, device = lead.shape[0], lead.device
+    weights = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in weights.items()}
+    inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+
+    if stage == "moe":
+        dense = "dense.gate_up" in weights
+        _check_weights(cfg, "moe", weights, 0 if dense else None)
+        x = num.load(inputs["x"])
+        if dense:
+            res = dense_mlp(x, weights, cfg, num)
+        else:
+            expert_format(weights)
+            res = latent_moe(x, weights, cfg, num, inputs.get("forced_ids"))
+    elif stage in ("mla", "kda"):
+        _check_weights(cfg, stage, weights, None)
+        _check_attention_inputs(cfg, stage, inputs, T)
+        x = num.load(inputs["x"])
+        if stage == "mla":
+            res = mla(x, inputs["kv_cache"], inputs["cache_lens"], weights, cfg, num)
+        else:
+            res = kda(x, inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"], weights, cfg, num)
+    else:
+        i = inputs.get("layer_idx")
+        if not isinstance(i, int) or not 0 <= i < cfg.n_layers:
+            raise ConfigError(f"layer_idx must be an int in [0, {cfg.n_layers}), got {i!r}")
+        _check_weights(cfg, "layer", weights, i)
+        _check_attention_inputs(cfg, cfg.layer_kind(i), inputs, T)
+        _expect(inputs["blocks"], (T, cfg.n_blocks, cfg.hidden), "blocks")
+        if inputs.get("delta") is not None:
+            _expect(inputs["delta"], (T, cfg.hidden), "delta")
+        res = layer(inputs, weights, cfg, num)
+
+    out = {}
+    for name, t in res.items():
+        dt = _dtype_of(stage, name)
+        out[name] = t if dt == F64 else num.out(t, dt)
+    return out

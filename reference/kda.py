@@ -1,0 +1,86 @@
+"""KDA (Kimi Delta Attention) decode step (K3_SPEC §4).
+
+Per valid row: projections z = bf16(x W^T) for q, k, v (raw conv inputs), g2 (output gate), f_a,
+beta_raw; graw = bf16(f_a W_fb^T); depthwise causal short conv with SiLU over
+(conv history, new raw input); bounded decay gate gk = lb*sigmoid(exp(A_log[h]) (graw + dt_bias));
+beta = sigmoid(beta_raw); L2-normalised q (times D^-1/2) and k; the delta rule on the recurrent
+state S[h][v][k] (decay along the KEY axis), readout with the UPDATED state; gated RMSNorm per head
+(single rounding, sigmoid gate); o_proj.
+
+State: conv_state [S, 3P, W-1] holds the raw bf16 inputs (oldest first); the new state is a pure
+shift-and-append, so in faithful mode it is bit-exact. recurrent_state [S, H, D, D] is f32.
+Rows with state_idx <= 0 (slot 0 = null/padding slot) are not computed at all: every output and
+intermediate of that row is exactly 0 and no state is read or written. The core readout `o` is
+rounded to bf16 in faithful mode (§7, vLLM's unfused path), though the contract stores it as f32.
+A_log is per head: the first H entries of the stored vector (§1.3 [CONFLICT] resolved as vLLM).
+"""
+from __future__ import annotations
+
+import torch
+
+from .numerics import Numerics
+
+L2_EPS = 1e-6   # inside the sum of squares, as in vLLM's fused_recurrent kernel
+
+
+def check_state_idx(state_idx: torch.Tensor, n_slots: int) -> None:
+    idx = state_idx.long().tolist()
+    live = [i for i in idx if i > 0]
+    if any(i >= n_slots for i in live):
+        raise ValueError(f"state_idx {max(live)} is out of range for {n_slots} state slots")
+    if len(set(live)) != len(live):
+        raise ValueError("state_idx holds a slot twice; each live row needs its own state slot")
+
+
+def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor,
+        state_idx: torch.Tensor, weights: dict, cfg, num: Numerics) -> dict:
+    T = x.shape[0]
+    H, D, P = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj
+    check_state_idx(state_idx, conv_state.shape[0])
+    conv_new = num.load(conv_state)
+    rec_new = num.load(recurrent_state)
+    rows = (state_idx.to(x.device) > 0).nonzero(as_tuple=True)[0]     # live rows only
+    slots = state_idx.to(x.device).long()[rows]
+    xv = x[rows]
+    n = xv.shape[0]
+
+    lin = lambda t, name: num.round(num.linear(t, weights[name]))
+    mixed = torch.cat([lin(xv, "q_proj.weight"), lin(xv, "k_proj.weight"), lin(xv, "v_proj.weight")], -1)
+    g2 = lin(xv, "g_proj.weight")
+    graw = lin(lin(xv, "f_a.weight"), "f_b.weight")
+    braw = lin(xv, "b_proj.weight")
+
+    # short conv: history (oldest first) then the current token; weight column W-1 = current token
+    w_conv = weights["conv.weight"].reshape(3 * P, -1).to(num.dtype)
+    window = torch.cat([conv_new[slots], mixed.unsqueeze(-1)], dim=-1)    # [n, 3P, W]
+    conv_out = num.round(torch.nn.functional.silu((window * w_conv).sum(-1)))
+    conv_new[slots] = window[..., 1:]                                     # shift-and-append
+
+    a = torch.exp(weights["A_log"].reshape(-1)[:H].to(num.dtype))          # per head
+    dt_bias = weights["dt_bias"].to(num.dtype).view(H, D)
+    decay = cfg.gate_lower_bound * torch.sigmoid(a.view(H, 1) * (graw.view(n, H, D) + dt_bias))
+    beta = torch.sigmoid(braw)                                             # [n, H]
+
+    q, k, v = conv_out.view(n, 3, H, D).unbind(1)
+    qh = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + L2_EPS) * D ** -0.5
+    kh = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + L2_EPS)
+    S = rec_new[slots] * torch.exp(decay).unsqueeze(-2)                   # [n, H, V, K]
+    e = (S * kh.unsqueeze(-2)).sum(-1)                                    # [n, H, V]
+    u = beta.unsqueeze(-1) * (v - e)
+    S = S + u.unsqueeze(-1) * kh.unsqueeze(-2)
+    core = num.round((S * qh.unsqueeze(-2)).sum(-1))                       # o → bf16 (§7)
+    rec_new[slots] = S
+
+    inv = torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)
+    normed = num.round(core * inv * weights["o_norm.weight"].to(num.dtype) * torch.sigmoid(g2.view(n, H, D)))
+    normed = normed.reshape(n, P)
+    out = num.round(num.linear(normed, weights["o_proj.weight"]))
+
+    def full(t):  # scatter live rows into an all-zero [T, ...] tensor
+        z = torch.zeros((T,) + t.shape[1:], dtype=t.dtype, device=x.device)
+        z[rows] = t
+        return z
+
+    return {"out": full(out), "conv_out": full(conv_out), "decay": full(decay), "beta": full(beta),
+            "core": full(core), "normed": full(normed), "conv_state": conv_new,
+            "recurrent_state": rec_new}

@@ -1,0 +1,239 @@
+"""Deterministic weights and inputs from (config, seed), with realistic magnitudes (K3_SPEC §9).
+
+Determinism: every tensor is drawn from its own torch.Generator seeded by a hash of
+(seed, tensor name), on the CPU by default, then moved to `device` -- so the same arguments give
+bit-identical tensors on every machine and device, and adding a tensor never shifts the others.
+Layer weights reuse the stage draws (``layer``'s ``attn.q_a.weight`` is the ``mla`` stage's
+``q_a.weight`` for the same seed), so a layer failure can be replayed stage by stage.
+
+Weights depend only on (cfg, stage, seed, expert_format, layer_idx) -- callers may cache them.
+Scales, chosen to look like a trained model: projections randn/sqrt(fan_in) in bf16; norm weights
+1 + 0.1 randn; AttnRes proj randn/sqrt(d) (depth logits O(1)); router bias 0.05 randn f32 (enough
+to move a few selections, "natural" routing); A_log 0.5 randn; dt_bias 0.3 randn; conv 0.5 randn
+f32; MXFP4 experts are the SAME float draws as the bf16 experts, quantised with per-group scales
+from the group amax (E8M0 codes come out around 117-124).
+
+Full size: the MoE stage of the 'full' preset has 896 experts x 33 M weights (~30 G numbers). Drawn
+expert by expert, on the CPU this takes many minutes (and bf16 experts need ~60 GB; use
+expert_format="mxfp4", ~15 GB). ``draw_on="device"`` draws with a generator on `device` (e.g.
+CUDA) instead: fast, deterministic on that device type, but NOT bit-identical to the CPU draws --
+record it in the case.
+
+Inputs (activations RMS ~ 1; value_dist scales x / prefix / delta / blocks):
+  plain, outliers (a few fixed channels x100), large (x30), tiny (x1e-3).
+MLA caches hold NaN in every row >= L_b (the row the step writes and the free rows), so an
+out-of-bounds read shows up. KDA slot 0 is the null slot; state_idx defaults to a shuffled
+distinct set of slots >= 1. Layer blocks hold NaN in the slots the layer must not read.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+
+import torch
+
+from . import mxfp4
+from .config import ConfigError, K3Config, check_cache_lens
+
+VALUE_DISTS = {"plain": 1.0, "outliers": 1.0, "large": 30.0, "tiny": 1e-3}
+OUTLIER_GAIN = 100.0
+EXPERT_FORMATS = ("bf16", "mxfp4")
+
+# kind of each weight: ("linear", fan_in) | "norm" | "proj" | "bias" | "A_log" | "dt_bias" | "conv"
+def _stage_weights(cfg: K3Config, stage: str, layer_idx: int | None, fmt: str) -> dict:
+    d = cfg.hidden
+    if stage == "mla":
+        H, R, rope, nope, v = cfg.mla_heads, cfg.kv_lora_rank, cfg.qk_rope_dim, cfg.qk_nope_dim, cfg.v_head_dim
+        return {"q_a.weight": ((cfg.q_lora_rank, d), "linear"), "kv_a.weight": ((R + rope, d), "linear"),
+                "q_a_norm.weight": ((cfg.q_lora_rank,), "norm"), "kv_a_norm.weight": ((R,), "norm"),
+                "q_b.weight": ((H * (nope + rope), cfg.q_lora_rank), "linear"),
+                "kv_b.weight": ((H * (nope + v), R), "linear"), "g.weight": ((H * v, d), "linear"),
+                "o.weight": ((d, H * v), "linear")}
+    if stage == "kda":
+        H, D, P, W = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj, cfg.conv_width
+        return {"q_proj.weight": ((P, d), "linear"), "k_proj.weight": ((P, d), "linear"),
+                "v_proj.weight": ((P, d), "linear"), "g_proj.weight": ((P, d), "linear"),
+                "f_a.weight": ((D, d), "linear"), "f_b.weight": ((P, D), "linear"),
+                "b_proj.weight": ((H, d), "linear"), "o_proj.weight": ((d, P), "linear"),
+                "o_norm.weight": ((D,), "norm"), "conv.weight": ((3 * P, W), "conv"),
+                "A_log": ((H,), "A_log"), "dt_bias": ((P,), "dt_bias")}
+    if stage == "moe":
+        if layer_idx is not None and not cfg.is_moe_layer(layer_idx):
+            Id = cfg.dense_intermediate
+            return {"dense.gate_up": ((2 * Id, d), "linear"), "dense.down": ((d, Id), "linear")}
+        E, I, r, Is = cfg.n_experts, cfg.moe_intermediate, cfg.latent_dim, cfg.shared_intermediate
+        w = {"router.weight": ((E, d), "linear"), "router.bias": ((E,), "bias"),
+             "down.weight": ((r, d), "linear"), "latent_norm.weight": ((r,), "norm"),
+             "up.weight": ((d, r), "linear"), "shared.gate_up": ((2 * Is, d), "linear"),
+             "shared.down": ((d, Is), "linear")}
+        if fmt == "bf16":
+            w.update({"experts.w13": ((E, 2 * I, r), "expert"), "experts.w2": ((E, r, I), "expert")})
+        else:
+            g = mxfp4.GROUP
+            w.update({"experts.w13_packed": ((E, 2 * I, r // 2), "packed"),
+                      "experts.w13_scale": ((E, 2 * I, r // g), "scale"),
+                      "experts.w2_packed": ((E, r, I // 2), "packed"),
+                      "experts.w2_scale": ((E, r, I // g), "scale")})
+        return w
+    if stage == "layer":
+        if layer_idx is None or not 0 <= layer_idx < cfg.n_layers:
+            raise ConfigError(f"layer_idx must lie in [0, {cfg.n_layers}) for the layer stage, got {layer_idx}")
+        w = {n: ((d,), "norm") for n in ("attn_res.norm", "input_norm", "mlp_res.norm", "post_attn_norm")}
+        w.update({n: ((d,), "proj") for n in ("attn_res.proj", "mlp_res.proj")})
+        w.update({f"attn.{k}": v for k, v in _stage_weights(cfg, cfg.layer_kind(layer_idx), None, fmt).items()})
+        w.update({f"mlp.{k}": v for k, v in _stage_weights(cfg, "moe", layer_idx, fmt).items()})
+        return w
+    raise ValueError(f"unknown stage {stage!r}; stages are moe, mla, kda, layer")
+
+
+_DTYPES = {"linear": torch.bfloat16, "norm": torch.bfloat16, "proj": torch.bfloat16,
+           "bias": torch.float32, "A_log": torch.float32, "dt_bias": torch.float32,
+           "conv": torch.float32, "expert": torch.bfloat16, "packed": torch.uint8, "scale": torch.uint8}
+
+
+def weight_shapes(cfg: K3Config, stage: str, expert_format: str = "bf16",
+                  layer_idx: int | None = None) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """name -> (shape, dtype) of every weight of a stage (the layout of k3diff/stages.py)."""
+    if expert_format not in EXPERT_FORMATS:
+        raise ValueError(f"expert_format must be one of {EXPERT_FORMATS}, got {expert_format!r}")
+    return {n: (s, _DTYPES[k]) for n, (s, k) in _stage_weights(cfg, stage, layer_idx, expert_format).items()}
+
+
+def _seed(seed: int, *parts) -> int:
+    h = hashlib.sha256(repr((int(seed),) + parts).encode()).digest()
+    return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
+
+
+def _gen(seed: int, *parts, device="cpu") -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(_seed(seed, *parts))
+
+
+def _randn(shape, gen) -> torch.Tensor:
+    return torch.randn(shape, generator=gen, dtype=torch.float32, device=gen.device)
+
+
+def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "bf16",
+                 layer_idx: int | None = None, device="cpu", draw_on: str = "cpu") -> dict:
+    """All weights of `stage` (for 'layer': of layer `layer_idx`; for 'moe' with a dense layer_idx:
+    the dense MLP). draw_on="cpu" (default, bit-identical everywhere) or "device" (see module doc)."""
+    cfg.validate()
+    if expert_format not in EXPERT_FORMATS:
+        raise ValueError(f"expert_format must be one of {EXPERT_FORMATS}, got {expert_format!r}")
+    if draw_on not in ("cpu", "device"):
+        raise ValueError(f"draw_on must be 'cpu' or 'device', got {draw_on!r}")
+    shapes = _stage_weights(cfg, stage, layer_idx, expert_format)
+    gdev = torch.device(device) if draw_on == "device" else torch.device("cpu")
+    out = {}
+    for name, (shape, kind) in shapes.items():
+        base = name.split(".", 1)[1] if stage == "layer" and name.startswith(("attn.", "mlp.")) else name
+        if kind in ("packed", "scale"):
+            continue                                   # made together with their expert draws below
+        if kind in ("expert",):
+            out[name] = torch.stack([_expert_draw(seed, base, e, shape[1:], gdev).to(torch.bfloat16)
+                                     for e in range(shape[0])]).to(device)
+            continue
+        g = _gen(seed, "w", base, device=gdev)
+        fan_in = shape[-1]
+        t = {"linear": lambda: _randn(shape, g) / math.sqrt(fan_in),
+             "norm": lambda: 1.0 + 0.1 * _randn(shape, g),
+             "proj": lambda: _randn(shape, g) / math.sqrt(shape[0]),
+             "bias": lambda: 0.05 * _randn(shape, g),
+             "A_log": lambda: 0.5 * _randn(shape, g),
+             "dt_bias": lambda: 0.3 * _randn(shape, g),
+             "conv": lambda: 0.5 * _randn(shape, g)}[kind]()
+        out[name] = t.to(_DTYPES[kind]).to(device)
+    for w in ("w13", "w2"):
+        key = f"experts.{w}_packed"
+        full = next((n for n in shapes if n.endswith(key)), None)
+        if full is None:
+            continue
+        E, N, K2 = shapes[full][0]
+        base = f"experts.{w}"
+        packed, scale = zip(*(mxfp4.quantize(_expert_draw(seed, base, e, (N, 2 * K2), gdev)) for e in range(E)))
+        out[full] = torch.stack(packed).to(device)
+        out[full.replace("_packed", "_scale")] = torch.stack(scale).to(device)
+    return {n: out[n] for n in shapes}
+
+
+def _expert_draw(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
+    """Expert e's float weight, shared by the bf16 and the MXFP4 formats."""
+    return _randn(tuple(shape), _gen(seed, "w", base, e, device=gdev)) / math.sqrt(shape[-1])
+
+
+def _activations(shape, gen, scale: float, value_dist: str, outliers: torch.Tensor) -> torch.Tensor:
+    t = _randn(shape, gen) * scale * VALUE_DISTS[value_dist]
+    if value_dist == "outliers":
+        t[..., outliers] *= OUTLIER_GAIN
+    return t.to(torch.bfloat16)
+
+
+def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=None, state_idx=None,
+                n_slots: int | None = None, layer_idx: int | None = None, value_dist: str = "plain",
+                cache_capacity: int | None = None, device="cpu") -> dict:
+    """The inputs of one decode step of `stage` for `batch` sequences (see module doc)."""
+    cfg.validate()
+    if batch < 0:
+        raise ConfigError(f"batch must be >= 0, got {batch}")
+    if value_dist not in VALUE_DISTS:
+        raise ConfigError(f"value_dist must be one of {', '.join(VALUE_DISTS)}, got {value_dist!r}")
+    T, d = batch, cfg.hidden
+    n_out = max(1, d // 64)
+    outliers = torch.randperm(d, generator=_gen(seed, "outlier_channels"))[:n_out]
+    act = lambda name, shape, scale: _activations(shape, _gen(seed, "in", name), scale, value_dist, outliers)
+    inp: dict = {}
+    kind = stage
+    if stage == "layer":
+        if layer_idx is None or not 0 <= layer_idx < cfg.n_layers:
+            raise ConfigError(f"layer_idx must lie in [0, {cfg.n_layers}) for the layer stage, got {layer_idx}")
+        kind = cfg.layer_kind(layer_idx)
+        inp["layer_idx"] = int(layer_idx)
+        inp["prefix"] = act("prefix", (T, d), 2.0)
+        if layer_idx > 0:
+            inp["delta"] = act("delta", (T, d), 0.5)
+        n_valid = -(-layer_idx // cfg.attn_res_block_size)
+        blocks = torch.full((T, cfg.n_blocks, d), float("nan"), dtype=torch.bfloat16)
+        blocks[:, :n_valid] = act("blocks", (T, n_valid, d), 2.0)
+        if n_valid:
+            blocks[:, 0] = act("embedding", (T, d), 1.0)
+        inp["blocks"] = blocks
+    elif stage in ("moe", "mla", "kda"):
+        inp["x"] = act("x", (T, d), 1.0)
+    else:
+        raise ValueError(f"unknown stage {stage!r}; stages are moe, mla, kda, layer")
+
+    if kind == "mla":
+        if cache_lens is None:
+            hi = min(64, cfg.max_cache_len - 1)
+            cache_lens = torch.randint(0, hi + 1, (T,), generator=_gen(seed, "in", "cache_lens"))
+        lens = torch.as_tensor(cache_lens, dtype=torch.int64).reshape(-1)
+        if lens.numel() != T:
+            raise ConfigError(f"cache_lens has {lens.numel()} entries for batch={T}")
+        need = int(lens.max()) + 1 if T else 1
+        cap = cache_capacity if cache_capacity is not None else -(-need // 8) * 8
+        if cap > cfg.max_cache_len:
+            raise ConfigError(f"cache_capacity={cap} exceeds K3Config.max_cache_len={cfg.max_cache_len}")
+        check_cache_lens(cfg, lens.tolist(), cap)
+        cache = torch.full((T, cap, cfg.mla_cache_dim), float("nan"), dtype=torch.bfloat16)
+        filled = _randn((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache")).to(torch.bfloat16)
+        rows = torch.arange(cap).view(1, cap) < lens.view(T, 1)
+        cache[rows] = filled[rows]
+        inp["kv_cache"], inp["cache_lens"] = cache, lens
+    elif kind == "kda":
+        if state_idx is None:
+            S = batch + 1 if n_slots is None else n_slots
+            if S < batch + 1:
+                raise ConfigError(f"n_slots={S} cannot give {batch} rows distinct slots >= 1 (slot 0 is null)")
+            idx = torch.randperm(S - 1, generator=_gen(seed, "in", "state_idx"))[:T] + 1
+        else:
+            idx = torch.as_tensor(state_idx, dtype=torch.int64).reshape(-1)
+            if idx.numel() != T:
+                raise ConfigError(f"state_idx has {idx.numel()} entries for batch={T}")
+            S = n_slots if n_slots is not None else max(batch, int(idx.max()) if T else 0) + 1
+        live = [i for i in idx.tolist() if i > 0]
+        if any(i >= S for i in live) or len(set(live)) != len(live):
+            raise ConfigError(f"state_idx must hold distinct slots in [1, n_slots={S}) (or <= 0 for null rows)")
+        P3, H, D = 3 * cfg.kda_proj, cfg.kda_heads, cfg.kda_head_dim
+        inp["conv_state"] = _randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state")).to(torch.bfloat16)
+        inp["recurrent_state"] = 0.5 * _randn((S, H, D, D), _gen(seed, "in", "recurrent_state"))
+        inp["state_idx"] = idx
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}

@@ -1,0 +1,56 @@
+"""Gated MLA decode, NoPE, in vLLM's absorbed form (K3_SPEC §3).
+
+Per token: a = bf16(x [W_qa; W_kva]^T) -> q_c | kv_c | k_pe; RMSNorm q_c and kv_c (k_pe is not
+normalised); q = bf16(q_c W_qb^T) per head [nope | rope]; the query is absorbed into the latent
+space, ql[h] = bf16(q_nope[h] W_UK[h]); no rotary anywhere (positions are ignored).
+
+The new entry (kv_c | k_pe) is inserted into the ragged cache at row L_b BEFORE attention, so
+sequence b attends over rows 0..L_b. The attention is a per-sequence loop over exactly those rows:
+rows beyond L_b are never read (the materialiser fills them with NaN to prove it), and ragged
+lengths need no masking tricks. Scores, softmax and the P·C sum are f32 (f64 exact); lat and o
+are rounded. The output gate comes from the layer input x, not from the attention output.
+"""
+from __future__ import annotations
+
+import torch
+
+from .numerics import Numerics
+
+
+def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weights: dict, cfg,
+        num: Numerics) -> dict:
+    """x [T, d] working dtype; kv_cache [T, Lcap, R+rope] (caller's tensor, not modified);
+    cache_lens [T]. Returns the intermediates, `out` and the updated cache as a new tensor."""
+    T = x.shape[0]
+    H, R, nope, rope, vd = cfg.mla_heads, cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
+    scale = cfg.qk_head_dim ** -0.5
+
+    q_c = num.rmsnorm(num.round(num.linear(x, weights["q_a.weight"])), weights["q_a_norm.weight"], cfg.rms_eps)
+    kv_a = num.round(num.linear(x, weights["kv_a.weight"]))
+    kv_c = num.rmsnorm(kv_a[:, :R], weights["kv_a_norm.weight"], cfg.rms_eps)
+    k_pe = kv_a[:, R:]
+    q = num.round(num.linear(q_c, weights["q_b.weight"])).view(T, H, nope + rope)
+    q_nope, q_pe = q[..., :nope], q[..., nope:]
+
+    kv_b = weights["kv_b.weight"].to(torch.float64).view(H, nope + vd, R)
+    w_uk, w_uv = kv_b[:, :nope, :], kv_b[:, nope:, :]                     # [H, nope, R], [H, v, R]
+    ql = num.round(torch.einsum("thp,hpr->thr", q_nope.double(), w_uk).to(num.dtype))
+    query = torch.cat([ql, q_pe], dim=-1)                                  # [T, H, R+rope]
+
+    cache = num.load(kv_cache)
+    new_entry = torch.cat([kv_c, k_pe], dim=-1)
+    lat = torch.empty(T, H, R, dtype=num.dtype, device=x.device)
+    for b, L in enumerate(cache_lens.tolist()):
+        cache[b, L] = new_entry[b]
+        rows = cache[b, :L + 1]                                            # [L+1, R+rope]
+        z = scale * num.mm(query[b], rows.T)                               # [H, L+1]
+        p = torch.softmax(z, dim=-1)
+        lat[b] = num.mm(p, rows[:, :R])
+    lat = num.round(lat)
+    o = num.round(torch.einsum("thr,hvr->thv", lat.double(), w_uv).to(num.dtype))   # [T, H, v]
+
+    gz = num.round(num.linear(x, weights["g.weight"]))
+    gated = num.round(o.reshape(T, H * vd) * torch.sigmoid(gz))           # one rounding [INFERRED]
+    out = num.round(num.linear(gated, weights["o.weight"]))
+    return {"out": out, "q_c": q_c, "kv_c": kv_c, "k_pe": k_pe, "ql": ql, "attn_latent": lat,
+            "attn_out": o, "gated": gated, "kv_cache": cache}

@@ -1,0 +1,91 @@
+"""Stable LatentMoE (K3_SPEC §5.1-5.4) and the dense SiTU MLP of layer 0 (§5.5).
+
+Routed experts run in the latent space r: hl = bf16(x W_down^T); per selected expert
+gu = hl W13_e^T, act = SiTU(gu), y_j = act W2_e^T; combine yc = bf16(sum_j w_j y_j) in f32;
+yn = RMSNorm(yc); yu = bf16(yn W_up^T). The router and the merged shared experts see the full x;
+the output is bf16(yu + ys).
+
+Experts are given either as bf16 (`experts.w13` [E, 2I, r], `experts.w2` [E, r, I]) or as MXFP4
+(`experts.w13_packed/_scale`, `experts.w2_packed/_scale`), detected by key names. MXFP4 weights are
+dequantised exactly, one expert at a time (dequantising all 896 full-size experts at once would
+need ~240 GB in float64).
+
+Faithful mode rounds act and y_j to bf16 [INFERRED, §5.6/§7]; exact mode rounds nothing.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import mxfp4
+from .numerics import Numerics
+from .router import route
+
+
+def situ(gu: torch.Tensor, cfg) -> torch.Tensor:
+    """SiTU over a [gate | up] pre-activation of width 2N (§5.1), in gu's dtype:
+    (β tanh(g/β) σ(g)) · (β_lin tanh(u/β_lin))."""
+    g, u = gu.chunk(2, dim=-1)
+    b, bl = cfg.situ_beta, cfg.situ_linear_beta
+    return (b * torch.tanh(g / b) * torch.sigmoid(g)) * (bl * torch.tanh(u / bl))
+
+
+def expert_format(weights: dict) -> str:
+    if "experts.w13_packed" in weights:
+        return "mxfp4"
+    if "experts.w13" in weights:
+        return "bf16"
+    raise KeyError("MoE weights hold neither experts.w13 (bf16) nor experts.w13_packed (MXFP4)")
+
+
+def expert(weights: dict, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W13_e [2I, r], W2_e [r, I]) as float64 values, dequantised if MXFP4 (exact)."""
+    if expert_format(weights) == "mxfp4":
+        w13 = mxfp4.dequantize(weights["experts.w13_packed"][e], weights["experts.w13_scale"][e], torch.float64)
+        w2 = mxfp4.dequantize(weights["experts.w2_packed"][e], weights["experts.w2_scale"][e], torch.float64)
+        return w13, w2
+    return weights["experts.w13"][e].to(torch.float64), weights["experts.w2"][e].to(torch.float64)
+
+
+def swiglu_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, cfg, num: Numerics):
+    """Shared experts / dense MLP: bf16(bf16(SiTU(bf16(x W_gu^T))) W_down^T). Returns (out, act)."""
+    gu = num.round(num.linear(x, gate_up))
+    act = num.round(situ(gu, cfg))
+    return num.round(num.linear(act, down)), act
+
+
+def routed_experts(hl: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, weights: dict, cfg,
+                   num: Numerics) -> torch.Tensor:
+    """Expert-grouped evaluation: every token routed to expert e is processed in one GEMM, each
+    (token, slot) result y_j lands in Y[t, j]; dropped slots (-1) stay 0. Returns the f32/f64
+    weighted sum over slots (not yet rounded)."""
+    T, k = ids.shape
+    Y = torch.zeros(T, k, hl.shape[-1], dtype=num.dtype, device=hl.device)
+    ids64 = ids.long()
+    for e in torch.unique(ids64[ids64 >= 0]).tolist():
+        t_idx, j_idx = (ids64 == e).nonzero(as_tuple=True)
+        w13, w2 = expert(weights, e)
+        act = num.round(situ(num.linear(hl[t_idx], w13), cfg))      # act → bf16 [INFERRED]
+        Y[t_idx, j_idx] = num.round(num.linear(act, w2))             # y_j → bf16 [INFERRED]
+    return (Y * w.to(num.dtype).unsqueeze(-1)).sum(dim=1)
+
+
+def latent_moe(x: torch.Tensor, weights: dict, cfg, num: Numerics,
+               forced_ids: torch.Tensor | None = None) -> dict:
+    """x [T, d] (working dtype) -> dict of the §5 intermediates and `out` (working dtype)."""
+    logits = num.linear(x, weights["router.weight"])                  # f32/f64, never rounded
+    r = route(logits, weights["router.bias"], cfg, num, forced_ids)
+    hl = num.round(num.linear(x, weights["down.weight"]))
+    yc = num.round(routed_experts(hl, r["topk_ids"], r["topk_weights"], weights, cfg, num))
+    yn = num.rmsnorm(yc, weights["latent_norm.weight"], cfg.rms_eps)
+    yu = num.round(num.linear(yn, weights["up.weight"]))
+    ys, _ = swiglu_mlp(x, weights["shared.gate_up"], weights["shared.down"], cfg, num)
+    out = num.round(yu + ys)
+    return {"out": out, "router_logits": logits, "topk_ids": r["topk_ids"],
+            "topk_weights": r["topk_weights"], "latent": hl, "combined": yc, "latent_normed": yn,
+            "routed_out": yu, "shared_out": ys, "sel_gap": r["sel_gap"]}
+
+
+def dense_mlp(x: torch.Tensor, weights: dict, cfg, num: Numerics) -> dict:
+    """Layer 0's dense SiTU MLP (§5.5)."""
+    out, act = swiglu_mlp(x, weights["dense.gate_up"], weights["dense.down"], cfg, num)
+    return {"out": out, "dense_act": act}

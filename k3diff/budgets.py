@@ -32,14 +32,15 @@ DEFAULT = Budget(2.0, 1.0, "DESIGN.md default: within twice the bf16 baseline's 
 # (stage, tensor) -> budget; stage "*" applies to every stage
 TABLE: dict[tuple[str, str], Budget] = {
     ("moe", "router_logits"): Budget(
-        4.0, 1.0, "f32 GEMV output: only summation order differs, whose error is a max over "
-        "T*E random-walk sums; 4x the baseline's keeps false alarms away while a wrong weight or "
+        4.0, 4.0, "f32 GEMV output: only summation order differs (split-K, tiles), which moves a "
+        "result by a few f32 ulps of the largest logit, while the BLAS baseline can land closer "
+        "by luck; 4x baseline + 4x noise keeps false alarms away while a wrong weight or "
         "bf16-rounded logits (2^-8 relative) still exceed it by orders of magnitude"),
     ("moe", "topk_weights"): Budget(
-        4.0, 1.0, "f32 ratios of sigmoids of the logits above: inherits the logits' budget"),
+        4.0, 4.0, "f32 ratios of sigmoids of the logits above: inherits the logits' budget"),
     ("kda", "decay"): Budget(
-        4.0, 1.0, "f32 gate of a bf16 GEMV output; same reasoning as the router logits"),
-    ("kda", "beta"): Budget(4.0, 1.0, "f32 sigmoid of a bf16 GEMV output"),
+        4.0, 4.0, "f32 gate of a bf16 GEMV output; same reasoning as the router logits"),
+    ("kda", "beta"): Budget(4.0, 4.0, "f32 sigmoid of a bf16 GEMV output"),
     ("kda", "recurrent_state"): Budget(
         2.0, 1.0, "f32 state: the delta rule is linear in its bf16 inputs, baseline error dominates"),
     ("*", "conv_state.history"): Budget(

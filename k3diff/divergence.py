@@ -55,11 +55,15 @@ class TensorReport:
 
 
 def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """FlashAttention's atol: 2 * max|(ref + 0.3 - 0.3) - ref| computed in the output dtype."""
+    """FlashAttention's atol, 2 * max|(ref + c - c) - ref| computed in the output dtype, with c = 0.3
+    as there for data of magnitude <= 1 and c = 0.3 * max|ref| above, so the floor is the rounding
+    noise at the data's own magnitude (large-magnitude cases would otherwise get a floor far
+    below one ulp of their values)."""
     if not dtype.is_floating_point or ref.numel() == 0:
         return 0.0
     r = torch.nan_to_num(ref.to(dtype), nan=0.0, posinf=0.0, neginf=0.0)
-    return 2.0 * float(((r + 0.3) - 0.3 - r).abs().max().to(torch.float64))
+    c = 0.3 * max(1.0, float(r.abs().max().to(torch.float64)))
+    return 2.0 * float(((r + c) - c - r).abs().max().to(torch.float64))
 
 
 def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -25,6 +25,8 @@ MARKER = "k3diff"
 REGRESSIONS = Path("corpora") / "regressions"
 _REPORT_KEY = "k3diff_cases"
 _FAILURE_KEY = "k3diff_failure"
+_MUTANT_KEY = "k3diff_mutant"
+MUTANT_MARKER = "k3diff_mutants"
 
 
 def pytest_addoption(parser):
@@ -49,6 +51,8 @@ def pytest_addoption(parser):
                     help="cpu or cuda (default: cuda when present; xdist workers take GPU worker%%count)")
     group.addoption("--k3diff-preset", default=None, choices=["tiny", "small"],
                     help="model dims to fuzz around (default: tiny on cpu, small on a GPU)")
+    group.addoption("--k3diff-mutants", action="store_true", default=False,
+                    help="run k3diff against each planted bug of k3diff.mutants and print the mutation score")
     group.addoption("--k3diff-report", default=None, metavar="FILE",
                     help="write every case run and its verdict as JSON lines to FILE")
 
@@ -134,6 +138,47 @@ class Session:
                 raise
             self.fail_with_seed(verdict, item)
 
+    def fuzz_invariance(self, stage, item):
+        from hypothesis import HealthCheck, given, seed, settings
+        from hypothesis import strategies as st
+
+        from k3diff.invariance import check_batch_invariance
+        from k3diff.strategies import cases
+
+        n = max(2, self.profile["examples"] // 8)
+        last_failure = {}
+
+        @settings(max_examples=n, deadline=None, database=None, derandomize=False, print_blob=False,
+                  suppress_health_check=list(HealthCheck))
+        @seed(self.chunk_seed(stage, "invariance"))
+        @given(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
+        def one(case, position):
+            verdict = check_batch_invariance(case, self.backend, position, device=self.device)
+            item.user_properties.append((_REPORT_KEY, dict(_record(case, verdict), stage=f"{stage}-inv")))
+            if not verdict.ok and not verdict.skipped:
+                last_failure["verdict"] = verdict
+                raise AssertionError(verdict.headline())
+
+        try:
+            one()
+        except AssertionError:
+            verdict = last_failure.get("verdict")
+            if verdict is None:
+                raise
+            details = "\n".join("  " + line for line in verdict.failures())
+            pytest.fail(f"batch invariance: {verdict.headline()}\n{details}", pytrace=False)
+
+    def hunt_mutant(self, name, item):
+        from k3diff.mutants import BY_NAME, hunt
+        from k3diff.strategies import CPU_SPACE
+
+        result = hunt(BY_NAME[name], examples_per_stage=self.profile["examples"], seed=self.chunk_seed(name, 0),
+                      space=CPU_SPACE)
+        item.user_properties.append((_MUTANT_KEY, dict(vars(result))))
+        if not result.caught:
+            pytest.fail(f"mutant {name} ({BY_NAME[name].description}) survived {result.examples} examples",
+                        pytrace=False)
+
     def replay(self, path, item):
         from k3diff.corpus import CorpusError, load
 
@@ -203,7 +248,9 @@ def pytest_configure(config):
     config._k3diff_shard = _parse_shard(config.getoption("--k3diff-shard"))
     config._k3diff_results = []
     config._k3diff_failures = []
-    if config.getoption("--k3diff"):
+    config._k3diff_mutants = []
+    config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with --k3diff-mutants)")
+    if config.getoption("--k3diff") or config.getoption("--k3diff-mutants"):
         _run_seed(config)
         config._k3diff = Session(config)
         config.pluginmanager.register(_Collector(config), "k3diff-collector")
@@ -241,7 +288,12 @@ def pytest_generate_tests(metafunc):
 
 def pytest_collection_modifyitems(config, items):
     marked = [it for it in items if it.get_closest_marker(MARKER)]
-    if config._k3diff is None:
+    if not config.getoption("--k3diff-mutants"):
+        skip = pytest.mark.skip(reason="k3diff planted-bug suite: run with --k3diff-mutants")
+        for it in items:
+            if it.get_closest_marker(MUTANT_MARKER):
+                it.add_marker(skip)
+    if not config.getoption("--k3diff"):
         skip = pytest.mark.skip(reason="k3diff differential suite: run with --k3diff")
         for it in marked:
             it.add_marker(skip)
@@ -278,11 +330,20 @@ class _Collector:
                 self.config._k3diff_results.append(value)
             elif key == _FAILURE_KEY:
                 self.config._k3diff_failures.append(value)
+            elif key == _MUTANT_KEY:
+                self.config._k3diff_mutants.append(value)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if config._k3diff is None or hasattr(config, "workerinput"):
         return
+    if config._k3diff_mutants:
+        from k3diff.mutants import HuntResult, table
+
+        terminalreporter.section("k3diff mutants")
+        rows = sorted(config._k3diff_mutants, key=lambda r: r["mutant"])
+        for line in table([HuntResult(**r) for r in rows]):
+            terminalreporter.write_line(line)
     results, failures = config._k3diff_results, config._k3diff_failures
     report_path = config.getoption("--k3diff-report")
     if report_path:
@@ -295,7 +356,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                             if config._k3diff_shard else ""))
     for line in summary_lines(results):
         tr.write_line(line)
-    for f in failures:
+    for f in {f["path"]: f for f in failures}.values():
         tr.write_line(f"FAILED {f['headline']}")
         tr.write_line(f"   replay: {f['replay']}")
     rerun = f"pytest --k3diff --k3diff-seed {session.seed} --k3diff-profile {session.profile_name}"
@@ -311,7 +372,7 @@ def summary_lines(results):
     by_stage = defaultdict(list)
     for r in results:
         by_stage[r["stage"]].append(r)
-    lines = [f"{'stage':6} {'cases':>6} {'fail':>5} {'skip':>5} {'cases/s':>8} {'ties':>5} {'forced':>6}  worst (tensor, % of budget)"]
+    lines = [f"{'stage':9} {'cases':>6} {'fail':>5} {'skip':>5} {'cases/s':>8} {'ties':>5} {'forced':>6}  worst (tensor, % of budget)"]
     for stage in sorted(by_stage):
         rs = by_stage[stage]
         secs = sum(r["seconds"] for r in rs)
@@ -320,6 +381,6 @@ def summary_lines(results):
         worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
         worst_text = f"{worst[0]} {100 * worst[1]:.0f}%" if worst else "-"
         rate = len(rs) / secs if secs > 0 else float("inf")
-        lines.append(f"{stage:6} {len(rs):6d} {fails:5d} {skips:5d} {rate:8.1f} "
+        lines.append(f"{stage:9} {len(rs):6d} {fails:5d} {skips:5d} {rate:8.1f} "
                      f"{sum(r['tie_flips'] for r in rs):5d} {sum(1 for r in rs if r['forced']):6d}  {worst_text}")
     return lines

@@ -3,6 +3,7 @@
 import pytest
 
 from k3diff.case import STAGES
+from k3diff.mutants import MUTANTS
 
 
 @pytest.mark.k3diff
@@ -16,3 +17,17 @@ def test_fuzz(k3diff, stage, k3diff_chunk, request):
 def test_seed(k3diff, k3diff_seed_file, request):
     """Every seed in corpora/regressions/ and every --k3diff-replay path, replayed."""
     k3diff.replay(k3diff_seed_file, request.node)
+
+
+@pytest.mark.k3diff
+@pytest.mark.parametrize("stage", STAGES)
+def test_batch_invariance(k3diff, stage, request):
+    """A token alone versus at a random position inside a batch of other tokens."""
+    k3diff.fuzz_invariance(stage, request.node)
+
+
+@pytest.mark.k3diff_mutants
+@pytest.mark.parametrize("mutant", [m.name for m in MUTANTS])
+def test_mutant_is_caught(k3diff, mutant, request):
+    """Each planted bug (k3diff/mutants.py) must be caught within the profile's budget."""
+    k3diff.hunt_mutant(mutant, request.node)

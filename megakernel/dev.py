@@ -91,3 +91,11 @@ def situ(g, u, beta, beta_lin):
 def bf16_round(x):
     """f32 -> nearest-even bf16 -> f32 (a rounding point of K3_SPEC 7)."""
     return x.to(BFloat16).to(Float32)
+
+
+def row_ptr(base, row, row_elems: int, divby: int):
+    """Pointer to `row` of a row-major matrix, offset in 64 bits: the expert tensors hold more
+    than 2^31 elements at full K3 size (896*6144*3584), so a 32-bit layout offset overflows.
+    `divby` re-asserts the 16-byte alignment the 128-bit loads need."""
+    from cutlass import Int64
+    return base + cute.assume(Int64(row) * Int64(row_elems), divby=divby)

@@ -11,7 +11,7 @@ registers with dev.mxfp4_word_to_f32x8 (one 16-byte load = 32 elements = one sca
 """
 from megakernel.dev import (THREADS, WARPS, MX_POST, cute, cutlass, BFloat16, Float32, Int32,
                             Uint8, Uint32, copy_atom_128, load8_bf16_f32, warp_sum,
-                            mxfp4_word_to_f32x8, mx_scale2, situ)
+                            mxfp4_word_to_f32x8, mx_scale2, situ, row_ptr)
 
 
 @cute.jit
@@ -79,11 +79,13 @@ class _ExpertBase:
                     if cutlass.const_expr(not UP):
                         tix[j] = pix[j]       # down reads ACT by pair
                 if cutlass.const_expr(self.fmt == "bf16"):
-                    W = cute.make_tensor(w, cute.make_layout((E * R, K // 8, 8), stride=(K, 8, 1)))
+                    lay = cute.make_layout((K // 8, 8), stride=(8, 1))
+                    WA = cute.make_tensor(row_ptr(w, ra, K, 8), lay)
+                    WB = cute.make_tensor(row_ptr(w, rb, K, 8), lay)
                     for c in cutlass.range(lane, K // 8, 32):
-                        wa = load8_bf16_f32(batom, W[ra, c, None])
+                        wa = load8_bf16_f32(batom, WA[c, None])
                         if cutlass.const_expr(UP):
-                            wb = load8_bf16_f32(batom, W[rb, c, None])
+                            wb = load8_bf16_f32(batom, WB[c, None])
                         for j in cutlass.range_constexpr(TT):
                             xv = load8_bf16_f32(batom, X[tix[j], c, None])
                             a = acca[j]
@@ -97,21 +99,25 @@ class _ExpertBase:
                                 accb[j] = b
                 else:
                     G = K // 32
-                    W = cute.make_tensor(w, cute.make_layout((E * R, G, 16), stride=(K // 2, 16, 1)))
-                    SC = cute.make_tensor(ws, cute.make_layout((E * R, G), stride=(G, 1)))
+                    lay = cute.make_layout((G, 16), stride=(16, 1))
+                    WA = cute.make_tensor(row_ptr(w, ra, K // 2, 16), lay)
+                    WB = cute.make_tensor(row_ptr(w, rb, K // 2, 16), lay)
+                    slay = cute.make_layout((G,), stride=(1,))
+                    SA = cute.make_tensor(row_ptr(ws, ra, G, 1), slay)
+                    SB = cute.make_tensor(row_ptr(ws, rb, G, 1), slay)
                     uatom = copy_atom_128(Uint8)
                     for c in cutlass.range(lane, G, 32):
                         fa = cute.make_rmem_tensor((16,), Uint8)
-                        cute.copy(uatom, W[ra, c, None], fa)
+                        cute.copy(uatom, WA[c, None], fa)
                         wa32 = cute.recast_tensor(fa, Uint32)
-                        sa = mx_scale2(SC[ra, c])
+                        sa = mx_scale2(SA[c])
                         fb = cute.make_rmem_tensor((16,), Uint8)
                         if cutlass.const_expr(UP):
-                            cute.copy(uatom, W[rb, c, None], fb)
+                            cute.copy(uatom, WB[c, None], fb)
                         wb32 = cute.recast_tensor(fb, Uint32)
                         sb = sa
                         if cutlass.const_expr(UP):
-                            sb = mx_scale2(SC[rb, c])
+                            sb = mx_scale2(SB[c])
                         for q in cutlass.range_constexpr(4):
                             va = mxfp4_word_to_f32x8(wa32[q], sa)
                             if cutlass.const_expr(UP):

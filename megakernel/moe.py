@@ -76,8 +76,11 @@ class LatentMoE:
                 c("expert_up", dm, fmt=self.fmt, TT=te), c("expert_down", dm, fmt=self.fmt, TT=te),
                 c("combine", dm), c("out", dm, TT=tg, debug=debug))
 
-    def launch(self, x, forced_ids=None, debug=False, out=None):
-        """Enqueue the 7 launches; returns the scratch dict (s['out'] unless `out` is given)."""
+    def launch(self, x, forced_ids=None, debug=False, out=None, stages=None):
+        """Enqueue the 7 launches; returns the scratch dict (s['out'] unless `out` is given).
+        `stages` (a set of indices 0..6) enqueues only those launches: the bench times each one
+        alone over the scratch a full call left behind."""
+        on = (lambda i: True) if stages is None else (lambda i: i in stages)  # noqa: E731
         dm = self.dm
         T = x.shape[0]
         if not 1 <= T <= MAX_T:
@@ -93,19 +96,26 @@ class LatentMoE:
         wdt = BF if self.fmt == "bf16" else U8
         maxU = min(dm.E, T * dm.k)
         o = out if out is not None else s["out"]
-        f_gemv(p(BF, self.w1), p(BF, x), p(F32, s["s1"]), T, st)
-        f_route(p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]), p(I32, s["ids"]),
+        if on(0):
+            f_gemv(p(BF, self.w1), p(BF, x), p(F32, s["s1"]), T, st)
+        if on(1):
+            f_route(p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]), p(I32, s["ids"]),
                 p(F32, s["wts"]), p(BF, s["hl"]), p(BF, s["acts"]), T, st)
-        f_sched(p(I32, s["ids"]), p(I32, s["nact"]), p(I32, s["act_e"]), p(I32, s["act_off"]),
+        if on(2):
+            f_sched(p(I32, s["ids"]), p(I32, s["nact"]), p(I32, s["act_e"]), p(I32, s["act_off"]),
                 p(I32, s["act_cnt"]), p(I32, s["pairs"]), T, st)
         sched = [p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")]
-        f_up(p(wdt, self.w13), p(U8, self.w13s), p(BF, s["hl"]), *sched, p(BF, s["act"]),
+        if on(3):
+            f_up(p(wdt, self.w13), p(U8, self.w13s), p(BF, s["hl"]), *sched, p(BF, s["act"]),
              T, maxU, st)
-        f_down(p(wdt, self.w2), p(U8, self.w2s), p(BF, s["act"]), *sched, p(BF, s["y"]),
+        if on(4):
+            f_down(p(wdt, self.w2), p(U8, self.w2s), p(BF, s["act"]), *sched, p(BF, s["y"]),
                T, maxU, st)
-        f_comb(p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["y"]), p(BF, self.norm_w),
+        if on(5):
+            f_comb(p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["y"]), p(BF, self.norm_w),
                p(BF, s["yc"]), p(BF, s["yn"]), T, st)
-        f_out(p(BF, self.w_up), p(BF, self.w_sd), p(BF, s["yn"]), p(BF, s["acts"]), p(BF, o),
+        if on(6):
+            f_out(p(BF, self.w_up), p(BF, self.w_sd), p(BF, s["yn"]), p(BF, s["acts"]), p(BF, o),
               p(BF, s["ro"]), p(BF, s["so"]), T, st)
         return s
 

@@ -140,4 +140,18 @@ def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exac
     for name, t in res.items():
         dt = _dtype_of(stage, name)
         out[name] = t if dt == F64 else num.out(t, dt)
+        if name in STATE_NAMES[stage] and not num.exact:
+            out[name] = _keep_bits(out[name], inputs.get(name))
     return out
+
+
+def _keep_bits(new: torch.Tensor, orig) -> torch.Tensor:
+    """State elements whose value did not change keep the caller's exact bits.
+
+    The working copy goes bf16 -> f32 -> bf16, which canonicalises NaN payloads (CPU turns 0x7FC0
+    into 0xFFFF); a kernel never touches the rows it does not write, so "bitwise untouched" checks
+    (NaN-filled free cache rows, unread block slots) must see the original bits."""
+    if not isinstance(orig, torch.Tensor) or orig.dtype != new.dtype or orig.shape != new.shape:
+        return new
+    same = (new == orig) | (torch.isnan(new) & torch.isnan(orig))
+    return torch.where(same, orig, new)

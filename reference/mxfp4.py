@@ -78,13 +78,14 @@ def quantize(w: torch.Tensor, scale: torch.Tensor | None = None) -> tuple[torch.
         raise ValueError(f"MXFP4 K dimension {w.shape[-1]} is not a multiple of {GROUP}")
     if scale is None:
         scale = scales_for(w)
-    s = e8m0_to_float(scale, torch.float64).repeat_interleave(GROUP, dim=-1)
-    x = w.to(torch.float64) / s
+    # dividing by a power of two is exact, so f32 suffices for f32/bf16 weights (f64 otherwise)
+    ct = torch.float32 if w.dtype in (torch.float32, torch.bfloat16, torch.float16) else torch.float64
+    x = w.to(ct) / e8m0_to_float(scale, ct).repeat_interleave(GROUP, dim=-1)
     a = x.abs()
-    mids = torch.tensor(_MIDPOINTS, dtype=torch.float64, device=w.device)
+    mids = torch.tensor(_MIDPOINTS, dtype=ct, device=w.device)
     code = torch.bucketize(a, mids)              # number of midpoints strictly below |x|
     # |x| exactly on a midpoint: bucketize picked the lower code; RNE wants the even one.
-    on_mid = torch.isin(a, mids) & (code % 2 == 1)
-    code = torch.where(on_mid, code + 1, code).clamp(max=7)
+    on_mid = (code % 2 == 1) & (a == mids[code.clamp(max=len(_MIDPOINTS) - 1)])
+    code = (code + on_mid.to(code.dtype)).clamp(max=7)
     code = torch.where(x < 0, code | 8, code)
     return pack(code.to(torch.uint8)), scale

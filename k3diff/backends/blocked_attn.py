@@ -84,6 +84,17 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
 
 
 # ================================================================ KDA
+def delta_rule(S: torch.Tensor, gk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               beta: torch.Tensor):
+    """One gated delta-rule step, state S[v][k] per head, all f32. Returns (S_new, readout)."""
+    S = S * torch.exp(gk).unsqueeze(2)                       # decay along the key axis
+    e = (S @ k.unsqueeze(-1)).squeeze(-1)                    # [n, H, V]
+    u = beta.unsqueeze(-1) * (v - e)
+    S = S + u.unsqueeze(-1) * k.unsqueeze(2)
+    o = (S @ q.unsqueeze(-1)).squeeze(-1)                    # readout with the updated state
+    return S, o
+
+
 def prepare_kda(cfg, w: dict) -> dict:
     P = cfg.kda_proj
     conv = _get(w, "conv.weight")
@@ -143,13 +154,7 @@ def run_kda(cfg, p: dict, x: torch.Tensor, conv_state: torch.Tensor, rec_state: 
     q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * (D ** -0.5)
     k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
 
-    # delta rule, state S[v][k] per head, all f32
-    S = rec_state[slots].to(F32)                             # [n, H, V, K]
-    S = S * torch.exp(gk).unsqueeze(2)                       # decay along the key axis
-    e = (S @ k.unsqueeze(-1)).squeeze(-1)                    # [n, H, V]
-    u = beta.unsqueeze(-1) * (v - e)
-    S = S + u.unsqueeze(-1) * k.unsqueeze(2)
-    o = (S @ q.unsqueeze(-1)).squeeze(-1)                    # readout with the updated state
+    S, o = delta_rule(rec_state[slots].to(F32), gk, q, k, v, beta)
     rec_state[slots] = S.to(rec_state.dtype)
 
     # gated RMSNorm per head (o kept f32 into the norm, as the fused decode kernel does)

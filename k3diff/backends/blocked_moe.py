@@ -70,7 +70,9 @@ def route(cfg, logits: torch.Tensor, bias: torch.Tensor, forced_ids=None):
     valid = ids >= 0
     picked = torch.where(valid, torch.gather(sc, 1, ids.clamp(min=0)), torch.zeros((), dtype=F32, device=sc.device))
     if cfg.renormalize:
-        picked = picked / picked.sum(dim=-1, keepdim=True)
+        total = picked.sum(dim=-1, keepdim=True)
+        # a token whose routes were all dropped has nothing to normalise: its weights stay 0
+        picked = torch.where(total > 0, picked / torch.where(total > 0, total, torch.ones_like(total)), picked)
     return ids, picked * cfg.routed_scaling_factor
 
 

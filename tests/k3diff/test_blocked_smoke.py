@@ -324,13 +324,20 @@ HAVE_REF_API = importlib.util.find_spec("reference.api") is not None
 
 
 @pytest.mark.skipif(not HAVE_REF_API, reason="reference/api.py not written yet")
-@pytest.mark.parametrize("stage", ["moe", "mla", "kda", "layer"])
+@pytest.mark.parametrize("stage", ["moe", "moe-dropped", "dense", "mla", "kda", "layer"])
 def test_against_reference(stage):
     from reference.api import run_stage
 
     g = _g(30)
-    if stage == "moe":
+    if stage.startswith("moe"):
         w, inputs = moe_weights(CFG, g, mxfp4=True), {"x": torch.randn(4, CFG.hidden, generator=g).to(BF)}
+        if stage == "moe-dropped":
+            inputs["forced_ids"] = torch.tensor([[0, -1, 5, 11], [1, 2, 3, 4], [-1, -1, 7, 8], [9, 10, 6, -1]],
+                                                dtype=torch.int32)
+        stage = "moe"
+    elif stage == "dense":                                           # layer 0's MLP through the moe stage
+        w, inputs = dense_weights(CFG, g), {"x": torch.randn(4, CFG.hidden, generator=g).to(BF)}
+        stage = "moe"
     elif stage == "mla":
         w = mla_weights(CFG, g)
         inputs = dict(mla_inputs(CFG, g, [0, 3, 70]), x=torch.randn(3, CFG.hidden, generator=g).to(BF))
@@ -346,7 +353,11 @@ def test_against_reference(stage):
         inputs.update(kda_inputs(CFG, g, [1, 0, 2], 3))
     ref = run_stage(stage, CFG, w, clone_all(inputs), mode="exact")
     mine = run(stage, w, clone_all(inputs))
-    final = next(s.name for s in OUTPUTS[stage] if s.final)
-    a, b = mine[final].double().flatten(), torch.as_tensor(ref[final]).double().flatten()
-    cos = torch.nn.functional.cosine_similarity(a, b, dim=0)
-    assert cos > 0.999, f"{stage}: cosine {cos:.6f}"
+    for name in mine:                                                # every output the reference has
+        if name not in ref or name == "topk_ids":
+            continue
+        a, b = mine[name].double().flatten(), torch.as_tensor(ref[name]).double().flatten()
+        cos = torch.nn.functional.cosine_similarity(a, b, dim=0)
+        assert cos > 0.999, f"{stage}.{name}: cosine {cos:.6f}"
+    if "topk_ids" in ref:                                            # same ids; forced ids passed through
+        assert torch.equal(mine["topk_ids"].sort(-1).values, ref["topk_ids"].to(torch.int32).sort(-1).values)

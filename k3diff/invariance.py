@@ -1,0 +1,88 @@
+"""Batch invariance: a token's outputs alone versus inside a batch of other tokens.
+
+A kernel that picks a different reduction split, tile or expert schedule with the batch size can
+change a token's result when its neighbours change. For a backend that declares batch invariance
+the two results must be bitwise equal; otherwise both must satisfy the error rule (the batched
+result is judged by `check_case`, the lone one here) and the spread is reported either way.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from k3diff import budgets
+from k3diff.backends.oracle import run_reference
+from k3diff.case import Case
+from k3diff.controls import Controls, run_candidate
+from k3diff.divergence import TensorReport, compare, compare_routing
+from k3diff.materialize import materialize
+from k3diff.runner import Verdict, _prepared, pick_device
+from k3diff.stages import output_specs
+
+_PER_TOKEN = ("x", "prefix", "delta", "blocks", "kv_cache", "cache_lens", "state_idx", "forced_ids")
+
+
+def _row(inputs: dict, p: int) -> dict:
+    """The inputs of token p alone (state pools indexed by slot are kept whole)."""
+    out = {}
+    for k, v in inputs.items():
+        out[k] = v[p:p + 1].clone() if (k in _PER_TOKEN and torch.is_tensor(v)) else (
+            v.clone() if torch.is_tensor(v) else v)
+    return out
+
+
+def check_batch_invariance(case: Case, candidate, position: int, *, device=None) -> Verdict:
+    start = time.perf_counter()
+    device = pick_device(device)
+    name = getattr(candidate, "name", type(candidate).__name__)
+    verdict = Verdict(case, name)
+    if case.stage not in getattr(candidate, "stages", (case.stage,)):
+        verdict.skipped = f"backend {name!r} does not implement stage {case.stage!r}"
+        return verdict
+    if case.routing == "ties" or case.routing == "near_tie":
+        case = dataclasses.replace(case, routing="natural")
+    cfg, weights, inputs = materialize(case, device)
+    prepared = _prepared(candidate, cfg, case.stage, weights)
+    provides = set(candidate.provides(case.stage))
+    p = position % case.batch
+    controls = Controls(run_twice=False)
+    batched = run_candidate(candidate, case.stage, cfg, prepared, weights,
+                            {k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()},
+                            provides, controls, verdict)
+    alone_inputs = _row(inputs, p)
+    alone = run_candidate(candidate, case.stage, cfg, prepared, weights, alone_inputs, provides, controls, verdict)
+    ref = run_reference(case.stage, cfg, weights, _row(inputs, p), "exact")
+    base = run_reference(case.stage, cfg, weights, _row(inputs, p), "faithful")
+    strict = bool(getattr(candidate, "batch_invariant", False))
+    for spec in output_specs(case.stage, provides):
+        if spec.name in ("topk_ids",) or spec.name not in alone:
+            continue
+        lone, inside = alone[spec.name], batched[spec.name][p:p + 1]
+        if strict:
+            rep = compare(case.stage, f"{spec.name}.alone_vs_batched", lone, inside, None,
+                          budgets.Budget(0, 0, "declared batch-invariant", bitwise=True))
+        else:
+            if spec.name == "topk_weights":
+                continue  # slot order may differ; routing is judged as sets in check_case
+            rep = compare(case.stage, f"{spec.name}.alone", lone, ref[spec.name], base[spec.name],
+                          budgets.budget_for(case.stage, spec.name), spec.dtype)
+            spread = (lone.double() - inside.double()).abs()
+            spread = float(torch.nan_to_num(spread, nan=float("inf")).max()) if spread.numel() else 0.0
+            if spread:
+                verdict.notes.append(f"{spec.name}: alone vs batched differ by up to {spread:.3g} "
+                                     "(backend does not declare batch invariance)")
+        verdict.reports.append(rep)
+    if "topk_ids" in provides and "topk_ids" in alone:
+        if strict:
+            same = torch.equal(torch.sort(alone["topk_ids"], -1).values,
+                               torch.sort(batched["topk_ids"][p:p + 1], -1).values)
+            if not same:
+                verdict.reports.append(TensorReport(case.stage, "topk_ids.alone_vs_batched", False,
+                                                    note="the token chose other experts alone than in the batch"))
+        elif "forced_ids" not in inputs:
+            verdict.routing = compare_routing(alone["topk_ids"], ref["topk_ids"], ref.get("sel_gap"),
+                                              budgets.NEAR_TIE_DELTA)
+    verdict.seconds = time.perf_counter() - start
+    return verdict

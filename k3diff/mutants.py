@@ -1,0 +1,335 @@
+"""A suite of planted bugs: wrapper backends around the correct `torch-blocked` candidate.
+
+A checker that has never been seen to fail proves nothing. Each mutant here changes one thing a
+generated kernel could plausibly get wrong — by transforming the weights it is given, swapping one
+helper of the candidate for a broken one while it runs, or tampering with what it writes — and
+k3diff must catch every one. `hunt` fuzzes the mutant with the same strategies and budget as the
+differential suite and reports how many examples and seconds it took; `pytest --k3diff-mutants`
+and `k3diff mutants` print the table and the mutation score.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from k3diff.backends import blocked, blocked_attn, blocked_moe, blocked_ops
+from k3diff.stages import STATE
+
+_IMPL_MODULES = (blocked, blocked_attn, blocked_moe, blocked_ops)
+
+
+@contextlib.contextmanager
+def _swapped(name: str, make: Callable, modules=_IMPL_MODULES):
+    """Replace helper `name` in every implementation module that refers to it (it is imported by
+    name into several), with make(original)."""
+    saved = [(m, getattr(m, name)) for m in modules if hasattr(m, name)]
+    if not saved:
+        raise AttributeError(f"no implementation module defines {name!r}")
+    replacement = make(saved[0][1])
+    try:
+        for m, _ in saved:
+            setattr(m, name, replacement)
+        yield
+    finally:
+        for m, orig in saved:
+            setattr(m, name, orig)
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    area: str
+    stages: tuple          # where to hunt for it
+    description: str
+    weights: Callable | None = None      # (cfg, weights) -> weights, before prepare
+    swap: tuple | None = None            # (helper name, make(original) -> replacement)
+    tamper: Callable | None = None       # (mutant_backend, stage, inputs_before, inputs, out) after run
+    case_filter: Callable | None = None  # hunt only on cases where the bug can show
+
+
+class MutantBackend:
+    """The correct candidate with one planted bug."""
+
+    stages = ("moe", "mla", "kda", "layer")
+    deterministic = True
+    batch_invariant = False
+
+    def __init__(self, mutant: Mutant, inner=None):
+        self.mutant = mutant
+        self.inner = inner or blocked.TorchBlockedBackend()
+        self.name = f"mutant:{mutant.name}"
+        self.memory = {}
+
+    def available(self):
+        return self.inner.available()
+
+    def provides(self, stage):
+        return self.inner.provides(stage)
+
+    def prepare(self, cfg, stage, weights):
+        if self.mutant.weights is not None:
+            weights = self.mutant.weights(cfg, dict(weights))
+        return self.inner.prepare(cfg, stage, weights)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        before = {k: inputs[k].clone() for k in STATE[stage] if k in inputs}
+        ctx = _swapped(*self.mutant.swap) if self.mutant.swap else contextlib.nullcontext()
+        with ctx:
+            self.inner.run(stage, cfg, prepared, inputs, out)
+        if self.mutant.tamper is not None:
+            self.mutant.tamper(self, stage, before, inputs, out)
+
+
+# ------------------------------------------------------------------ weight transforms
+
+def _on_keys(suffix: str, fn):
+    def transform(cfg, w):
+        for k in list(w):
+            if k.endswith(suffix):
+                w[k] = fn(cfg, w[k].clone())
+        return w
+    return transform
+
+
+def _zero(cfg, t):
+    return torch.zeros_like(t)
+
+
+def _last_expert_reads_previous(cfg, t):
+    t[-1] = t[-2]
+    return t
+
+
+def _swap_nibbles(cfg, t):
+    return ((t << 4) | (t >> 4)).to(torch.uint8)
+
+
+def _compose(*fns):
+    def transform(cfg, w):
+        for fn in fns:
+            w = fn(cfg, w)
+        return w
+    return transform
+
+
+# ------------------------------------------------------------------ broken helpers
+
+def _route_bias_in_weights(orig):
+    def route(cfg, logits, bias, forced_ids=None):
+        ids, _ = orig(cfg, logits, bias, forced_ids)
+        sel = torch.sigmoid(logits) + bias.to(torch.float32)
+        w = torch.where(ids >= 0, torch.gather(sel, 1, ids.clamp(min=0)), torch.zeros(()))
+        return ids, w / w.sum(-1, keepdim=True).clamp_min(1e-30) * cfg.routed_scaling_factor
+    return route
+
+
+def _route_no_renormalise(orig):
+    def route(cfg, logits, bias, forced_ids=None):
+        ids, _ = orig(cfg, logits, bias, forced_ids)
+        sc = torch.sigmoid(logits)
+        w = torch.where(ids >= 0, torch.gather(sc, 1, ids.clamp(min=0)), torch.zeros(()))
+        return ids, w * cfg.routed_scaling_factor
+    return route
+
+
+def _rank_ties_to_higher_id(orig):
+    def rank(x):
+        flipped = orig(torch.flip(x, dims=[-1]))
+        return x.shape[-1] - 1 - flipped
+    return rank
+
+
+def _situ_betas_swapped(orig):
+    return lambda g, u, beta, beta_lin: orig(g, u, beta_lin, beta)
+
+
+def _situ_gate_up_swapped(orig):
+    return lambda g, u, beta, beta_lin: orig(u, g, beta, beta_lin)
+
+
+def _norm_skipped(orig):
+    return lambda x, w, eps: x.to(torch.bfloat16)
+
+
+def _shared_dropped(orig):
+    return lambda cfg, x, w_gu, w_down: torch.zeros(x.shape[0], w_down.shape[0], dtype=torch.bfloat16,
+                                                     device=x.device)
+
+
+def _attend_one_row_short(orig):
+    def attend(Q, rows, R, scale):
+        return orig(Q, rows[:-1] if rows.shape[0] > 1 else rows, R, scale)
+    return attend
+
+
+def _attend_wrong_scale(orig):
+    # 1/sqrt(qk_nope) instead of 1/sqrt(qk_nope + qk_rope): the rope part forgotten
+    return lambda Q, rows, R, scale: orig(Q, rows, R, scale * math.sqrt(1.5))
+
+
+def _mla_gate_from_attention(orig):
+    def run_mla(cfg, p, x, kv_cache, cache_lens):
+        res = orig(cfg, p, x, kv_cache, cache_lens)
+        T, d = x.shape
+        o = res["attn_out"].reshape(T, -1).to(torch.float32)
+        wrong = torch.zeros(T, d, dtype=torch.float32, device=x.device)
+        n = min(d, o.shape[1])
+        wrong[:, :n] = o[:, :n]                     # the attention output where x belongs
+        gz = blocked_ops.bf16(blocked_ops.gemm(blocked_ops.bf16(wrong), p["g"]))
+        gated = blocked_ops.bf16(o * torch.sigmoid(gz.to(torch.float32)))
+        res.update(gated=gated, out=blocked_ops.bf16(blocked_ops.gemm(gated, p["o"])))
+        return res
+    return run_mla
+
+
+def _decay_on_value_axis(orig):
+    def rule(S, gk, q, k, v, beta):
+        S = S * torch.exp(gk).unsqueeze(3)         # along the value axis: the bug
+        return orig(S, torch.zeros_like(gk), q, k, v, beta)
+    return rule
+
+
+def _beta_skipped(orig):
+    return lambda S, gk, q, k, v, beta: orig(S, gk, q, k, v, torch.ones_like(beta))
+
+
+def _attn_res_no_prefix_add(orig):
+    def attn_res(prefix, delta, blocks, *args, **kw):
+        return orig(prefix, None, blocks, *args, **kw)
+    return attn_res
+
+
+def _attn_res_no_block_write(orig):
+    def attn_res(prefix, delta, blocks, w_norm, w_proj, w_out, n, write_idx, eps, eps_out):
+        return orig(prefix, delta, blocks, w_norm, w_proj, w_out, n, -1, eps, eps_out)
+    return attn_res
+
+
+# ------------------------------------------------------------------ tampering with what it writes
+
+def _conv_state_not_shifted(backend, stage, before, inputs, out):
+    if "conv_state" in before:
+        inputs["conv_state"].copy_(before["conv_state"])
+
+
+def _one_token_unwritten(backend, stage, before, inputs, out):
+    final = "delta" if stage == "layer" else "out"
+    out[final][-1] = float("nan")       # as if the last token's row were never written
+
+
+def _previous_output(backend, stage, before, inputs, out):
+    for name, buf in out.items():
+        key = (stage, name, tuple(buf.shape))
+        fresh = buf.clone()
+        if key in backend.memory:
+            buf.copy_(backend.memory[key])  # hands back what the previous case produced
+        backend.memory[key] = fresh
+
+
+MUTANTS = [
+    Mutant("selection_without_bias", "routing", ("moe",), "experts chosen by sigmoid(logit) alone",
+           weights=_on_keys("router.bias", _zero)),
+    Mutant("bias_in_weights", "routing", ("moe",), "the correction bias also enters the combine weights",
+           swap=("route", _route_bias_in_weights)),
+    Mutant("no_renormalise", "routing", ("moe",), "top-k weights not renormalised",
+           swap=("route", _route_no_renormalise)),
+    Mutant("ties_to_higher_id", "routing", ("moe",), "exact ties go to the higher expert id",
+           swap=("_rank_desc", _rank_ties_to_higher_id)),
+    Mutant("last_expert_off_by_one", "routing", ("moe",), "expert E-1 runs with expert E-2's weights",
+           weights=_compose(*[_on_keys(k, _last_expert_reads_previous) for k in
+                              ("experts.w13", "experts.w2", "experts.w13_packed", "experts.w13_scale",
+                               "experts.w2_packed", "experts.w2_scale")])),
+    Mutant("situ_betas_swapped", "experts", ("moe",), "SiTU soft caps beta and beta_lin swapped",
+           swap=("situ", _situ_betas_swapped)),
+    Mutant("gate_up_swapped", "experts", ("moe",), "gate and up halves of w13 swapped",
+           swap=("situ", _situ_gate_up_swapped)),
+    Mutant("latent_norm_skipped", "experts", ("moe",), "latent RMSNorm not applied",
+           swap=("rmsnorm_bf16", _norm_skipped, (blocked_moe,))),
+    Mutant("shared_expert_dropped", "experts", ("moe",), "the merged shared experts are left out",
+           swap=("glu_mlp", _shared_dropped)),
+    Mutant("mla_length_off_by_one", "mla", ("mla",), "attends over L_b rows, missing the new token",
+           swap=("_attend_one", _attend_one_row_short)),
+    Mutant("mla_wrong_softmax_scale", "mla", ("mla",), "softmax scale 1/sqrt(qk_nope) (rope dims forgotten)",
+           swap=("_attend_one", _attend_wrong_scale)),
+    Mutant("mla_gate_from_wrong_input", "mla", ("mla",), "output gate computed from the attention output, not x",
+           swap=("run_mla", _mla_gate_from_attention)),
+    Mutant("kda_decay_on_value_axis", "kda", ("kda",), "decay applied along the value axis of S",
+           swap=("delta_rule", _decay_on_value_axis)),
+    Mutant("kda_beta_skipped", "kda", ("kda",), "delta-rule beta taken as 1",
+           swap=("delta_rule", _beta_skipped)),
+    Mutant("kda_conv_state_not_shifted", "kda", ("kda",), "the short-conv state is not updated",
+           tamper=_conv_state_not_shifted),
+    Mutant("attn_res_prefix_add_skipped", "attn_res", ("layer",), "prefix += delta not performed",
+           swap=("attn_res", _attn_res_no_prefix_add)),
+    Mutant("attn_res_block_write_skipped", "attn_res", ("layer",), "the finished block is not stored",
+           swap=("attn_res", _attn_res_no_block_write)),
+    Mutant("mxfp4_nibbles_swapped", "mxfp4", ("moe",), "low and high E2M1 nibbles swapped",
+           weights=_on_keys("_packed", _swap_nibbles)),
+    Mutant("one_token_unwritten", "anti-cheat", ("moe", "kda"), "the last token's output row is never written",
+           tamper=_one_token_unwritten),
+    Mutant("previous_case_output", "anti-cheat", ("moe", "mla"), "returns the previous case's result",
+           tamper=_previous_output),
+]
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+@dataclass
+class HuntResult:
+    mutant: str
+    area: str
+    caught: bool
+    examples: int
+    seconds: float
+    stage: str = ""
+    headline: str = ""
+
+
+def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
+    """Fuzz one mutant until k3diff flags it (no shrinking: only the time to the first catch)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hyp_seed
+
+    from k3diff.runner import check_case
+    from k3diff.strategies import cases
+
+    backend = MutantBackend(mutant)
+    count, start = 0, time.perf_counter()
+    for stage in mutant.stages:
+        found = {}
+
+        @settings(max_examples=examples_per_stage, deadline=None, database=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck), print_blob=False)
+        @hyp_seed(seed)
+        @given(cases(stage, space))
+        def one(case):
+            nonlocal count
+            count += 1
+            verdict = check_case(case, backend, device=device)
+            if not verdict.ok and not verdict.skipped:
+                found["v"] = verdict
+                raise AssertionError(verdict.headline())
+
+        try:
+            one()
+        except Exception:   # AssertionError, or Hypothesis's Flaky for a stateful mutant
+            if "v" not in found:
+                raise
+            v = found["v"]
+            return HuntResult(mutant.name, mutant.area, True, count, time.perf_counter() - start, stage,
+                              v.failures()[0] if v.failures() else v.headline())
+    return HuntResult(mutant.name, mutant.area, False, count, time.perf_counter() - start)
+
+
+def table(results) -> list[str]:
+    lines = [f"{'mutant':30} {'area':10} {'caught':6} {'examples':>8} {'seconds':>8}  first failure"]
+    for r in results:
+        lines.append(f"{r.mutant:30} {r.area:10} {'yes' if r.caught else 'NO':6} {r.examples:8d} "
+                     f"{r.seconds:8.2f}  {r.headline[:90]}")
+    caught = sum(r.caught for r in results)
+    lines.append(f"mutation score: {caught}/{len(results)} = {100 * caught / max(1, len(results)):.0f}%")
+    return lines

@@ -1,0 +1,60 @@
+"""python -m megakernel compile [--arch sm_90a,sm_103a] [--dims full,small] | bench [...]"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+
+def _compile_one_arch(dims_names):
+    # runs in a child whose CUTE_DSL_ARCH is already set
+    from megakernel import cache
+    from megakernel.dims import FULL, SMALL
+    table = {"full": FULL, "small": SMALL}
+    arch = os.environ["CUTE_DSL_ARCH"]
+    ok = True
+    for dn in dims_names:
+        for name, var in cache.variants():
+            t0 = time.time()
+            try:
+                cache.compile_kernel(name, table[dn], **var)
+                status = "ok"
+            except Exception as e:  # report and continue: one line per kernel x arch
+                status = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                ok = False
+            vs = ",".join(f"{k}={v}" for k, v in var.items())
+            print(f"{arch:8s} {dn:5s} {name:12s} {vs:24s} {time.time() - t0:6.2f}s {status}",
+                  flush=True)
+    return ok
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m megakernel")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compile", help="compile every kernel for each arch (no GPU needed)")
+    c.add_argument("--arch", default="sm_90a,sm_103a")
+    c.add_argument("--dims", default="full,small")
+    c.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
+    b = sub.add_parser("bench", help="time the kernel against torch eager / compile / roofline")
+    b.add_argument("--configs", default="full,small")
+    b.add_argument("--formats", default="bf16,mxfp4")
+    b.add_argument("--batches", default="1,8,64")
+    b.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    a = ap.parse_args(argv)
+    if a.cmd == "compile":
+        if a._child:
+            return 0 if _compile_one_arch(a.dims.split(",")) else 1
+        rc = 0
+        for arch in a.arch.split(","):
+            env = dict(os.environ, CUTE_DSL_ARCH=arch)
+            r = subprocess.run([sys.executable, "-m", "megakernel", "compile", "--_child",
+                                "--dims", a.dims], env=env)
+            rc |= r.returncode
+        print("compile:", "all ok" if rc == 0 else "FAILED")
+        return 1 if rc else 0
+    from megakernel import bench
+    return bench.main(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

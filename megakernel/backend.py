@@ -1,0 +1,58 @@
+"""k3diff backend "megakernel": the LatentMoE stage on the GPU through CuTe DSL kernels.
+
+Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead as the entry point
+`megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
+module imports neither cutlass nor CUDA.
+"""
+from __future__ import annotations
+
+MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "combined",
+               "latent_normed", "routed_out", "shared_out")
+
+
+class MegakernelBackend:
+    name = "megakernel"
+    stages = ("moe",)
+    deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
+    # every token's dots use the same per-lane K order and warp tree whatever the batch or token
+    # tile, and the combine is per token in slot order: a token's outputs do not depend on the
+    # other tokens (checked on the GPU in tests/megakernel/test_gpu.py)
+    batch_invariant = True
+
+    def available(self) -> str | None:
+        try:
+            import torch
+        except Exception as e:  # pragma: no cover
+            return f"torch does not import: {e}"
+        if not torch.cuda.is_available():
+            return "no CUDA device (megakernel runs CuTe DSL kernels on an NVIDIA GPU)"
+        from megakernel.cute_env import unavailable_reason
+        return unavailable_reason()
+
+    def provides(self, stage: str) -> set[str]:
+        if stage != "moe":
+            raise KeyError(f"megakernel implements only the moe stage, not {stage!r}")
+        return set(MOE_OUTPUTS)
+
+    def prepare(self, cfg, stage, weights):
+        from megakernel.dims import from_cfg
+        from megakernel.moe import LatentMoE
+        if stage != "moe":
+            raise KeyError(f"megakernel implements only the moe stage, not {stage!r}")
+        dev = next(iter(weights.values())).device
+        return LatentMoE(from_cfg(cfg), weights, dev)
+
+    def run(self, stage, cfg, prepared, inputs, out) -> None:
+        import torch
+        x = inputs["x"].contiguous()
+        forced = inputs.get("forced_ids")
+        debug = any(n != "out" for n in out)
+        s = prepared.launch(x, forced_ids=forced, debug=debug)
+        T = x.shape[0]
+        # write into the framework's buffers (never rebind them)
+        out["out"].copy_(s["out"])
+        if debug:
+            inter = prepared.debug_outputs(s, T)
+            for n, buf in out.items():
+                if n != "out":
+                    buf.copy_(inter[n])

@@ -1,0 +1,209 @@
+"""python -m megakernel bench: kernel vs torch eager vs torch.compile vs the copy-bandwidth roofline.
+
+Method (METHOD.md): weights drawn on the GPU; the small config rotates 8 weight sets and every
+config rotates 8 inputs so L2 (60 MB) does not serve repeated reads (a full-dim step reads >= 0.6
+GB anyway); the kernel's 7 launches are captured R times in one CUDA graph and the replays timed
+with events, median of 5; torch columns timed with events, median of 5 (no graph: the eager loop
+syncs on the selected ids). Roofline = bytes the step must read (each needed weight byte once:
+the x-side and output weights, plus every distinct selected expert) / device-copy bandwidth
+(read + write counted) measured in the same run.
+"""
+import os
+import statistics
+import time
+
+import torch
+
+from megakernel.dims import FULL, SMALL
+from megakernel.moe import LatentMoE
+from megakernel.torch_moe import TorchMoE
+
+DEV = torch.device("cuda")
+STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out")
+
+
+def copy_bw():
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device=DEV).random_(0, 255)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    ts = []
+    for _ in range(10):
+        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+        s.record(); b.copy_(a); e.record(); e.synchronize()  # noqa: E702
+        ts.append(s.elapsed_time(e) * 1e-3)
+    del a, b
+    return 2 * n / statistics.median(ts)
+
+
+def draw_weights(dm, fmt, seed):
+    g = torch.Generator(device=DEV).manual_seed(seed)
+
+    def rn(*s, fan):
+        t = torch.randn(*s, device=DEV, dtype=torch.bfloat16, generator=g)
+        return t.mul_(fan ** -0.5)
+
+    w = {"router.weight": rn(dm.E, dm.d, fan=dm.d),
+         "router.bias": 0.01 * torch.randn(dm.E, device=DEV, generator=g),
+         "down.weight": rn(dm.r, dm.d, fan=dm.d), "latent_norm.weight": 1 + rn(dm.r, fan=100),
+         "up.weight": rn(dm.d, dm.r, fan=dm.r), "shared.gate_up": rn(2 * dm.Is, dm.d, fan=dm.d),
+         "shared.down": rn(dm.d, dm.Is, fan=dm.Is)}
+    if fmt == "bf16":
+        w["experts.w13"] = rn(dm.E, 2 * dm.I, dm.r, fan=dm.r)
+        w["experts.w2"] = rn(dm.E, dm.r, dm.I, fan=dm.I)
+    else:
+        def ri(lo, hi, *s):
+            return torch.randint(lo, hi, s, device=DEV, dtype=torch.uint8, generator=g)
+        w["experts.w13_packed"] = ri(0, 256, dm.E, 2 * dm.I, dm.r // 2)
+        w["experts.w13_scale"] = ri(118, 123, dm.E, 2 * dm.I, dm.r // 32)
+        w["experts.w2_packed"] = ri(0, 256, dm.E, dm.r, dm.I // 2)
+        w["experts.w2_scale"] = ri(118, 123, dm.E, dm.r, dm.I // 32)
+    return w
+
+
+def step_bytes(dm, fmt, n_experts):
+    dense = 2 * ((dm.E + dm.r + 2 * dm.Is) * dm.d + dm.d * dm.r + dm.d * dm.Is + dm.r) + 4 * dm.E
+    if fmt == "bf16":
+        per = 2 * (2 * dm.I * dm.r + dm.r * dm.I)
+    else:
+        per = (2 * dm.I * dm.r + dm.r * dm.I) * (1 / 2 + 1 / 32)
+    return dense + n_experts * per
+
+
+def time_events(fn, reps=5):
+    ts = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(True), torch.cuda.Event(True)
+        s.record(); fn(); e.record(); e.synchronize()  # noqa: E702
+        ts.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(ts)
+
+
+def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
+    NX = 8
+    tm = [TorchMoE(dm, m) for m in mods]
+    tc = None
+    if do_compile:
+        tc = [torch.compile(t, dynamic=True) for t in tm]
+    for T in batches:
+        xs = [torch.randn(T, dm.d, device=DEV).to(torch.bfloat16) for _ in range(NX)]
+        nm = len(mods)
+        # distinct experts actually streamed (from the kernel's own schedule)
+        nexp = []
+        for i in range(NX):
+            s = mods[i % nm].launch(xs[i])
+            torch.cuda.synchronize()
+            nexp.append(int(s["nact"][0]))
+        nbytes = step_bytes(dm, fmt, statistics.mean(nexp))
+        est = nbytes / 4e12
+        R = max(1, min(40, int(0.02 / max(est, 1e-6))))
+        g = torch.cuda.CUDAGraph()
+        st = torch.cuda.Stream()
+        st.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(st):
+            for i in range(R):
+                mods[i % nm].launch(xs[i % NX])
+        torch.cuda.current_stream().wait_stream(st)
+        with torch.cuda.graph(g):
+            for i in range(R):
+                mods[i % nm].launch(xs[i % NX])
+        g.replay(); torch.cuda.synchronize()  # noqa: E702
+        k_us = time_events(g.replay) / R
+        # where the time goes: each launch alone, R times in its own graph (same scratch)
+        parts = []
+        for i, name in enumerate(STAGES):
+            gi = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(gi):
+                for j in range(R):
+                    mods[j % nm].launch(xs[j % NX], stages={i})
+            gi.replay(); torch.cuda.synchronize()  # noqa: E702
+            parts.append(f"{name} {time_events(gi.replay) / R:.1f}")
+            del gi
+        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us): " + " | ".join(parts)
+            + f" | distinct experts {statistics.mean(nexp):.1f}")
+
+        def eager_loop(fns, Re):
+            def f():
+                for i in range(Re):
+                    fns[i % len(fns)](xs[i % NX])
+            return f
+        Re = max(1, min(8, R))
+        eager_loop(tm, Re)()
+        e_us = time_events(eager_loop(tm, Re), reps=3) / Re
+        c_us = float("nan")
+        if tc is not None:
+            try:
+                t0 = time.time()
+                eager_loop(tc, Re)()
+                eager_loop(tc, Re)()
+                log(f"  torch.compile warm-up {time.time() - t0:.1f}s")
+                c_us = time_events(eager_loop(tc, Re), reps=3) / Re
+            except Exception as ex:  # noqa: BLE001
+                log(f"  torch.compile failed: {type(ex).__name__}: {str(ex).splitlines()[0][:200]}")
+                tc = None
+        roof_us = nbytes / bw * 1e6
+        row = (dm.tag, fmt, T, nbytes, k_us, 100 * roof_us / k_us, e_us / k_us, c_us / k_us,
+               roof_us, e_us, c_us)
+        rows.append(row)
+        log(fmt_row(row))
+
+
+HDR = (f"{'config':6s} {'format':6s} {'batch':>5s} {'MB read':>9s} {'kernel us':>10s} "
+       f"{'%copyBW':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
+       f"{'compile us':>10s}")
+
+
+def fmt_row(r):
+    return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% "
+            f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f}")
+
+
+def main(a):
+    lines = []
+
+    def log(s):
+        print(s, flush=True)
+        lines.append(s)
+
+    bw = copy_bw()
+    log(f"device {torch.cuda.get_device_name()}; copy bandwidth (1 GiB, read+write) "
+        f"{bw / 1e12:.2f} TB/s")
+    rows = []
+    batches = [int(b) for b in a.batches.split(",")]
+    for cname in a.configs.split(","):
+        base = {"full": FULL, "small": SMALL}[cname]
+        for fmt in a.formats.split(","):
+            dm = base
+            t0 = time.time()
+            nsets = 1 if cname == "full" else 8
+            mods = []
+            for i in range(nsets):
+                w = draw_weights(dm, fmt, seed=i)
+                mods.append(LatentMoE(dm, w, DEV))
+                del w
+            torch.cuda.synchronize()
+            dmt = _Tagged(dm, cname)
+            for m in mods:
+                m.compile_all(1), m.compile_all(8)
+            log(f"[{cname} {fmt}] weights+compile {time.time() - t0:.1f}s")
+            bench_case(dmt, fmt, mods, batches, not a.no_compile, bw, rows, log)
+            del mods
+            torch.cuda.empty_cache()
+    log("")
+    log(HDR)
+    for r in rows:
+        log(fmt_row(r))
+    out = os.environ.get("OUT")
+    if out:
+        with open(os.path.join(out, "bench.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    return 0
+
+
+class _Tagged:
+    """Dims plus a printable config name (Dims is frozen and used as a compile-cache key)."""
+
+    def __init__(self, dm, tag):
+        self.__dict__.update(dm.__dict__)
+        self.tag = tag

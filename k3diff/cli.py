@@ -20,6 +20,15 @@ def _parser():
     s = sub.add_parser("show", help="describe the case of a seed file")
     s.add_argument("file")
     sub.add_parser("budgets", help="print the error-budget table")
+    h = sub.add_parser("hunt", help="fuzz a backend until the first failure: examples and seconds to catch")
+    h.add_argument("--backend", required=True)
+    h.add_argument("--stage", action="append", default=None, help="stage(s) to fuzz (default: all it has)")
+    h.add_argument("--examples", type=int, default=40, help="examples per stage")
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--device", default=None)
+    m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
+    m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
+    m.add_argument("--seed", type=int, default=0)
     return p
 
 
@@ -75,6 +84,43 @@ def _show(args) -> int:
     return 0
 
 
+def _space(device):
+    from k3diff.strategies import CPU_SPACE, GPU_SPACE
+
+    return GPU_SPACE if str(device).startswith("cuda") else CPU_SPACE
+
+
+def _hunt(args) -> int:
+    from k3diff import backends
+    from k3diff.mutants import first_failure
+    from k3diff.runner import pick_device
+
+    backend = backends.load(args.backend)
+    reason = backend.available()
+    if reason is not None:
+        raise backends.BackendError(f"backend {args.backend!r} cannot run here: {reason}")
+    device = pick_device(args.device)
+    stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
+    verdict, count, seconds, stage = first_failure(backend, stages, examples_per_stage=args.examples,
+                                                   seed=args.seed, space=_space(device), device=device)
+    if verdict is None:
+        print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
+        return 0
+    print(f"caught after {count} examples, {seconds:.1f} s, stage {stage} on {device}: {verdict.headline()}")
+    for line in verdict.failures():
+        print("  " + line)
+    return 1
+
+
+def _mutants(args) -> int:
+    from k3diff.mutants import MUTANTS, hunt, table
+    from k3diff.strategies import CPU_SPACE
+
+    results = [hunt(m, examples_per_stage=args.examples, seed=args.seed, space=CPU_SPACE) for m in MUTANTS]
+    print("\n".join(table(results)))
+    return 0 if all(r.caught for r in results) else 1
+
+
 def main(argv=None) -> int:
     from k3diff.backends.base import BackendError
     from k3diff.case import CaseError
@@ -87,6 +133,10 @@ def main(argv=None) -> int:
             return _replay(args)
         if args.command == "show":
             return _show(args)
+        if args.command == "hunt":
+            return _hunt(args)
+        if args.command == "mutants":
+            return _mutants(args)
         from k3diff.budgets import describe
         for where, rule, reason in describe():
             print(f"{where:32} {rule:36} {reason}")

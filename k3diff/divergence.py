@@ -62,8 +62,11 @@ def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
     if not dtype.is_floating_point or ref.numel() == 0:
         return 0.0
     r = torch.nan_to_num(ref.to(dtype), nan=0.0, posinf=0.0, neginf=0.0)
-    c = 0.3 * max(1.0, float(r.abs().max().to(torch.float64)))
-    return 2.0 * float(((r + c) - c - r).abs().max().to(torch.float64))
+    top = max(1.0, float(r.abs().max().to(torch.float64)))
+    c = 0.3 * top
+    measured = 2.0 * float(((r + c) - c - r).abs().max().to(torch.float64))
+    # never below one ulp at the data's magnitude: on lucky data the measured floor can be 0
+    return max(measured, torch.finfo(dtype).eps * top)
 
 
 def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

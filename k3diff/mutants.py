@@ -289,17 +289,17 @@ class HuntResult:
     headline: str = ""
 
 
-def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
-    """Fuzz one mutant until k3diff flags it (no shrinking: only the time to the first catch)."""
+def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space, device="cpu"):
+    """Fuzz `backend` until k3diff flags it; no shrinking, since only the time to the first catch
+    matters here. Returns (verdict or None, examples run, seconds, stage)."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hyp_seed
 
     from k3diff.runner import check_case
     from k3diff.strategies import cases
 
-    backend = MutantBackend(mutant)
     count, start = 0, time.perf_counter()
-    for stage in mutant.stages:
+    for stage in stages:
         found = {}
 
         @settings(max_examples=examples_per_stage, deadline=None, database=None, phases=[Phase.generate],
@@ -319,10 +319,18 @@ def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="c
         except Exception:   # AssertionError, or Hypothesis's Flaky for a stateful mutant
             if "v" not in found:
                 raise
-            v = found["v"]
-            return HuntResult(mutant.name, mutant.area, True, count, time.perf_counter() - start, stage,
-                              v.failures()[0] if v.failures() else v.headline())
-    return HuntResult(mutant.name, mutant.area, False, count, time.perf_counter() - start)
+            return found["v"], count, time.perf_counter() - start, stage
+    return None, count, time.perf_counter() - start, ""
+
+
+def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
+    verdict, count, seconds, stage = first_failure(MutantBackend(mutant), mutant.stages,
+                                                   examples_per_stage=examples_per_stage, seed=seed,
+                                                   space=space, device=device)
+    if verdict is None:
+        return HuntResult(mutant.name, mutant.area, False, count, seconds)
+    first = verdict.failures()[0] if verdict.failures() else verdict.headline()
+    return HuntResult(mutant.name, mutant.area, True, count, seconds, stage, first)
 
 
 def table(results) -> list[str]:

@@ -106,9 +106,14 @@ class Session:
 
     # ---- running ----
     def check(self, case, item):
+        from k3diff.case import CaseError
         from k3diff.runner import check_case
+        from k3diff.sizing import CaseTooLarge
 
-        verdict = check_case(case, self.backend, device=self.device)
+        try:
+            verdict = check_case(case, self.backend, device=self.device)
+        except (CaseTooLarge, CaseError) as exc:
+            pytest.fail(str(exc), pytrace=False)
         item.user_properties.append((_REPORT_KEY, _record(case, verdict)))
         return verdict
 
@@ -230,6 +235,10 @@ def _run_seed(config):
 def _worker_device(config, requested, pick_device):
     device = pick_device(requested)
     worker = getattr(config, "workerinput", None)
+    if worker and not device.startswith("cuda"):
+        import torch
+
+        torch.set_num_threads(1)        # xdist runs one worker per core: two threads each thrash
     if device == "cuda" and worker:
         import torch
 

@@ -4,7 +4,11 @@ yc = bf16(sum_j w_j f32(y_j)) over the slots in order 0..k-1, dropped (-1) slots
 order with no atomics (deterministic). yn = bf16(yc * rsqrt(mean(yc^2) + eps) * w_norm), f32 math,
 one rounding (the RMSNorm choice documented in K3_SPEC 7).
 """
-from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32, warp_sum)
+from megakernel.dev import (cute, cutlass, BFloat16, Float32, Int32, warp_sum)
+
+
+THREADS = 512   # more threads than the row kernels: this launch is latency-bound (1 CTA/token)
+WARPS = THREADS // 32
 
 
 class Combine:
@@ -36,6 +40,11 @@ class Combine:
         smem = cutlass.memory.SmemAllocator()
         part = smem.allocate_tensor(Float32, cute.make_layout((WARPS,), stride=(1,)), 16)
         vals = cute.make_rmem_tensor((self.NPT,), Float32)
+        idr = cute.make_rmem_tensor((k,), Int32)      # ids and weights hoisted: the Y loads
+        wr = cute.make_rmem_tensor((k,), Float32)     # below are then independent of each other
+        for j in cutlass.range_constexpr(k):
+            idr[j] = IDS[t, j]
+            wr[j] = WTS[t, j]
         ss = Float32(0.0)
         for q in cutlass.range_constexpr(self.NPT):
             n = tid + q * THREADS
@@ -43,8 +52,8 @@ class Combine:
             if n < r:
                 acc = Float32(0.0)
                 for j in cutlass.range_constexpr(k):
-                    if IDS[t, j] >= 0:
-                        acc = acc + WTS[t, j] * Y[t * k + j, n].to(Float32)
+                    if idr[j] >= 0:
+                        acc = acc + wr[j] * Y[t * k + j, n].to(Float32)
                 cb = acc.to(BFloat16)
                 YC[t, n] = cb
                 v = cb.to(Float32)

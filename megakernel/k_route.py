@@ -15,6 +15,9 @@ def _better(v, i, ov, oi):
     return (ov > v) | ((ov == v) & (oi < i))
 
 
+NPW = 4   # extra CTAs per token for the pointwise part, so it runs beside the top-k CTA
+
+
 class Route:
     def __init__(self, dims, forced: bool):
         self.dm = dims
@@ -26,7 +29,7 @@ class Route:
                  ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, acts: cute.Pointer,
                  T: Int32, stream):
         self.kernel(s1, bias, fids, ids, wts, hl, acts, T).launch(
-            grid=(T, 1, 1), block=(THREADS, 1, 1), stream=stream)
+            grid=(T, 1 + NPW, 1), block=(THREADS, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, s1: cute.Pointer, bias: cute.Pointer, fids: cute.Pointer,
@@ -36,7 +39,7 @@ class Route:
         E, k, r, Is = dm.E, dm.k, dm.r, dm.Is
         N1 = E + r + 2 * Is
         tid, _, _ = cute.arch.thread_idx()
-        t, _, _ = cute.arch.block_idx()
+        t, by, _ = cute.arch.block_idx()
         lane = tid % 32
         warp = tid // 32
         S = cute.make_tensor(s1, cute.make_layout((T, N1), stride=(N1, 1)))
@@ -50,76 +53,77 @@ class Route:
         cv = smem.allocate_tensor(Float32, cute.make_layout((2, WARPS), stride=(WARPS, 1)), 16)
         ci = smem.allocate_tensor(Int32, cute.make_layout((2, WARPS), stride=(WARPS, 1)), 16)
         sel_ids = smem.allocate_tensor(Int32, cute.make_layout((k,), stride=(1,)), 16)
-        ssum = smem.allocate_tensor(Float32, cute.make_layout((1,), stride=(1,)), 16)
 
-        if cutlass.const_expr(self.forced):
-            F = cute.make_tensor(fids, cute.make_layout((T, k), stride=(k, 1)))
-            if tid < k:
-                sel_ids[tid] = F[t, tid]
-        else:
-            vals = cute.make_rmem_tensor((self.EPT,), Float32)
-            for j in cutlass.range_constexpr(self.EPT):
-                e = tid + j * THREADS
-                vals[j] = -Float32.inf
-                if e < E:
-                    sv = sigmoid(S[t, e]) + B[e]
-                    if sv != sv:          # NaN selects as 0 (K3_SPEC 5.2)
-                        sv = Float32(0.0)
-                    vals[j] = sv
-            for s in cutlass.range(k):
-                # thread-local best: increasing e with strict '>' keeps the lower id on ties
-                bv = vals[0]
-                bi = tid
-                for j in cutlass.range_constexpr(1, self.EPT):
-                    if vals[j] > bv:
-                        bv = vals[j]
-                        bi = tid + j * THREADS
-                for o in cutlass.range_constexpr(5):
-                    ov = cute.arch.shuffle_sync_bfly(bv, offset=1 << o)
-                    oi = cute.arch.shuffle_sync_bfly(bi, offset=1 << o)
-                    if _better(bv, bi, ov, oi):
-                        bv = ov
-                        bi = oi
-                par = s % 2           # double-buffered candidates: one barrier per round
-                if lane == 0:
-                    cv[par, warp] = bv
-                    ci[par, warp] = bi
-                cute.arch.sync_threads()
-                bv = cv[par, 0]
-                bi = ci[par, 0]
-                for w in cutlass.range_constexpr(1, WARPS):
-                    if _better(bv, bi, cv[par, w], ci[par, w]):
-                        bv = cv[par, w]
-                        bi = ci[par, w]
+        if by == 0:
+            if cutlass.const_expr(self.forced):
+                F = cute.make_tensor(fids, cute.make_layout((T, k), stride=(k, 1)))
+                if tid < k:
+                    sel_ids[tid] = F[t, tid]
+            else:
+                vals = cute.make_rmem_tensor((self.EPT,), Float32)
                 for j in cutlass.range_constexpr(self.EPT):
-                    if bi == tid + j * THREADS:
-                        vals[j] = -Float32.inf
-                if tid == 0:
-                    sel_ids[s] = bi
-        cute.arch.sync_threads()
-        # renormalise over the valid ids in slot order (one thread: fixed order, deterministic)
-        if tid == 0:
-            acc = Float32(0.0)
-            for s in cutlass.range_constexpr(k):
-                es = sel_ids[s]
-                if es >= 0:
-                    acc = acc + sigmoid(S[t, es])
-            ssum[0] = acc
-        cute.arch.sync_threads()
-        if tid < k:
-            ew = sel_ids[tid]
-            wv = Float32(0.0)
-            if ew >= 0:
-                sc = sigmoid(S[t, ew])
-                if cutlass.const_expr(dm.renorm):
-                    sc = sc / ssum[0]
-                wv = sc * Float32(dm.rsf)
-            IDS[t, tid] = ew
-            WTS[t, tid] = wv
-        # latent: bf16(x W_down^T); shared: bf16(SiTU(bf16(gate), bf16(up)))
-        for i in cutlass.range(tid, r, THREADS):
-            HL[t, i] = S[t, E + i].to(BFloat16)
-        for i in cutlass.range(tid, Is, THREADS):
-            g = bf16_round(S[t, E + r + i])
-            u = bf16_round(S[t, E + r + Is + i])
-            AS[t, i] = situ(g, u, dm.beta, dm.beta_lin).to(BFloat16)
+                    e = tid + j * THREADS
+                    vals[j] = -Float32.inf
+                    if e < E:
+                        sv = sigmoid(S[t, e]) + B[e]
+                        if sv != sv:          # NaN selects as 0 (K3_SPEC 5.2)
+                            sv = Float32(0.0)
+                        vals[j] = sv
+                for s in cutlass.range(k):
+                    # thread-local best: increasing e with strict '>' keeps the lower id on ties
+                    bv = vals[0]
+                    bi = tid
+                    for j in cutlass.range_constexpr(1, self.EPT):
+                        if vals[j] > bv:
+                            bv = vals[j]
+                            bi = tid + j * THREADS
+                    for o in cutlass.range_constexpr(5):
+                        ov = cute.arch.shuffle_sync_bfly(bv, offset=1 << o)
+                        oi = cute.arch.shuffle_sync_bfly(bi, offset=1 << o)
+                        if _better(bv, bi, ov, oi):
+                            bv = ov
+                            bi = oi
+                    par = s % 2           # double-buffered candidates: one barrier per round
+                    if lane == 0:
+                        cv[par, warp] = bv
+                        ci[par, warp] = bi
+                    cute.arch.sync_threads()
+                    bv = cv[par, 0]
+                    bi = ci[par, 0]
+                    for w in cutlass.range_constexpr(1, WARPS):
+                        if _better(bv, bi, cv[par, w], ci[par, w]):
+                            bv = cv[par, w]
+                            bi = ci[par, w]
+                    for j in cutlass.range_constexpr(self.EPT):
+                        if bi == tid + j * THREADS:
+                            vals[j] = -Float32.inf
+                    if tid == 0:
+                        sel_ids[s] = bi
+            cute.arch.sync_threads()
+            # renormalise over the valid ids: lanes 0..k-1 of warp 0, butterfly sum (fixed order)
+            if warp == 0:
+                ew = Int32(-1)
+                sc = Float32(0.0)
+                if lane < k:
+                    ew = sel_ids[lane]
+                    if ew >= 0:
+                        sc = sigmoid(S[t, ew])
+                tot = cute.arch.warp_reduction(sc, lambda a, b: a + b)
+                if lane < k:
+                    wv = Float32(0.0)
+                    if ew >= 0:
+                        wv = sc
+                        if cutlass.const_expr(dm.renorm):
+                            wv = wv / tot
+                        wv = wv * Float32(dm.rsf)
+                    IDS[t, lane] = ew
+                    WTS[t, lane] = wv
+        # latent: bf16(x W_down^T); shared: bf16(SiTU(bf16(gate), bf16(up))); CTAs by = 1..NPW
+        if by > 0:
+            q = (by - 1) * THREADS + tid
+            for i in cutlass.range(q, r, NPW * THREADS):
+                HL[t, i] = S[t, E + i].to(BFloat16)
+            for i in cutlass.range(q, Is, NPW * THREADS):
+                g = bf16_round(S[t, E + r + i])
+                u = bf16_round(S[t, E + r + Is + i])
+                AS[t, i] = situ(g, u, dm.beta, dm.beta_lin).to(BFloat16)

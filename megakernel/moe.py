@@ -100,23 +100,23 @@ class LatentMoE:
             f_gemv(p(BF, self.w1), p(BF, x), p(F32, s["s1"]), T, st)
         if on(1):
             f_route(p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]), p(I32, s["ids"]),
-                p(F32, s["wts"]), p(BF, s["hl"]), p(BF, s["acts"]), T, st)
+                    p(F32, s["wts"]), p(BF, s["hl"]), p(BF, s["acts"]), T, st)
         if on(2):
             f_sched(p(I32, s["ids"]), p(I32, s["nact"]), p(I32, s["act_e"]), p(I32, s["act_off"]),
-                p(I32, s["act_cnt"]), p(I32, s["pairs"]), T, st)
+                    p(I32, s["act_cnt"]), p(I32, s["pairs"]), T, st)
         sched = [p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")]
         if on(3):
             f_up(p(wdt, self.w13), p(U8, self.w13s), p(BF, s["hl"]), *sched, p(BF, s["act"]),
-             T, maxU, st)
+                 T, maxU, st)
         if on(4):
             f_down(p(wdt, self.w2), p(U8, self.w2s), p(BF, s["act"]), *sched, p(BF, s["y"]),
-               T, maxU, st)
+                   T, maxU, st)
         if on(5):
             f_comb(p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["y"]), p(BF, self.norm_w),
-               p(BF, s["yc"]), p(BF, s["yn"]), T, st)
+                   p(BF, s["yc"]), p(BF, s["yn"]), T, st)
         if on(6):
             f_out(p(BF, self.w_up), p(BF, self.w_sd), p(BF, s["yn"]), p(BF, s["acts"]), p(BF, o),
-              p(BF, s["ro"]), p(BF, s["so"]), T, st)
+                  p(BF, s["ro"]), p(BF, s["so"]), T, st)
         return s
 
     def debug_outputs(self, s, T):

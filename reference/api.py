@@ -13,6 +13,9 @@ dtype (bf16 or f32). Integer tensors (topk_ids int32) are returned as such.
 """
 from __future__ import annotations
 
+import math
+import operator
+
 import torch
 
 from .config import ConfigError, K3Config, check_cache_lens
@@ -55,7 +58,12 @@ def _expect(t, shape, name: str) -> None:
 
 def _check_weights(cfg, stage, weights, layer_idx):
     fmt = "mxfp4" if any(k.endswith("experts.w13_packed") for k in weights) else "bf16"
-    for name, (shape, _) in weight_shapes(cfg, stage, fmt, layer_idx).items():
+    if stage == "moe" and layer_idx == "dense":
+        Id = cfg.dense_intermediate
+        expected = {"dense.gate_up": ((2 * Id, cfg.hidden), None), "dense.down": ((cfg.hidden, Id), None)}
+    else:
+        expected = weight_shapes(cfg, stage, fmt, layer_idx)
+    for name, (shape, _) in expected.items():
         if name not in weights:
             raise ValueError(f"weight {name} is missing for stage {stage}")
         t = weights[name]
@@ -66,10 +74,7 @@ def _check_weights(cfg, stage, weights, layer_idx):
 
 
 def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n
+    return math.prod(shape)
 
 
 def _check_attention_inputs(cfg, kind, inputs, T):
@@ -95,7 +100,8 @@ def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exac
     """One decode step of `stage` ('moe', 'mla', 'kda', 'layer'); see the module docstring.
 
     moe: weights with dense.* keys run the dense MLP (layer 0) and return `out` (+ dense_act);
-    inputs may hold forced_ids [T, k] (-1 = dropped route, see reference.router)."""
+    inputs may hold forced_ids [T, k] (-1 = dropped route, see reference.router), also for a
+    'layer' stage whose MLP is a MoE (to re-run downstream with a candidate's routing)."""
     num: Numerics = get(mode)
     cfg.validate()
     if stage not in OUT_DTYPES:
@@ -110,7 +116,7 @@ def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exac
 
     if stage == "moe":
         dense = "dense.gate_up" in weights
-        _check_weights(cfg, "moe", weights, 0 if dense else None)
+        _check_weights(cfg, "moe", weights, "dense" if dense else None)
         x = num.load(inputs["x"])
         if dense:
             res = dense_mlp(x, weights, cfg, num)
@@ -127,8 +133,13 @@ def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exac
             res = kda(x, inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"], weights, cfg, num)
     else:
         i = inputs.get("layer_idx")
-        if not isinstance(i, int) or not 0 <= i < cfg.n_layers:
-            raise ConfigError(f"layer_idx must be an int in [0, {cfg.n_layers}), got {i!r}")
+        try:
+            i = operator.index(i)          # int, numpy or 0-d torch integer
+        except TypeError:
+            i = None
+        if i is None or not 0 <= i < cfg.n_layers:
+            raise ConfigError(f"layer_idx must be an int in [0, {cfg.n_layers}), got {inputs.get('layer_idx')!r}")
+        inputs["layer_idx"] = i
         _check_weights(cfg, "layer", weights, i)
         _check_attention_inputs(cfg, cfg.layer_kind(i), inputs, T)
         _expect(inputs["blocks"], (T, cfg.n_blocks, cfg.hidden), "blocks")

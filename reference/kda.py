@@ -10,8 +10,10 @@ state S[h][v][k] (decay along the KEY axis), readout with the UPDATED state; gat
 State: conv_state [S, 3P, W-1] holds the raw bf16 inputs (oldest first); the new state is a pure
 shift-and-append, so in faithful mode it is bit-exact. recurrent_state [S, H, D, D] is f32.
 Rows with state_idx <= 0 (slot 0 = null/padding slot) are not computed at all: every output and
-intermediate of that row is exactly 0 and no state is read or written. The core readout `o` is
-rounded to bf16 in faithful mode (§7, vLLM's unfused path), though the contract stores it as f32.
+intermediate of that row is exactly 0 and no state is read or written. The core readout `o` stays
+f32 into the gated norm, as in the fused decode kernel (§4.5): the contract stores it as f32, and a
+baseline that rounded it (vLLM's unfused path, §7) would sometimes land closer to the exact value
+by luck than a kernel that keeps f32 — calibrating the error rule against luck.
 A_log is per head: the first H entries of the stored vector (§1.3 [CONFLICT] resolved as vLLM).
 """
 from __future__ import annotations
@@ -68,7 +70,7 @@ def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor
     e = (S * kh.unsqueeze(-2)).sum(-1)                                    # [n, H, V]
     u = beta.unsqueeze(-1) * (v - e)
     S = S + u.unsqueeze(-1) * kh.unsqueeze(-2)
-    core = num.round((S * qh.unsqueeze(-2)).sum(-1))                       # o → bf16 (§7)
+    core = (S * qh.unsqueeze(-2)).sum(-1)                                  # o kept f32 (fused path)
     rec_new[slots] = S
 
     inv = torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)

@@ -12,8 +12,6 @@ then attn.<mla|kda names> and mlp.<moe|dense names> (k3diff/stages.py).
 """
 from __future__ import annotations
 
-import torch
-
 from .attn_res import attn_res
 from .kda import kda
 from .mla import mla
@@ -60,7 +58,10 @@ def layer(inputs: dict, weights: dict, cfg, num: Numerics) -> dict:
     x_mlp, prefix, blocks = attn_res(prefix, dlt, blocks, weights["mlp_res.norm"], weights["mlp_res.proj"],
                                      weights["post_attn_norm"], nb + int(write), -1, num, eps, eps)
     mw = sub(weights, "mlp")
-    mlp = latent_moe(x_mlp, mw, cfg, num) if cfg.is_moe_layer(i) else dense_mlp(x_mlp, mw, cfg, num)
+    if cfg.is_moe_layer(i):
+        mlp = latent_moe(x_mlp, mw, cfg, num, inputs.get("forced_ids"))
+    else:
+        mlp = dense_mlp(x_mlp, mw, cfg, num)
 
     res = {"delta": mlp["out"], "x_attn": x_attn, "attn_out": a, "x_mlp": x_mlp,
            "prefix": prefix, "blocks": blocks, **state}

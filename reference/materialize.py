@@ -11,7 +11,7 @@ Scales, chosen to look like a trained model: projections randn/sqrt(fan_in) in b
 1 + 0.1 randn; AttnRes proj randn/sqrt(d) (depth logits O(1)); router bias 0.05 randn f32 (enough
 to move a few selections, "natural" routing); A_log 0.5 randn; dt_bias 0.3 randn; conv 0.5 randn
 f32; MXFP4 experts are the SAME float draws as the bf16 experts, quantised with per-group scales
-from the group amax (E8M0 codes come out around 117-124).
+from the group amax (E8M0 codes 120-124 for tiny/small, about 118-122 at full size, cf. §9).
 
 Full size: the MoE stage of the 'full' preset has 896 experts x 33 M weights (~30 G numbers). Drawn
 expert by expert, on the CPU this takes many minutes (and bf16 experts need ~60 GB; use

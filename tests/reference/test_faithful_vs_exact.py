@@ -75,9 +75,8 @@ def test_layer(preset_name, layer_idx):
     e, f = run_stage("layer", cfg, w, x, "exact"), run_stage("layer", cfg, w, x, "faithful")
     for k in ("x_attn", "attn_out", "x_mlp", "prefix", "blocks"):
         assert_close_cos(k, f[k], e[k])
-    rows = list(range(6))
     if cfg.is_moe_layer(layer_idx):
-        # x_mlp differs slightly between modes, so routing may flip: compare delta where it did not
-        rows = [t for t in rows if set(f["mlp.topk_ids"][t].tolist()) == set(e["mlp.topk_ids"][t].tolist())]
-        assert len(rows) >= 4
-    assert_close_cos("delta", f["delta"][rows], e["delta"][rows])
+        # x_mlp differs slightly between the modes, so a route may flip (tiny has only 12 experts):
+        # compare the MoE output under the exact run's routing, as k3diff does after a tie flip
+        f = run_stage("layer", cfg, w, {**x, "forced_ids": e["mlp.topk_ids"]}, "faithful")
+    assert_close_cos("delta", f["delta"], e["delta"])

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One device call on a bare GPU machine (see README "GPU lanes"). From the project root, after
+# `source .device/env.sh`. Writes logs to $OUT. Steps:
+#   1. the megakernel's own GPU tests;
+#   2. `pytest --k3diff -k moe --k3diff-profile ci` against the megakernel (controls and batch
+#      invariance included);
+#   3. a bug planted in a throwaway copy of the kernel (ties to the higher expert id in the route
+#      kernel), hunted with `k3diff hunt`; the copy is deleted afterwards;
+#   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage.
+set -uo pipefail
+OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
+MK=megakernel.backend:MegakernelBackend
+SEED=${K3DIFF_SEED:-20261129}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
+step() { echo; echo "=== $*"; }
+
+step "1. megakernel GPU tests"
+python3 -m pytest -q -x tests/megakernel -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/mk_tests.txt"
+
+step "2. k3diff moe suite vs megakernel (ci profile)"
+python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK --k3diff-profile ci \
+  -k moe --k3diff-seed $SEED --k3diff-report "$OUT/moe_cases.jsonl" -q -p no:cacheprovider 2>&1 \
+  | tail -14 | tee "$OUT/k3diff_moe.txt"
+
+step "3. planted bug: route kernel breaks ties toward the higher id"
+rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/
+sed -i 's/((ov == v) \& (oi < i))/((ov == v) \& (oi > i))/; s/if vals\[j\] > bv:/if vals[j] >= bv:/' \
+  /tmp/planted/megakernel/k_route.py
+diff <(cat megakernel/k_route.py) /tmp/planted/megakernel/k_route.py | head -8
+(cd /tmp/planted && PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt --backend $MK \
+  --stage moe --examples 80 --seed $SEED 2>&1 | head -6 | tee "$OUT/planted.txt")
+rm -rf /tmp/planted
+
+step "4. sanitizer lane (memcheck) over the moe regression seeds"
+for seed in corpora/regressions/moe-*.json; do
+  compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m k3diff.cli replay "$seed" --backend $MK \
+    2>&1 | grep -E "ERROR SUMMARY|PASS|FAIL|Error" | head -4
+  echo "exit $? for $seed"
+done 2>&1 | tee "$OUT/sanitizer.txt"

@@ -34,6 +34,8 @@ rm -rf /tmp/planted
 step "4. sanitizer lane (memcheck) over the moe regression seeds"
 for seed in corpora/regressions/moe-*.json; do
   compute-sanitizer --tool memcheck --error-exitcode 9 python3 -m k3diff.cli replay "$seed" --backend $MK \
-    2>&1 | grep -E "ERROR SUMMARY|PASS|FAIL|Error" | head -4
-  echo "exit $? for $seed"
+    > /tmp/sanitizer.log 2>&1
+  rc=$?
+  grep -E "ERROR SUMMARY|^PASS|^FAIL|rror" /tmp/sanitizer.log | head -4
+  echo "exit $rc for $seed"
 done 2>&1 | tee "$OUT/sanitizer.txt"

@@ -59,7 +59,20 @@ def materialize(case: Case, device="cpu"):
     inputs = inputs_for(case, device)
     if case.stage == "moe":
         weights, inputs = apply_routing(case, cfg, weights, inputs)
+    if "state_idx" in inputs:
+        poison_unused_slots(inputs)
     return cfg, weights, inputs
+
+
+def poison_unused_slots(inputs: dict) -> None:
+    """State slots no row of this step owns (the null slot 0 included) hold NaN, so a kernel that
+    reads a padding row's or a neighbour's slot shows it at once; they must stay bitwise as they are."""
+    live = inputs["state_idx"][inputs["state_idx"] > 0].to(torch.int64)
+    for name in ("conv_state", "recurrent_state"):
+        state = inputs[name]
+        unused = torch.ones(state.shape[0], dtype=torch.bool, device=state.device)
+        unused[live] = False
+        state[unused] = float("nan")
 
 
 def apply_routing(case: Case, cfg, weights: dict, inputs: dict):

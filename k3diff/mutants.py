@@ -292,34 +292,17 @@ class HuntResult:
 def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space, device="cpu"):
     """Fuzz `backend` until k3diff flags it; no shrinking, since only the time to the first catch
     matters here. Returns (verdict or None, examples run, seconds, stage)."""
-    from hypothesis import HealthCheck, Phase, given, settings
-    from hypothesis import seed as hyp_seed
-
     from k3diff.runner import check_case
+    from k3diff.search import find_failure
     from k3diff.strategies import cases
 
     count, start = 0, time.perf_counter()
     for stage in stages:
-        found = {}
-
-        @settings(max_examples=examples_per_stage, deadline=None, database=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck), print_blob=False)
-        @hyp_seed(seed)
-        @given(cases(stage, space))
-        def one(case):
-            nonlocal count
-            count += 1
-            verdict = check_case(case, backend, device=device)
-            if not verdict.ok and not verdict.skipped:
-                found["v"] = verdict
-                raise AssertionError(verdict.headline())
-
-        try:
-            one()
-        except Exception:   # AssertionError, or Hypothesis's Flaky for a stateful mutant
-            if "v" not in found:
-                raise
-            return found["v"], count, time.perf_counter() - start, stage
+        verdict, n = find_failure(cases(stage, space), lambda case: check_case(case, backend, device=device),
+                                  examples=examples_per_stage, seed=seed, shrink=False)
+        count += n
+        if verdict is not None:
+            return verdict, count, time.perf_counter() - start, stage
     return None, count, time.perf_counter() - start, ""
 
 

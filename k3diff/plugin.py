@@ -118,58 +118,32 @@ class Session:
         return verdict
 
     def fuzz(self, stage, chunk, item):
-        from hypothesis import HealthCheck, given, seed, settings
-
+        from k3diff.search import find_failure
         from k3diff.strategies import cases
 
-        n = max(1, self.profile["examples"] // self.profile["chunks"])
-        last_failure = {}
-
-        @settings(max_examples=n, deadline=None, database=None, derandomize=False, print_blob=False,
-                  suppress_health_check=list(HealthCheck))
-        @seed(self.chunk_seed(stage, chunk))
-        @given(cases(stage, self.space))
-        def one(case):
-            verdict = self.check(case, item)
-            if not verdict.ok and not verdict.skipped:
-                last_failure["verdict"] = verdict
-                raise AssertionError(verdict.headline())
-
-        try:
-            one()
-        except AssertionError:
-            verdict = last_failure.get("verdict")
-            if verdict is None:
-                raise
+        verdict, _ = find_failure(cases(stage, self.space), lambda case: self.check(case, item),
+                                  examples=max(1, self.profile["examples"] // self.profile["chunks"]),
+                                  seed=self.chunk_seed(stage, chunk))
+        if verdict is not None:
             self.fail_with_seed(verdict, item)
 
     def fuzz_invariance(self, stage, item):
-        from hypothesis import HealthCheck, given, seed, settings
         from hypothesis import strategies as st
 
         from k3diff.invariance import check_batch_invariance
+        from k3diff.search import find_failure
         from k3diff.strategies import cases
 
-        n = max(2, self.profile["examples"] // 8)
-        last_failure = {}
-
-        @settings(max_examples=n, deadline=None, database=None, derandomize=False, print_blob=False,
-                  suppress_health_check=list(HealthCheck))
-        @seed(self.chunk_seed(stage, "invariance"))
-        @given(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
-        def one(case, position):
+        def judge(drawn):
+            case, position = drawn
             verdict = check_batch_invariance(case, self.backend, position, device=self.device)
             item.user_properties.append((_REPORT_KEY, dict(_record(case, verdict), stage=f"{stage}-inv")))
-            if not verdict.ok and not verdict.skipped:
-                last_failure["verdict"] = verdict
-                raise AssertionError(verdict.headline())
+            return verdict
 
-        try:
-            one()
-        except AssertionError:
-            verdict = last_failure.get("verdict")
-            if verdict is None:
-                raise
+        strategy = st.tuples(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
+        verdict, _ = find_failure(strategy, judge, examples=max(2, self.profile["examples"] // 8),
+                                  seed=self.chunk_seed(stage, "invariance"))
+        if verdict is not None:
             details = "\n".join("  " + line for line in verdict.failures())
             pytest.fail(f"batch invariance: {verdict.headline()}\n{details}", pytrace=False)
 

@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from k3diff.stages import OUTPUTS
+from k3diff.backends.base import Backend
 
 from .blocked_attn import prepare_kda, prepare_mla, run_kda, run_mla
 from .blocked_moe import _get, glu_mlp, prepare_dense, prepare_moe, run_moe
@@ -55,17 +55,11 @@ def _sub(weights: dict, prefix: str) -> dict:
     return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
 
 
-class TorchBlockedBackend:
+class TorchBlockedBackend(Backend):
     name = "torch-blocked"
     deterministic = True
     batch_invariant = False          # split-KV / expert grouping depend on the batch composition
     stages = ("moe", "mla", "kda", "layer")
-
-    def available(self) -> str | None:
-        return None
-
-    def provides(self, stage: str) -> set[str]:
-        return {s.name for s in OUTPUTS[stage]}
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, cfg, stage, weights):

@@ -1,0 +1,37 @@
+"""Hypothesis as k3diff uses it: search a strategy for a case whose verdict fails.
+
+Settings are chosen explicitly rather than from a Hypothesis profile: Hypothesis turns its own `ci`
+profile on when CI is set, and its example database is keyed by test and Hypothesis version, so
+neither may decide what a k3diff run does. The run's seed fixes the examples, so shards and xdist
+workers agree on them.
+"""
+from __future__ import annotations
+
+
+def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = True):
+    """Draw up to `examples` values of `strategy`, calling judge(value) -> verdict on each.
+    Returns (failing verdict or None, number of values judged). With shrink, the verdict returned
+    is Hypothesis's minimal failing example (its final replay); without, the first failure."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import seed as hyp_seed
+
+    state = {"count": 0, "failure": None}
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=False, print_blob=False,
+              phases=phases, suppress_health_check=list(HealthCheck))
+    @hyp_seed(seed)
+    @given(strategy)
+    def one(value):
+        state["count"] += 1
+        verdict = judge(value)
+        if not verdict.ok and not verdict.skipped:
+            state["failure"] = verdict
+            raise AssertionError(verdict.headline())
+
+    try:
+        one()
+    except Exception:   # the failure above, or Hypothesis's Flaky for a stateful candidate
+        if state["failure"] is None:
+            raise
+    return state["failure"], state["count"]

@@ -92,13 +92,15 @@ _PREPARED: dict = {}
 
 
 def _prepared(backend, cfg, stage, weights):
-    """prepare() once per (backend, weight set); routing-mode copies are new weight sets."""
-    key = (id(backend), stage, tuple((k, v.data_ptr(), tuple(v.shape)) for k, v in sorted(weights.items())))
+    """prepare() once per (backend, weight set); routing-mode copies are new weight sets. Entries
+    hold the backend and the tensors themselves, so the ids in the key cannot be reused by other
+    objects while the entry lives."""
+    key = (id(backend), stage, tuple((k, id(v)) for k, v in sorted(weights.items())))
     if key not in _PREPARED:
         if len(_PREPARED) > 8:
             _PREPARED.clear()
-        _PREPARED[key] = backend.prepare(cfg, stage, weights)
-    return _PREPARED[key]
+        _PREPARED[key] = (backend, dict(weights), backend.prepare(cfg, stage, weights))
+    return _PREPARED[key][2]
 
 
 def check_case(case: Case, candidate, *, device: str | None = None, controls: Controls | None = None) -> Verdict:

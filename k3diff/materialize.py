@@ -110,7 +110,10 @@ def apply_routing(case: Case, cfg, weights: dict, inputs: dict):
         # last place: an exact tie (identical router rows) must go to the lower id a; a near-tie
         # (rows differing in one ulp-sized place) may flip and is replayed with forced ids
         perm = torch.randperm(E, generator=g)
-        winners, (a, b) = perm[: k - 1], sorted(perm[k - 1: k + 1].tolist())
+        if k < E:
+            winners, (a, b) = perm[: k - 1], sorted(perm[k - 1: k + 1].tolist())
+        else:   # every expert is chosen: no boundary to tie at, so the pair ties inside the set
+            winners, (a, b) = perm[2:], sorted(perm[:2].tolist())
         bias[winners] += _HOT_BOOST
         bias[[a, b]] += _HOT_BOOST / 2
         bias[b] = bias[a]

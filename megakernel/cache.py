@@ -6,6 +6,8 @@ needs no GPU (a placeholder address and a fake stream), so the same code builds 
 CPU-only machine (`python -m megakernel compile`). Compiled functions are kept per process in
 _CACHE; `cute.compile` is not thread-safe, so callers compile from one thread.
 """
+import ast
+import os
 import time
 
 from megakernel.cute_env import import_cutlass
@@ -20,6 +22,7 @@ from megakernel.k_gemv import GemvX  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
 from megakernel.k_schedule import Schedule  # noqa: E402
 from megakernel.k_expert import ExpertUp, ExpertDown  # noqa: E402
+from megakernel.k_expert_mma import ExpertMMA  # noqa: E402
 from megakernel.k_combine import Combine  # noqa: E402
 from megakernel.k_out import OutProj  # noqa: E402
 
@@ -27,6 +30,31 @@ BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
 
 TT_GEMV = 8     # tokens per pass over a weight row when T > 1 (T == 1 uses 1)
 TT_EXPERT = 4
+
+# MXFP4 experts: True -> the tensor-core kernels of k_expert_mma.py (nibbles decoded into mma.sync
+# A fragments, pairs as N = 8); False -> the CUDA-core kernels of k_expert.py (the v2 path).
+# The mma path needs r % 128 == 0 and I % 128 == 0 (else the CUDA-core path is used).
+MX_MMA = True
+# U: K blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per
+# warp (down); PF: L2 prefetch bytes on the weight loads (0 = none); S: stages of a per-warp
+# cp.async shared-memory ring (0 = loads into registers). Chosen from `python -m
+# megakernel.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same result.
+# MK_MMA_UP / MK_MMA_DOWN (a dict literal) override the defaults, for tuning runs.
+
+
+def _env_variant(name, default):
+    v = os.environ.get(name)
+    return dict(ast.literal_eval(v)) if v else default
+
+
+MMA_UP = _env_variant("MK_MMA_UP", dict(U=2, WPC=4, PF=128))
+MMA_DOWN = _env_variant("MK_MMA_DOWN", dict(U=2, WPC=4, MT=1, PF=128))
+RING_UP = dict(U=1, WPC=4, PF=128, S=3)          # cp.async ring variants, compiled by `compile`
+RING_DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
+
+
+def mma_ok(dm):
+    return dm.r % 128 == 0 and dm.I % 128 == 0
 
 
 def _wdt(fmt):
@@ -44,6 +72,11 @@ KERNELS = {
                   lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
     "expert_down": (lambda dm, fmt, TT: ExpertDown(dm, fmt, TT),
                     lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
+    "expert_up_mma": (lambda dm, U, WPC, PF=0, S=0: ExpertMMA(dm, True, U, WPC, PF=PF, S=S),
+                      lambda dm, U, WPC, PF=0, S=0: [U8, U8, BF] + [I32] * 5 + [BF, INT, INT]),
+    "expert_down_mma": (lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
+                        lambda dm, U, WPC, MT, PF=0, S=0: [U8, U8, BF] + [I32] * 5
+                        + [BF, INT, INT]),
     "combine": (lambda dm: Combine(dm), lambda dm: [I32, F32, BF, BF, BF, BF, INT]),
     "out": (lambda dm, TT, debug: OutProj(dm, TT, debug),
             lambda dm, TT, debug: [BF] * 7 + [INT]),
@@ -58,6 +91,8 @@ def variants():
     for fmt in ("bf16", "mxfp4"):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
+    out += [("expert_up_mma", dict(MMA_UP)), ("expert_down_mma", dict(MMA_DOWN)),
+            ("expert_up_mma", dict(RING_UP)), ("expert_down_mma", dict(RING_DOWN))]
     for TT in (1, TT_GEMV):
         for debug in (False, True):
             out.append(("out", dict(TT=TT, debug=debug)))

@@ -9,7 +9,7 @@ from megakernel.cute_env import import_cutlass
 import_cutlass()
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-from cutlass import BFloat16, Float32, Int32, Uint32, Uint8  # noqa: E402
+from cutlass import BFloat16, Float32, Int32, Int64, Uint32, Uint8  # noqa: E402
 from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
 from cutlass._mlir.dialects import llvm  # noqa: E402
 
@@ -99,3 +99,118 @@ def row_ptr(base, row, row_elems: int, divby: int):
     `divby` re-asserts the 16-byte alignment the 128-bit loads need."""
     from cutlass import Int64
     return base + cute.assume(Int64(row) * Int64(row_elems), divby=divby)
+
+
+# ---- tensor-core MXFP4 path (k_expert_mma.py): raw loads, nibble -> mma.sync A fragments ----
+
+def _asm(ret_n, ret_t, args, asm, cons, loc=None, ip=None, side=False):
+    """Inline PTX returning `ret_n` values of llvm type `ret_t` (a struct when more than one;
+    nothing when 0). `side`: keep it in program order with the other side-effecting asm."""
+    if ret_n == 0:
+        llvm.inline_asm(None, args, asm, cons, has_side_effects=True, is_align_stack=False,
+                        asm_dialect=llvm.AsmDialect.AD_ATT)
+        return None
+    if ret_n == 1:
+        return llvm.inline_asm(ret_t, args, asm, cons, has_side_effects=side,
+                               is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+    res = llvm.inline_asm(llvm.StructType.get_literal([ret_t] * ret_n), args, asm, cons,
+                          has_side_effects=side, is_align_stack=False,
+                          asm_dialect=llvm.AsmDialect.AD_ATT)
+    return [llvm.extractvalue(ret_t, res, [i], loc=loc, ip=ip) for i in range(ret_n)]
+
+
+@dsl_user_op
+def ld_v4_stream(addr, pf: int = 0, *, loc=None, ip=None):
+    """16 bytes of read-only weights at a 64-bit global address -> 4 u32; not kept in L1 (the
+    activations stay there: CUTEDSL_NOTES, L1 no-allocate gave up to 5% for MXFP4). `pf`: L2
+    prefetch size in bytes (0, 64, 128, 256)."""
+    hint = f".L2::{pf}B" if pf else ""
+    r = _asm(4, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
+             f"ld.global.nc.L1::no_allocate{hint}.v4.u32 {{$0, $1, $2, $3}}, [$4];",
+             "=r,=r,=r,=r,l", loc, ip)
+    return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def ld_v4_cached(addr, *, loc=None, ip=None):
+    """16 bytes (activations, written by an earlier launch) -> 4 u32, through L1."""
+    r = _asm(4, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
+             "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", loc, ip)
+    return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def ld_u8_stream(addr, *, loc=None, ip=None):
+    """One byte (an E8M0 scale code) -> u32, zero-extended, not kept in L1."""
+    r = _asm(1, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
+             "ld.global.nc.L1::no_allocate.u8 $0, [$1];", "=r,l", loc, ip)
+    return Uint32(r)
+
+
+@dsl_user_op
+def prmt(a, b, sel: int, *, loc=None, ip=None):
+    """Byte permute of {b, a} (PTX prmt.b32, default mode)."""
+    r = _asm(1, T.i32(), [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
+             f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip)
+    return Uint32(r)
+
+
+@dsl_user_op
+def mxfp4_word_to_bf16x2x4(v, scale2, *, loc=None, ip=None):
+    """8 E2M1 nibbles (one u32, nibble j = bits 4j..4j+3) -> 4 bf16x2 words, word i holding
+    (nibble i, nibble i+4) in its (low, high) half, each value times 2^(s-191) (same trick and
+    scale as mxfp4_word_to_f32x8, without the f32 unpack): the A fragments of mma.sync."""
+    # pair (i, i+4): isolate the two nibbles (v, or v >> 8 for i = 2, 3), then ONE integer
+    # multiply by 2^a + 2^(a-6) lays two copies of each nibble side by side without overlap
+    # (so without carries): the sign lands on bit 15 / 31 and the magnitude on 6..8 / 22..24;
+    # one mask keeps exactly those bits. 2 logic ops + 1 IMAD per word instead of 2 shifts +
+    # 2 logic ops, same bits as mxfp4_word_to_f32x8's (checked in tests/megakernel).
+    body = ["shr.b32 w, $4, 8;"]
+    for i in range(4):
+        src = "$4" if i < 2 else "w"
+        iso, mul = ((0x000F000F, 4096 + 64), (0x00F000F0, 256 + 4))[i % 2]
+        body += [f"and.b32 z, {src}, {iso:#010x};", f"mul.lo.u32 z, z, {mul};",
+                 "and.b32 z, z, 0x81C081C0;", f"mul.rn.bf16x2 ${i}, z, $5;"]
+    asm = "{\n.reg .b32 w, z;\n" + "\n".join(body) + "\n}"
+    r = _asm(4, T.i32(), [Uint32(v).ir_value(loc=loc, ip=ip),
+                          Uint32(scale2).ir_value(loc=loc, ip=ip)],
+             asm, "=r,=r,=r,=r,r,r", loc, ip)
+    return [Uint32(x) for x in r]
+
+
+@dsl_user_op
+def mma_bf16_16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, *, loc=None, ip=None):
+    """D = A B + C, mma.sync m16n8k16, A row-major 16x16 bf16, B 16x8 bf16, C/D f32 (PTX
+    fragment layouts: a0/a2 row g, a1/a3 row g+8, k 2t..2t+1 / 2t+8..2t+9; b0/b1 column g,
+    the same k; c0,c1 row g columns 2t,2t+1; c2,c3 row g+8; g = lane/4, t = lane%4)."""
+    args = [Uint32(a).ir_value(loc=loc, ip=ip) for a in (a0, a1, a2, a3, b0, b1)]
+    args += [Float32(c).ir_value(loc=loc, ip=ip) for c in (c0, c1, c2, c3)]
+    r = _asm(4, T.f32(), args,
+             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, $1, $2, $3}, "
+             "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+             "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", loc, ip)
+    return [Float32(x) for x in r]
+
+
+@dsl_user_op
+def cp_async_16(saddr, gaddr, pf: int = 0, *, loc=None, ip=None):
+    """cp.async.cg 16 bytes global -> shared (L2 only; `pf` L2 prefetch bytes, 0 = none)."""
+    hint = f".L2::{pf}B" if pf else ""
+    _asm(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Int64(gaddr).ir_value(loc=loc, ip=ip)],
+         f"cp.async.cg.shared.global{hint} [$0], [$1], 16;", "r,l,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def cp_async_4(saddr, gaddr, *, loc=None, ip=None):
+    """cp.async.ca 4 bytes global -> shared."""
+    _asm(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Int64(gaddr).ir_value(loc=loc, ip=ip)],
+         "cp.async.ca.shared.global [$0], [$1], 4;", "r,l,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_shared_v4(saddr, *, loc=None, ip=None):
+    """16 bytes from shared memory -> 4 u32 (kept in order after cp.async.wait_group)."""
+    r = _asm(4, T.i32(), [Int32(saddr).ir_value(loc=loc, ip=ip)],
+             "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip,
+             side=True)
+    return [Uint32(v) for v in r]

@@ -72,9 +72,19 @@ class LatentMoE:
         tg = 1 if T == 1 else cache.TT_GEMV
         te = 1 if T == 1 else cache.TT_EXPERT
         c = cache.compile_kernel
+        if self.uses_mma():
+            f_up = c("expert_up_mma", dm, **cache.MMA_UP)
+            f_down = c("expert_down_mma", dm, **cache.MMA_DOWN)
+        else:
+            f_up = c("expert_up", dm, fmt=self.fmt, TT=te)
+            f_down = c("expert_down", dm, fmt=self.fmt, TT=te)
         return (c("gemv_x", dm, TT=tg), c("route", dm, forced=forced), c("schedule", dm),
-                c("expert_up", dm, fmt=self.fmt, TT=te), c("expert_down", dm, fmt=self.fmt, TT=te),
-                c("combine", dm), c("out", dm, TT=tg, debug=debug))
+                f_up, f_down, c("combine", dm), c("out", dm, TT=tg, debug=debug))
+
+    def uses_mma(self):
+        """MXFP4 experts on the tensor cores (k_expert_mma.py; ACT then holds each 8-chunk in the
+        pair order [0 4 1 5 2 6 3 7], written by its up and read by its down kernel)."""
+        return self.fmt == "mxfp4" and cache.MX_MMA and cache.mma_ok(self.dm)
 
     def launch(self, x, forced_ids=None, debug=False, out=None, stages=None):
         """Enqueue the 7 launches; returns the scratch dict (s['out'] unless `out` is given).

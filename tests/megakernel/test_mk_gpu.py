@@ -122,3 +122,31 @@ def test_backend_run_writes_every_output():
     ref = moe_ref(prep.dm, w, x)
     rel = ((out["out"].float() - ref["out"]).norm() / ref["out"].norm()).item()
     assert rel < 1e-2
+
+
+@pytest.mark.parametrize("T", [1, 8, 73])
+def test_mxfp4_cuda_core_path_still_works(T):
+    """The v2 CUDA-core MXFP4 experts (cache.MX_MMA = False) stay selectable and correct."""
+    from megakernel import cache
+    w = weights("mxfp4")
+    moe = LatentMoE(SMALL, w, DEV)
+    assert moe.uses_mma() == cache.MX_MMA
+    x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
+    old = cache.MX_MMA
+    try:
+        cache.MX_MMA = False
+        assert not moe.uses_mma()
+        check(SMALL, moe, w, x, tag=f"cuda-core mxfp4 T={T}")
+    finally:
+        cache.MX_MMA = old
+
+
+def test_mxfp4_batch_invariant_every_position():
+    """Each token alone equals its row inside a batch of 13 (pairs land in every mma column)."""
+    w = weights("mxfp4")
+    moe = LatentMoE(SMALL, w, DEV)
+    x = torch.randn(13, SMALL.d, device=DEV).to(torch.bfloat16)
+    full = moe.launch(x)["out"].clone()
+    for t in range(13):
+        one = moe.launch(x[t:t + 1].contiguous())["out"].clone()
+        assert torch.equal(one[0], full[t]), t

@@ -1,0 +1,216 @@
+"""Launches 4 and 5, MXFP4 on the tensor cores: the nibbles are decoded straight into mma.sync
+m16n8k16 A fragments (bf16), the pairs of the expert are the N = 8 columns (padded by repeating
+the last pair), so the multiply-adds run on the tensor cores and the f32 unpack + CUDA-core FMAs
+of k_expert.py disappear. Same grid idea: (row tile, active expert), each chosen expert's rows
+streamed once per launch for all its pairs (8 per pass).
+
+Warp layout. A warp owns 16 output rows: up: gate rows r0..r0+15 and their up rows (two A tiles);
+down: MT tiles of 16 rows. It walks K in blocks of 128 = 4 scale groups; in block b, lane
+(g = lane/4, t = lane%4) loads group G = 4b + t of rows g and g+8 (16 bytes each, one E8M0 code
+each) and the same 32 K of the activation of its column (pair) g. K permutation (the same for A
+and B, so the dot is unchanged): u32 q of the 16 bytes holds elements 8q..8q+7 of the group; mma
+2q+h takes words (n_{2h}, n_{2h+4}) -> k-slots 2t, 2t+1 and (n_{2h+1}, n_{2h+5}) -> 2t+8, 2t+9.
+B then needs the bf16 pairs (x_{8q+2h}, x_{8q+2h+4}), (x_{8q+2h+1}, x_{8q+2h+5}): two prmt from the
+natural layout (up reads hl), or none if the activation is stored in the "pair" order
+[x0 x4 x1 x5 x2 x6 x3 x7] per 8 (up writes ACT that way, down reads it: ACT is internal).
+
+Numerics: bf16 products exact, f32 accumulation in the tensor core; per (row, pair) the order is
+the fixed sequence of blocks, each one mma over 16 k-slots: it depends on neither the batch nor
+the column a pair lands in (columns of an mma are independent), so batch invariance and
+determinism hold. Scale: value * 2^(s-191) from the bf16x2 multiply (exact for codes 63..190),
+the remaining 2^64 on the finished f32 dot (dev.MX_POST), SiTU in f32, act / y_j rounded to bf16.
+
+Loads: all of U blocks are issued (weights 128-bit, L1 no-allocate, optional L2 prefetch PF bytes)
+before any is decoded (ptxas then interleaves them with the mma of the previous blocks).
+"""
+from megakernel.dev import (MX_POST, cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32,
+                            ld_v4_stream, ld_v4_cached, ld_u8_stream, prmt,
+                            mxfp4_word_to_bf16x2x4, mma_bf16_16816, mx_scale2, situ,
+                            cp_async_16, cp_async_4, ld_shared_v4)
+
+
+def act_pos(j: int) -> int:
+    """Where logical element j (0..7) of an 8-chunk of ACT is stored (the pair order)."""
+    return 2 * (j % 4) + j // 4
+
+
+class ExpertMMA:
+    def __init__(self, dims, up: bool, U: int, WPC: int, MT: int = 1, PF: int = 0, S: int = 0):
+        d = dims
+        self.dm, self.up, self.WPC, self.PF, self.S = dims, up, WPC, PF, S
+        self.R = 2 * d.I if up else d.r          # weight rows per expert
+        self.K = d.r if up else d.I
+        self.NOUT = d.I if up else d.r           # output rows per pair
+        assert self.K % 128 == 0 and self.NOUT % 16 == 0, "mma path needs K % 128, N % 16"
+        self.NT = 2 if up else MT                # 16-row A tiles per warp
+        self.RW = 16 if up else 16 * MT          # output rows per warp
+        assert self.NOUT % self.RW == 0
+        NB = self.K // 128
+        self.U = max(v for v in range(1, U + 1) if NB % v == 0)
+        # S > 0: cp.async ring instead of register loads: per warp S stages, each holding per
+        # lane NT*2 16-byte weight chunks and one 16-byte field of scale words, laid out
+        # [stage][field][lane] (16 B per lane: conflict-free 128-bit shared loads). Each lane
+        # reads back only what it copied itself, so no barrier is needed.
+        self.SB = (self.NT * 2 + 1) * 512
+        assert S == 0 or (S >= 2 and WPC * S * self.SB <= 48 * 1024)
+
+    @cute.jit
+    def __call__(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
+                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
+                 act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
+                 T: Int32, maxU: Int32, stream):
+        rc = self.RW * self.WPC
+        self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
+            grid=((self.NOUT + rc - 1) // rc, maxU, 1), block=(32 * self.WPC, 1, 1),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
+               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
+               act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
+        dm, UP, K, R, NOUT = self.dm, self.up, self.K, self.R, self.NOUT
+        NT, RW, U, WPC, S, SB, PF = self.NT, self.RW, self.U, self.WPC, self.S, self.SB, self.PF
+        E, k = dm.E, dm.k
+        P = T * k
+        KB = K // 2                 # bytes per weight row
+        G = K // 32                 # scale groups per row
+        NB = K // 128               # K blocks
+        tid, _, _ = cute.arch.thread_idx()
+        bx, u, _ = cute.arch.block_idx()
+        lane = tid % 32
+        g = lane // 4
+        tg = lane % 4
+        r0 = (bx * WPC + tid // 32) * RW
+        NA = cute.make_tensor(nact, cute.make_layout((1,), stride=(1,)))
+        AE = cute.make_tensor(act_e, cute.make_layout((E,), stride=(1,)))
+        AO = cute.make_tensor(act_off, cute.make_layout((E,), stride=(1,)))
+        AC = cute.make_tensor(act_cnt, cute.make_layout((E,), stride=(1,)))
+        PR = cute.make_tensor(pairs, cute.make_layout((P,), stride=(1,)))
+        Y = cute.make_tensor(yout, cute.make_layout((P, NOUT), stride=(NOUT, 1)))
+        if u < NA[0] and r0 < NOUT:
+            e = AE[u]
+            off = AO[u]
+            cnt = AC[u]
+            wb = w.toint()
+            sb = ws.toint()
+            xb = xin.toint()
+            base = Int64(e) * Int64(R) + Int64(r0 + g)
+            wad = []
+            sad = []
+            sad4 = []
+            for t in cutlass.range_constexpr(NT):
+                for hh in cutlass.range_constexpr(2):
+                    if cutlass.const_expr(UP):
+                        roff = t * NOUT + 8 * hh          # tile 0 gate rows, tile 1 up rows
+                    else:
+                        roff = 16 * t + 8 * hh
+                    row = base + Int64(roff)
+                    wad.append(wb + row * Int64(KB) + Int64(tg * 16))
+                    sad.append(sb + row * Int64(G) + Int64(tg))
+                    sad4.append(sb + row * Int64(G))
+            sw = Int32(0)
+            if cutlass.const_expr(S > 0):
+                smem = cutlass.memory.SmemAllocator()
+                buf = smem.allocate(WPC * S * SB, 16)
+                sw = buf.toint() + (tid // 32) * (S * SB)
+            acc = cute.make_rmem_tensor((NT * 4,), Float32)
+            Ar = cute.make_rmem_tensor((U * NT * 2 * 4,), Uint32)
+            Sr = cute.make_rmem_tensor((U * NT * 2,), Uint32)
+            Xr = cute.make_rmem_tensor((U * 16,), Uint32)
+            for b0 in cutlass.range(0, cnt, 8):
+                pc = PR[off + cutlass.min(b0 + g, cnt - 1)]   # padded columns repeat a pair
+                xrow = pc
+                if cutlass.const_expr(UP):
+                    xrow = pc // k                            # up reads hl by token
+                xa = xb + Int64(xrow) * Int64(2 * K) + Int64(tg * 64)
+                for i in cutlass.range_constexpr(NT * 4):
+                    acc[i] = Float32(0.0)
+                if cutlass.const_expr(S > 0):
+                    for s0 in cutlass.range_constexpr(S - 1):
+                        if cutlass.const_expr(s0 < NB):
+                            _ring_issue(sw, s0, Int64(s0), lane, wad, sad4, NT, SB, PF)
+                        cute.arch.cp_async_commit_group()
+                    for blk in cutlass.range(NB):
+                        cute.arch.cp_async_wait_group(S - 2)
+                        sl = sw + (blk % S) * SB + lane * 16
+                        for th in cutlass.range_constexpr(NT * 2):
+                            v = ld_shared_v4(sl + th * 512)
+                            for q in cutlass.range_constexpr(4):
+                                Ar[th * 4 + q] = v[q]
+                        sv = ld_shared_v4(sl + NT * 2 * 512)
+                        for th in cutlass.range_constexpr(NT * 2):
+                            Sr[th] = (sv[th] >> Uint32(8 * tg)) & Uint32(0xFF)
+                        for q in cutlass.range_constexpr(4):
+                            xv = ld_v4_cached(xa + Int64(blk) * Int64(256) + Int64(16 * q))
+                            for j in cutlass.range_constexpr(4):
+                                Xr[4 * q + j] = xv[j]
+                        nb = blk + (S - 1)
+                        if nb < NB:
+                            _ring_issue(sw, nb % S, Int64(nb), lane, wad, sad4, NT, SB, PF)
+                        cute.arch.cp_async_commit_group()
+                        _mma_block(Ar, Sr, Xr, acc, 0, NT, UP)
+                    cute.arch.cp_async_wait_group(0)
+                else:
+                    for it in cutlass.range(NB // U):
+                        # issue every load of U blocks first
+                        for uu in cutlass.range_constexpr(U):
+                            blk = Int64(it * U + uu)
+                            for th in cutlass.range_constexpr(NT * 2):
+                                v = ld_v4_stream(wad[th] + blk * Int64(64), PF)
+                                for q in cutlass.range_constexpr(4):
+                                    Ar[(uu * NT * 2 + th) * 4 + q] = v[q]
+                                Sr[uu * NT * 2 + th] = ld_u8_stream(sad[th] + blk * Int64(4))
+                            for q in cutlass.range_constexpr(4):
+                                xv = ld_v4_cached(xa + blk * Int64(256) + Int64(16 * q))
+                                for j in cutlass.range_constexpr(4):
+                                    Xr[uu * 16 + 4 * q + j] = xv[j]
+                        # then decode + mma
+                        for uu in cutlass.range_constexpr(U):
+                            _mma_block(Ar, Sr, Xr, acc, uu, NT, UP)
+                # epilogue: lane holds columns 2t, 2t+1 of rows g, g+8 of each tile
+                for cc in cutlass.range_constexpr(2):
+                    n = 2 * tg + cc
+                    if b0 + n < cnt:
+                        p = PR[off + b0 + n]
+                        for hh in cutlass.range_constexpr(2):
+                            if cutlass.const_expr(UP):
+                                ga = acc[2 * hh + cc] * Float32(MX_POST)
+                                gb = acc[4 + 2 * hh + cc] * Float32(MX_POST)
+                                col = r0 + 8 * hh + 2 * (g % 4) + g // 4   # act_pos(g)
+                                Y[p, col] = situ(ga, gb, dm.beta, dm.beta_lin).to(BFloat16)
+                            else:
+                                for t in cutlass.range_constexpr(NT):
+                                    Y[p, r0 + 16 * t + 8 * hh + g] = (
+                                        acc[4 * t + 2 * hh + cc] * Float32(MX_POST)).to(BFloat16)
+
+
+def _ring_issue(sw, st, blk, lane, wad, sad4, NT, SB, PF):
+    """cp.async block `blk` of this lane's rows into ring stage `st` (traced inline)."""
+    sl = sw + st * SB + lane * 16
+    for th in range(NT * 2):
+        cp_async_16(sl + th * 512, wad[th] + blk * Int64(64), PF)
+        cp_async_4(sl + NT * 2 * 512 + 4 * th, sad4[th] + blk * Int64(4))
+
+
+def _mma_block(Ar, Sr, Xr, acc, uu, NT, UP):
+    """Decode + mma of one K block held in registers (slot uu of Ar / Sr / Xr), traced inline."""
+    s2 = [mx_scale2(Sr[uu * NT * 2 + th]) for th in range(NT * 2)]
+    for q in range(4):
+        x0 = Xr[uu * 16 + 4 * q + 0]
+        x1 = Xr[uu * 16 + 4 * q + 1]
+        x2 = Xr[uu * 16 + 4 * q + 2]
+        x3 = Xr[uu * 16 + 4 * q + 3]
+        if UP:
+            bq = [(prmt(x0, x2, 0x5410), prmt(x0, x2, 0x7632)),
+                  (prmt(x1, x3, 0x5410), prmt(x1, x3, 0x7632))]
+        else:
+            bq = [(x0, x1), (x2, x3)]             # ACT in pair order
+        for t in range(NT):
+            ag = mxfp4_word_to_bf16x2x4(Ar[(uu * NT * 2 + 2 * t) * 4 + q], s2[2 * t])
+            a8 = mxfp4_word_to_bf16x2x4(Ar[(uu * NT * 2 + 2 * t + 1) * 4 + q], s2[2 * t + 1])
+            for h in range(2):
+                c = mma_bf16_16816(ag[2 * h], a8[2 * h], ag[2 * h + 1], a8[2 * h + 1],
+                                   bq[h][0], bq[h][1], acc[4 * t], acc[4 * t + 1],
+                                   acc[4 * t + 2], acc[4 * t + 3])
+                for i in range(4):
+                    acc[4 * t + i] = c[i]

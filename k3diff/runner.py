@@ -24,7 +24,7 @@ from k3diff.controls import Controls, run_candidate
 from k3diff.divergence import RoutingReport, TensorReport, align_by_id, compare, compare_routing
 from k3diff.materialize import inputs_for, materialize
 from k3diff.sizing import check_fits
-from k3diff.stages import STATE, output_specs
+from k3diff.stages import output_specs
 
 PERSISTENT = ("kv_cache", "conv_state", "recurrent_state")   # carried across decode steps
 

@@ -1,8 +1,10 @@
 """python -m megakernel.tune_mma: the MXFP4 expert launches alone (full dims), the CUDA-core path
 against variants of the tensor-core path (k_expert_mma.py), T = 1 and 8.
 
-Every variant must give bitwise the same y and out as the default one (the per-(row, pair) order
-is the same whatever U / WPC / MT), and the CUDA-core path must agree to bf16 rounding. Timing as
+Every variant must give bitwise the same act, y and out as the default one (the per-(row, pair)
+order is the same whatever U / WPC / MT / PF / S), and the CUDA-core path must agree to bf16
+rounding. Writes $OUT/tune.txt and a shell file (MK_CHOICE, else $OUT/choice.sh) exporting
+MK_MMA_UP / MK_MMA_DOWN for a variant that beats the default (cache.py reads them). Timing as
 in bench.py: each launch alone, R times in one CUDA graph over rotating inputs, median of 5.
 """
 import os
@@ -17,9 +19,9 @@ from megakernel.moe import LatentMoE
 
 DEV = torch.device("cuda")
 # first pair = the defaults of cache.py; the others are compared with it bitwise
-UPS = [dict(cache.MMA_UP), dict(cache.RING_UP), dict(U=1, WPC=4, PF=128, S=4),
+UPS = [dict(cache.MMA_UP), dict(cache.ALT_UP), dict(U=1, WPC=4, PF=128, S=4),
        dict(U=1, WPC=2, PF=128, S=4), dict(U=1, WPC=2, PF=256, S=3)]
-DOWNS = [dict(cache.MMA_DOWN), dict(cache.RING_DOWN), dict(U=1, WPC=4, MT=1, PF=128, S=3),
+DOWNS = [dict(cache.MMA_DOWN), dict(cache.ALT_DOWN), dict(U=1, WPC=4, MT=1, PF=128, S=3),
          dict(U=1, WPC=4, MT=2, PF=128, S=4), dict(U=1, WPC=2, MT=1, PF=128, S=6)]
 
 

@@ -43,7 +43,6 @@ class MegakernelBackend:
         return LatentMoE(from_cfg(cfg), weights, dev)
 
     def run(self, stage, cfg, prepared, inputs, out) -> None:
-        import torch
         x = inputs["x"].contiguous()
         forced = inputs.get("forced_ids")
         debug = any(n != "out" for n in out)

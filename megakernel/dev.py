@@ -9,7 +9,7 @@ from megakernel.cute_env import import_cutlass
 import_cutlass()
 import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
-from cutlass import BFloat16, Float32, Int32, Int64, Uint32, Uint8  # noqa: E402
+from cutlass import BFloat16, Float32, Int32, Int64, Uint32, Uint8  # noqa: E402,F401 (re-exported)
 from cutlass.cutlass_dsl import T, dsl_user_op  # noqa: E402
 from cutlass._mlir.dialects import llvm  # noqa: E402
 
@@ -30,6 +30,20 @@ def load8_bf16_f32(atom, src):
     frag = cute.make_rmem_tensor((8,), BFloat16)
     cute.copy(atom, src, frag)
     return frag.load().to(Float32)
+
+
+@cute.jit
+def dot_rows(atom, W, row, X, tix, acc, KC: cutlass.Constexpr, TT: cutlass.Constexpr, lane):
+    """acc[j] += W[row, :] . X[tix[j], :] over this lane's 8-element chunks c = lane, lane+32, ...
+    (a fixed per-lane order whatever the batch: what keeps the GEMVs batch-invariant)."""
+    for c in cutlass.range(lane, KC, 32):
+        wv = load8_bf16_f32(atom, W[row, c, None])
+        for j in cutlass.range_constexpr(TT):
+            xv = load8_bf16_f32(atom, X[tix[j], c, None])
+            a = acc[j]
+            for i in cutlass.range_constexpr(8):
+                a = a + wv[i] * xv[i]
+            acc[j] = a
 
 
 @cute.jit

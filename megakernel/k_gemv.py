@@ -6,7 +6,7 @@ are rounded to bf16 by the route kernel, the same single rounding the spec puts 
 One warp per row, 8 rows per CTA, 128-bit loads, TT tokens per pass over the row.
 """
 from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
-                            copy_atom_128, load8_bf16_f32, warp_sum)
+                            copy_atom_128, dot_rows, warp_sum)
 
 
 class GemvX:
@@ -38,14 +38,7 @@ class GemvX:
                 for j in cutlass.range_constexpr(TT):
                     acc[j] = Float32(0.0)
                     tix[j] = cutlass.min(t0 + j, T - 1)   # clamp: padded tokens are not stored
-                for c in cutlass.range(lane, KC, 32):
-                    wv = load8_bf16_f32(atom, W[row, c, None])
-                    for j in cutlass.range_constexpr(TT):
-                        xv = load8_bf16_f32(atom, X[tix[j], c, None])
-                        a = acc[j]
-                        for i in cutlass.range_constexpr(8):
-                            a = a + wv[i] * xv[i]
-                        acc[j] = a
+                dot_rows(atom, W, row, X, tix, acc, KC, TT, lane)
                 for j in cutlass.range_constexpr(TT):
                     v = warp_sum(acc[j])
                     if lane == 0 and t0 + j < T:

@@ -4,19 +4,7 @@ yu = bf16(yn . W_up[n]) (K = r), ys = bf16(act_s . W_sd[n]) (K = Is), out = bf16
 (K3_SPEC 5.3-5.4). Both dots share the warp, so the final sum needs no extra launch.
 """
 from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
-                            copy_atom_128, load8_bf16_f32, warp_sum)
-
-
-@cute.jit
-def _dot_rows(atom, W, row, X, tix, acc, KC: cutlass.Constexpr, TT: cutlass.Constexpr, lane):
-    for c in cutlass.range(lane, KC, 32):
-        wv = load8_bf16_f32(atom, W[row, c, None])
-        for j in cutlass.range_constexpr(TT):
-            xv = load8_bf16_f32(atom, X[tix[j], c, None])
-            a = acc[j]
-            for i in cutlass.range_constexpr(8):
-                a = a + wv[i] * xv[i]
-            acc[j] = a
+                            copy_atom_128, dot_rows, warp_sum)
 
 
 class OutProj:
@@ -56,8 +44,8 @@ class OutProj:
                     au[j] = Float32(0.0)
                     ash[j] = Float32(0.0)
                     tix[j] = cutlass.min(t0 + j, T - 1)
-                _dot_rows(atom, WU, row, XN, tix, au, r // 8, TT, lane)
-                _dot_rows(atom, WS, row, XS, tix, ash, Is // 8, TT, lane)
+                dot_rows(atom, WU, row, XN, tix, au, r // 8, TT, lane)
+                dot_rows(atom, WS, row, XS, tix, ash, Is // 8, TT, lane)
                 for j in cutlass.range_constexpr(TT):
                     yu = warp_sum(au[j]).to(BFloat16)
                     ys = warp_sum(ash[j]).to(BFloat16)

@@ -8,7 +8,6 @@ MK_MMA_UP / MK_MMA_DOWN for a variant that beats the default (cache.py reads the
 in bench.py: each launch alone, R times in one CUDA graph over rotating inputs, median of 5.
 """
 import os
-import statistics
 
 import torch
 

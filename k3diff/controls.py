@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from k3diff.budgets import Budget
-from k3diff.divergence import compare
+from k3diff.divergence import TensorReport, compare
 from k3diff.stages import STATE, dims, output_specs, resolve_shape
 
 INT_POISON = -7
@@ -70,8 +70,6 @@ def _changed(before: dict, after: dict, allowed) -> list[str]:
 def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, controls: Controls, verdict) -> dict:
     """Run the candidate under the controls. Returns its outputs, its updated states, and under
     '_before' the states as they were (for the untouched-rows checks). Findings go into `verdict`."""
-    from k3diff.divergence import TensorReport
-
     device = next(v.device for v in inputs.values() if torch.is_tensor(v))
     pristine = _snapshot(inputs)
     weights_before = _snapshot(weights) if controls.check_inputs else {}

@@ -122,9 +122,10 @@ def check_case(case: Case, candidate, *, device: str | None = None, controls: Co
     for step in range(case.steps):
         step_inputs = inputs if step == 0 else _next_step_inputs(case, device, step)
         per = {role: _with_state(step_inputs, state[role]) for role in state}
-        if stage == "layer":
-            _force_layer_routing_near_ties(case, cfg, weights, per, verdict)
-        ref = run_reference(stage, cfg, weights, per["ref"], "exact")
+        # the layer's routing probe is the exact reference run itself unless it forced new ids
+        ref = _force_layer_routing_near_ties(case, cfg, weights, per, verdict) if stage == "layer" else None
+        if ref is None:
+            ref = run_reference(stage, cfg, weights, per["ref"], "exact")
         base = run_reference(stage, cfg, weights, per["base"], "faithful")
         try:
             cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
@@ -178,9 +179,10 @@ def _judge_routing(case, cfg, weights, per, ref, base, cand, verdict):
 def _force_layer_routing_near_ties(case, cfg, weights, per, verdict):
     """In a whole layer, x_mlp carries bf16 noise, so routing near its boundary legitimately differs
     between implementations. If the reference sees a gap under the layer delta, every
-    implementation is run with the reference's ids (routing itself is judged in the moe stage)."""
+    implementation is run with the reference's ids (routing itself is judged in the moe stage).
+    Returns the exact reference's result when it stays valid (nothing forced), else None."""
     if not cfg.is_moe_layer(case.layer_idx) or "forced_ids" in per["ref"]:
-        return
+        return None
     probe = run_reference("layer", cfg, weights, per["ref"], "exact")
     gap = probe["mlp.sel_gap"]
     if float(gap.min()) < budgets.LAYER_NEAR_TIE_DELTA:
@@ -190,6 +192,8 @@ def _force_layer_routing_near_ties(case, cfg, weights, per, verdict):
         verdict.forced_replay = True
         verdict.notes.append(f"layer routing forced to the reference's ids (gap "
                              f"{float(gap.min()):.2g} < {budgets.LAYER_NEAR_TIE_DELTA:g})")
+        return None
+    return probe
 
 
 def _compare_all(case, step, cand_inputs, ref, base, cand, provides, verdict):

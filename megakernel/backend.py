@@ -45,11 +45,16 @@ class MegakernelBackend:
     def run(self, stage, cfg, prepared, inputs, out) -> None:
         x = inputs["x"].contiguous()
         forced = inputs.get("forced_ids")
+        # production mode: the kernel writes the output straight into the framework's buffer;
+        # debug mode (intermediates requested) also copies them out of the kernel's scratch
         debug = any(n != "out" for n in out)
-        s = prepared.launch(x, forced_ids=forced, debug=debug)
+        o = out["out"]
+        direct = (o.is_contiguous() and o.data_ptr() % 16 == 0 and o.dtype == x.dtype
+                  and tuple(o.shape) == (x.shape[0], prepared.dm.d))
+        s = prepared.launch(x, forced_ids=forced, out=o if direct else None)
         T = x.shape[0]
-        # write into the framework's buffers (never rebind them)
-        out["out"].copy_(s["out"])
+        if not direct:
+            o.copy_(s["out"])
         if debug:
             inter = prepared.debug_outputs(s, T)
             for n, buf in out.items():

@@ -1,12 +1,13 @@
-"""python -m megakernel bench: kernel vs torch eager vs torch.compile vs the copy-bandwidth roofline.
+"""python -m megakernel bench: the kernel vs torch eager, torch.compile and the copy roofline.
 
 Method (METHOD.md): weights drawn on the GPU; the small config rotates 8 weight sets and every
 config rotates 8 inputs so L2 (60 MB) does not serve repeated reads (a full-dim step reads >= 0.6
-GB anyway); the kernel's 7 launches are captured R times in one CUDA graph and the replays timed
-with events, median of 5; torch columns timed with events, median of 5 (no graph: the eager loop
-syncs on the selected ids). Roofline = bytes the step must read (each needed weight byte once:
-the x-side and output weights, plus every distinct selected expert) / device-copy bandwidth
-(read + write counted) measured in the same run.
+GB anyway); the kernel's 11 launches (fork-join over two streams, and again all on one stream)
+are captured R times in one CUDA graph and the replays timed with events, median of 5; torch
+columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
+Roofline = bytes the step must read (each needed weight byte once: the x-side and output
+weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
+measured in the same run.
 """
 import os
 import statistics
@@ -15,11 +16,10 @@ import time
 import torch
 
 from megakernel.dims import FULL, SMALL
-from megakernel.moe import LatentMoE
+from megakernel.moe import STAGES, LatentMoE
 from megakernel.torch_moe import TorchMoE
 
 DEV = torch.device("cuda")
-STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out")
 
 
 def copy_bw():
@@ -80,6 +80,25 @@ def time_events(fn, reps=5):
     return statistics.median(ts)
 
 
+def graph_us(mods, xs, R):
+    """Microseconds per step: R steps captured in one CUDA graph, replays timed with events."""
+    nm, NX = len(mods), len(xs)
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):              # warm-up outside capture (allocations, compiles)
+        for i in range(R):
+            mods[i % nm].launch(xs[i % NX])
+    torch.cuda.current_stream().wait_stream(st)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(R):
+            mods[i % nm].launch(xs[i % NX])
+    g.replay(); torch.cuda.synchronize()  # noqa: E702
+    us = time_events(g.replay) / R
+    del g
+    return us
+
+
 def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
     NX = 8
     tm = [TorchMoE(dm, m) for m in mods]
@@ -98,18 +117,12 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         nbytes = step_bytes(dm, fmt, statistics.mean(nexp))
         est = nbytes / 4e12
         R = max(1, min(40, int(0.02 / max(est, 1e-6))))
-        g = torch.cuda.CUDAGraph()
-        st = torch.cuda.Stream()
-        st.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(st):
-            for i in range(R):
-                mods[i % nm].launch(xs[i % NX])
-        torch.cuda.current_stream().wait_stream(st)
-        with torch.cuda.graph(g):
-            for i in range(R):
-                mods[i % nm].launch(xs[i % NX])
-        g.replay(); torch.cuda.synchronize()  # noqa: E702
-        k_us = time_events(g.replay) / R
+        k_us = graph_us(mods, xs, R)
+        for m in mods:                 # the same launches on one stream, for comparison
+            m.streams = "serial"
+        serial_us = graph_us(mods, xs, R)
+        for m in mods:
+            m.streams = "fork"
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):
@@ -118,9 +131,11 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
                 for j in range(R):
                     mods[j % nm].launch(xs[j % NX], stages={i})
             gi.replay(); torch.cuda.synchronize()  # noqa: E702
-            parts.append(f"{name} {time_events(gi.replay) / R:.1f}")
+            parts.append(time_events(gi.replay) / R)
             del gi
-        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us): " + " | ".join(parts)
+        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us): "
+            + " | ".join(f"{n} {u:.1f}" for n, u in zip(STAGES, parts))
+            + f" | sum {sum(parts):.1f} | one stream {serial_us:.1f} | fork-join {k_us:.1f}"
             + f" | distinct experts {statistics.mean(nexp):.1f}")
 
         def eager_loop(fns, Re):
@@ -144,27 +159,39 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
                 tc = None
         roof_us = nbytes / bw * 1e6
         row = (dm.tag, fmt, T, nbytes, k_us, 100 * roof_us / k_us, e_us / k_us, c_us / k_us,
-               roof_us, e_us, c_us)
+               roof_us, e_us, c_us, serial_us)
         rows.append(row)
         log(fmt_row(row))
 
 
 HDR = (f"{'config':6s} {'format':6s} {'batch':>5s} {'MB read':>9s} {'kernel us':>10s} "
        f"{'%copyBW':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
-       f"{'compile us':>10s}")
+       f"{'compile us':>10s} {'1-stream us':>11s}")
 
 
 def fmt_row(r):
     return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% "
-            f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f}")
+            f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f} {r[11]:11.1f}")
 
 
-def main(a):
-    lines = []
+def out_log(name):
+    """A log function for the GPU scripts: prints each line and appends it to $OUT/name (when
+    $OUT is set) at once, so that a run cut short keeps what it measured."""
+    out = os.environ.get("OUT")
+    path = os.path.join(out, name) if out else None
+    if path:
+        open(path, "w").close()
 
     def log(s):
         print(s, flush=True)
-        lines.append(s)
+        if path:
+            with open(path, "a") as f:
+                f.write(s + "\n")
+    return log
+
+
+def main(a):
+    log = out_log("bench.txt")
 
     bw = copy_bw()
     log(f"device {torch.cuda.get_device_name()}; copy bandwidth (1 GiB, read+write) "
@@ -194,10 +221,6 @@ def main(a):
     log(HDR)
     for r in rows:
         log(fmt_row(r))
-    out = os.environ.get("OUT")
-    if out:
-        with open(os.path.join(out, "bench.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
     return 0
 
 

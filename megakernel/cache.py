@@ -18,17 +18,22 @@ from cutlass import BFloat16, Float32, Int32, Uint8  # noqa: E402
 from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
 from megakernel.dev import GMEM  # noqa: E402
-from megakernel.k_gemv import GemvX  # noqa: E402
+from megakernel.k_gemv import Gemv  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
 from megakernel.k_schedule import Schedule  # noqa: E402
 from megakernel.k_expert import ExpertUp, ExpertDown  # noqa: E402
 from megakernel.k_expert_mma import ExpertMMA  # noqa: E402
 from megakernel.k_combine import Combine  # noqa: E402
-from megakernel.k_out import OutProj  # noqa: E402
+from megakernel.k_shared import SharedAct  # noqa: E402
+from megakernel.k_sum import FinalSum  # noqa: E402
 
 BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
 
 TT_GEMV = 8     # tokens per pass over a weight row when T > 1 (T == 1 uses 1)
+# K chunks per lane whose loads each GEMV issues together (dev.dot_rows; 0 = the compiler's
+# choice). 4 everywhere: on par with 0 at batch 1 and a little faster at batch 8 in
+# `python -m megakernel.tune_streams` (NOTES.md); every choice gives the same bits.
+GEMV_UNROLL = dict(gemv_x=4, out_routed=4, gemv_shared=4, out_shared=4)
 TT_EXPERT = 4
 
 # MXFP4 experts: True -> the tensor-core kernels of k_expert_mma.py (nibbles decoded into mma.sync
@@ -65,10 +70,18 @@ def _wdt(fmt):
 
 # name -> (constructor(dims, **variant), argument types(dims, **variant))
 KERNELS = {
-    "gemv_x": (lambda dm, TT: GemvX(dm.E + dm.r + 2 * dm.Is, dm.d, TT),
-               lambda dm, TT: [BF, BF, F32, INT]),
+    "gemv_x": (lambda dm, TT, U=0: Gemv(dm.E + dm.r, dm.d, TT, False, U),
+               lambda dm, TT, U=0: [BF, BF, F32, INT, INT]),
+    "gemv_shared": (lambda dm, TT, U=0: Gemv(2 * dm.Is, dm.d, TT, False, U),
+                    lambda dm, TT, U=0: [BF, BF, F32, INT, INT]),
+    "out_shared": (lambda dm, TT, U=0: Gemv(dm.d, dm.Is, TT, True, U),
+                   lambda dm, TT, U=0: [BF, BF, BF, INT, INT]),
+    "out_routed": (lambda dm, TT, U=0: Gemv(dm.d, dm.r, TT, True, U),
+                   lambda dm, TT, U=0: [BF, BF, BF, INT, INT]),
+    "final_sum": (lambda dm: FinalSum(dm), lambda dm: [BF, BF, BF, INT]),
+    "shared_act": (lambda dm: SharedAct(dm), lambda dm: [F32, BF, INT]),
     "route": (lambda dm, forced: Route(dm, forced),
-              lambda dm, forced: [F32, F32, I32, I32, F32, BF, BF, INT]),
+              lambda dm, forced: [F32, F32, I32, I32, F32, BF, INT]),
     "schedule": (lambda dm: Schedule(dm), lambda dm: [I32] * 6 + [INT]),
     "expert_up": (lambda dm, fmt, TT: ExpertUp(dm, fmt, TT),
                   lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
@@ -80,24 +93,19 @@ KERNELS = {
                         lambda dm, U, WPC, MT, PF=0, S=0: [U8, U8, BF] + [I32] * 5
                         + [BF, INT, INT]),
     "combine": (lambda dm: Combine(dm), lambda dm: [I32, F32, BF, BF, BF, BF, INT]),
-    "out": (lambda dm, TT, debug: OutProj(dm, TT, debug),
-            lambda dm, TT, debug: [BF] * 7 + [INT]),
 }
 
 
 def variants():
     """Every (name, variant) the launch sequence can use."""
-    out = [("gemv_x", dict(TT=1)), ("gemv_x", dict(TT=TT_GEMV)),
-           ("route", dict(forced=False)), ("route", dict(forced=True)), ("schedule", {}),
-           ("combine", {})]
+    out = [(g, dict(TT=TT, U=GEMV_UNROLL[g])) for g in GEMV_UNROLL for TT in (1, TT_GEMV)]
+    out += [("route", dict(forced=False)), ("route", dict(forced=True)), ("schedule", {}),
+            ("combine", {}), ("shared_act", {}), ("final_sum", {})]
     for fmt in ("bf16", "mxfp4"):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     out += [("expert_up_mma", dict(MMA_UP)), ("expert_down_mma", dict(MMA_DOWN)),
             ("expert_up_mma", dict(ALT_UP)), ("expert_down_mma", dict(ALT_DOWN))]
-    for TT in (1, TT_GEMV):
-        for debug in (False, True):
-            out.append(("out", dict(TT=TT, debug=debug)))
     return out
 
 

@@ -33,10 +33,12 @@ def load8_bf16_f32(atom, src):
 
 
 @cute.jit
-def dot_rows(atom, W, row, X, tix, acc, KC: cutlass.Constexpr, TT: cutlass.Constexpr, lane):
+def dot_rows(atom, W, row, X, tix, acc, KC: cutlass.Constexpr, TT: cutlass.Constexpr, lane,
+             unroll: cutlass.Constexpr = 0):
     """acc[j] += W[row, :] . X[tix[j], :] over this lane's 8-element chunks c = lane, lane+32, ...
-    (a fixed per-lane order whatever the batch: what keeps the GEMVs batch-invariant)."""
-    for c in cutlass.range(lane, KC, 32):
+    (a fixed per-lane order whatever the batch: what keeps the GEMVs batch-invariant). `unroll`
+    puts that many chunks' loads in flight together; the sums keep the same order."""
+    for c in cutlass.range(lane, KC, 32, unroll=unroll):
         wv = load8_bf16_f32(atom, W[row, c, None])
         for j in cutlass.range_constexpr(TT):
             xv = load8_bf16_f32(atom, X[tix[j], c, None])

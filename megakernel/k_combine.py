@@ -1,4 +1,4 @@
-"""Launch 6: weighted combine + latent RMSNorm, one CTA per token.
+"""Weighted combine + latent RMSNorm, one CTA per token.
 
 yc = bf16(sum_j w_j f32(y_j)) over the slots in order 0..k-1, dropped (-1) slots skipped: a fixed
 order with no atomics (deterministic). yn = bf16(yc * rsqrt(mean(yc^2) + eps) * w_norm), f32 math,

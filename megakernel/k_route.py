@@ -1,12 +1,12 @@
-"""Launch 2: routing and the x-side pointwise work, one CTA per token.
+"""Routing and the latent rounding, one CTA per token (+ NPW CTAs for hl).
 
 - sel = sigmoid(logit) + bias (f32; NaN selects as 0), top-k by repeated block argmax, ties to the
   LOWER expert id (K3_SPEC 5.2); or forced ids (-1 = dropped route).
 - weights = sigmoid(logit[id]) / sum over the valid selected ids, x routed_scaling_factor.
-- hl = bf16(latent columns of S1); act_s = bf16(SiTU(bf16(gate), bf16(up))) for the shared experts.
+- hl = bf16(latent columns of S1). (The shared experts' pointwise part is k_shared.SharedAct, on
+  the other stream.)
 """
-from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
-                            sigmoid, situ, bf16_round)
+from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32, sigmoid)
 
 
 @cute.jit
@@ -15,7 +15,7 @@ def _better(v, i, ov, oi):
     return (ov > v) | ((ov == v) & (oi < i))
 
 
-NPW = 4   # extra CTAs per token for the pointwise part, so it runs beside the top-k CTA
+NPW = 4   # extra CTAs per token for the latent rounding, so it runs beside the top-k CTA
 
 
 class Route:
@@ -26,18 +26,17 @@ class Route:
 
     @cute.jit
     def __call__(self, s1: cute.Pointer, bias: cute.Pointer, fids: cute.Pointer,
-                 ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, acts: cute.Pointer,
-                 T: Int32, stream):
-        self.kernel(s1, bias, fids, ids, wts, hl, acts, T).launch(
+                 ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, T: Int32,
+                 stream):
+        self.kernel(s1, bias, fids, ids, wts, hl, T).launch(
             grid=(T, 1 + NPW, 1), block=(THREADS, 1, 1), stream=stream)
 
     @cute.kernel
     def kernel(self, s1: cute.Pointer, bias: cute.Pointer, fids: cute.Pointer,
-               ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, acts: cute.Pointer,
-               T: Int32):
+               ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, T: Int32):
         dm = self.dm
-        E, k, r, Is = dm.E, dm.k, dm.r, dm.Is
-        N1 = E + r + 2 * Is
+        E, k, r = dm.E, dm.k, dm.r
+        N1 = E + r
         tid, _, _ = cute.arch.thread_idx()
         t, by, _ = cute.arch.block_idx()
         lane = tid % 32
@@ -47,7 +46,6 @@ class Route:
         IDS = cute.make_tensor(ids, cute.make_layout((T, k), stride=(k, 1)))
         WTS = cute.make_tensor(wts, cute.make_layout((T, k), stride=(k, 1)))
         HL = cute.make_tensor(hl, cute.make_layout((T, r), stride=(r, 1)))
-        AS = cute.make_tensor(acts, cute.make_layout((T, Is), stride=(Is, 1)))
 
         smem = cutlass.memory.SmemAllocator()
         cv = smem.allocate_tensor(Float32, cute.make_layout((2, WARPS), stride=(WARPS, 1)), 16)
@@ -118,12 +116,8 @@ class Route:
                         wv = wv * Float32(dm.rsf)
                     IDS[t, lane] = ew
                     WTS[t, lane] = wv
-        # latent: bf16(x W_down^T); shared: bf16(SiTU(bf16(gate), bf16(up))); CTAs by = 1..NPW
+        # latent: hl = bf16(x W_down^T), CTAs by = 1..NPW
         if by > 0:
             q = (by - 1) * THREADS + tid
             for i in cutlass.range(q, r, NPW * THREADS):
                 HL[t, i] = S[t, E + i].to(BFloat16)
-            for i in cutlass.range(q, Is, NPW * THREADS):
-                g = bf16_round(S[t, E + r + i])
-                u = bf16_round(S[t, E + r + Is + i])
-                AS[t, i] = situ(g, u, dm.beta, dm.beta_lin).to(BFloat16)

@@ -1,19 +1,39 @@
-"""The LatentMoE decode step on the GPU: weight packing (once) and the 7-launch sequence.
+"""The LatentMoE decode step on the GPU: weight packing (once) and a fork-join of 11 launches.
 
-  1 gemv_x      S1 = x [W_router | W_down | W_shared_gate_up]^T            (f32)
-  2 route       top-k ids/weights (or forced), hl = bf16(.), act_s = bf16(SiTU(bf16 gu_s))
-  3 schedule    active experts + their (token, slot) pairs, in id / token order
-  4 expert_up   ACT[p] = bf16(SiTU(hl_t W13_e^T)), each active expert's rows streamed once
-  5 expert_down Y[p]   = bf16(ACT[p] W2_e^T)
-  6 combine     yc = bf16(sum_j w_j y_j) (slot order), yn = RMSNorm(yc)
-  7 out         out = bf16(bf16(yn W_up^T) + bf16(act_s W_sd^T))
-Everything is launched on the current torch stream, so the sequence can be captured in a graph.
+  main stream (high priority)                        side stream (shared experts)
+                               -- fork (start) -->   7 gemv_shared S2 = x W_shared_gate_up^T (f32)
+  0 gemv_x      S1 = x [W_router | W_down]^T (f32)   8 shared_act  act_s = bf16(SiTU(bf16 S2))
+  1 route       top-k ids/weights (or forced),
+                hl = bf16(latent)
+  2 schedule    active experts + their pairs
+  3 expert_up   ACT[p] = bf16(SiTU(hl_t W13_e^T)), each active expert's rows streamed once
+  4 expert_down Y[p]   = bf16(ACT[p] W2_e^T)
+                               -- gate (down) -->    9 out_shared  so = bf16(act_s W_sd^T)
+  5 combine     yc = bf16(sum_j w_j y_j) (slot order), yn = RMSNorm(yc)
+  6 out_routed  ro = bf16(yn W_up^T)
+                               <-- join --
+ 10 final_sum   out = bf16(f32(ro) + f32(so))
+
+Why two streams: the routed chain has latency-bound launches (route, schedule, combine) and
+launch gaps, while the shared experts' bf16 weights (264 MB at full dims) do not depend on the
+routing: streamed beside the chain they fill some of its bubbles (MXFP4, batch 1: 252 -> 205 us,
+NOTES.md). The main stream has the higher priority, a hint to the CTA scheduler that graph
+capture copies into the kernel nodes. Knobs, all measured by `python -m megakernel.tune_streams`
+(none beat the defaults by more than noise at batch 1): `fork`, where the side starts ("start":
+beside gemv_x, "after_x": after it); `gate`, out_shared held back until the main stream has
+finished expert_up ("up") or expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on
+the side GEMVs' grids (0 = none; their CTAs then loop over row tiles). `streams="serial"` puts
+all 11 launches on the caller's stream. Every mode gives the same bits (same kernels; tested).
 """
 import torch
 
 from megakernel import cache
 from megakernel.cache import BF, F32, I32, U8, ptr
 from megakernel.dims import MAX_T
+
+STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
+          "gemv_shared", "shared_act", "out_shared", "final_sum")
+FORKS, GATES = ("start", "after_x"), ("none", "up", "down")
 
 
 def _stream():
@@ -22,13 +42,22 @@ def _stream():
 
 
 class LatentMoE:
-    def __init__(self, dims, weights: dict, device):
-        """Pack the weights once (never modifies `weights`): the x-side rows are concatenated so
-        launch 1 reads x once; expert tensors are made contiguous."""
+    def __init__(self, dims, weights: dict, device, streams: str = "fork", fork: str = "start",
+                 gate: str = "none", side_ctas_per_sm: int = 0):
+        """Pack the weights once (never modifies `weights`): the routed x-side rows are
+        concatenated so gemv_x reads x once; expert tensors are made contiguous."""
+        for name, v, ok in (("streams", streams, ("fork", "serial")), ("fork", fork, FORKS),
+                            ("gate", gate, GATES)):
+            if v not in ok:
+                raise ValueError(f"{name} must be one of {ok}, got {v!r}")
         self.dm = dm = dims
+        self.streams, self.fork, self.gate = streams, fork, gate
+        self.side_ctas_per_sm = side_ctas_per_sm
+        self._nsm = torch.cuda.get_device_properties(device).multi_processor_count
         g = lambda n: weights[n].to(device)  # noqa: E731
-        self.w1 = torch.cat([g("router.weight"), g("down.weight"), g("shared.gate_up")], 0)
+        self.w1 = torch.cat([g("router.weight"), g("down.weight")], 0)
         self.w1 = self.w1.to(torch.bfloat16).contiguous()
+        self.w_gu = g("shared.gate_up").to(torch.bfloat16).contiguous()
         self.bias = g("router.bias").float().contiguous()
         self.norm_w = g("latent_norm.weight").to(torch.bfloat16).contiguous()
         self.w_up = g("up.weight").to(torch.bfloat16).contiguous()
@@ -46,6 +75,9 @@ class LatentMoE:
             self.w13s = self.w2s = torch.zeros(16, dtype=torch.uint8, device=device)
         self.device = device
         self._scratch = {}
+        # lower number = higher priority (module docstring)
+        self._main = torch.cuda.Stream(device, priority=-1)
+        self._side = torch.cuda.Stream(device, priority=0)
 
     def scratch(self, T):
         s = self._scratch.get(T)
@@ -53,7 +85,7 @@ class LatentMoE:
             dm, dev = self.dm, self.device
             e = lambda *sh, dt=torch.bfloat16: torch.empty(*sh, dtype=dt, device=dev)  # noqa: E731
             P = T * dm.k
-            s = dict(s1=e(T, dm.E + dm.r + 2 * dm.Is, dt=torch.float32),
+            s = dict(s1=e(T, dm.E + dm.r, dt=torch.float32), s2=e(T, 2 * dm.Is, dt=torch.float32),
                      ids=e(MAX_T * dm.k, dt=torch.int32), wts=e(T, dm.k, dt=torch.float32),
                      hl=e(T, dm.r), acts=e(T, dm.Is), nact=e(4, dt=torch.int32),
                      act_e=e(dm.E, dt=torch.int32), act_off=e(dm.E, dt=torch.int32),
@@ -64,10 +96,11 @@ class LatentMoE:
             self._scratch[T] = s
         return s
 
-    def compile_all(self, T, debug=False, forced=False):
-        return self._fns(T, debug, forced)
+    def compile_all(self, T, forced=False):
+        return self._fns(T, forced)
 
-    def _fns(self, T, debug, forced):
+    def _fns(self, T, forced):
+        """The 11 compiled launches, in STAGES order."""
         dm = self.dm
         tg = 1 if T == 1 else cache.TT_GEMV
         te = 1 if T == 1 else cache.TT_EXPERT
@@ -78,18 +111,22 @@ class LatentMoE:
         else:
             f_up = c("expert_up", dm, fmt=self.fmt, TT=te)
             f_down = c("expert_down", dm, fmt=self.fmt, TT=te)
-        return (c("gemv_x", dm, TT=tg), c("route", dm, forced=forced), c("schedule", dm),
-                f_up, f_down, c("combine", dm), c("out", dm, TT=tg, debug=debug))
+        gv = lambda n: c(n, dm, TT=tg, U=cache.GEMV_UNROLL[n])  # noqa: E731
+        return (gv("gemv_x"), c("route", dm, forced=forced), c("schedule", dm),
+                f_up, f_down, c("combine", dm), gv("out_routed"),
+                gv("gemv_shared"), c("shared_act", dm), gv("out_shared"), c("final_sum", dm))
 
     def uses_mma(self):
         """MXFP4 experts on the tensor cores (k_expert_mma.py; ACT then holds each 8-chunk in the
         pair order [0 4 1 5 2 6 3 7], written by its up and read by its down kernel)."""
         return self.fmt == "mxfp4" and cache.MX_MMA and cache.mma_ok(self.dm)
 
-    def launch(self, x, forced_ids=None, debug=False, out=None, stages=None):
-        """Enqueue the 7 launches; returns the scratch dict (s['out'] unless `out` is given).
-        `stages` (a set of indices 0..6) enqueues only those launches: the bench times each one
-        alone over the scratch a full call left behind."""
+    def launch(self, x, forced_ids=None, out=None, stages=None):
+        """Enqueue the step (module docstring); returns the scratch dict, whose buffers hold every
+        intermediate (debug_outputs) and s['out'] unless `out` is given. All work is joined back
+        into the caller's stream before this returns. `stages` (a set of indices into STAGES)
+        enqueues only those launches: the bench times each one alone over the scratch a full
+        call left behind."""
         on = (lambda i: True) if stages is None else (lambda i: i in stages)  # noqa: E731
         dm = self.dm
         T = x.shape[0]
@@ -100,33 +137,66 @@ class LatentMoE:
         forced = forced_ids is not None
         if forced:
             s["fids"].copy_(forced_ids.to(torch.int32))
-        f_gemv, f_route, f_sched, f_up, f_down, f_comb, f_out = self._fns(T, debug, forced)
+        fns = self._fns(T, forced)
         p = lambda dt, t: ptr(dt, t.data_ptr())  # noqa: E731
-        st = _stream()
         wdt = BF if self.fmt == "bf16" else U8
         maxU = min(dm.E, T * dm.k)
         o = out if out is not None else s["out"]
-        if on(0):
-            f_gemv(p(BF, self.w1), p(BF, x), p(F32, s["s1"]), T, st)
-        if on(1):
-            f_route(p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]), p(I32, s["ids"]),
-                    p(F32, s["wts"]), p(BF, s["hl"]), p(BF, s["acts"]), T, st)
-        if on(2):
-            f_sched(p(I32, s["ids"]), p(I32, s["nact"]), p(I32, s["act_e"]), p(I32, s["act_off"]),
-                    p(I32, s["act_cnt"]), p(I32, s["pairs"]), T, st)
         sched = [p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")]
-        if on(3):
-            f_up(p(wdt, self.w13), p(U8, self.w13s), p(BF, s["hl"]), *sched, p(BF, s["act"]),
-                 T, maxU, st)
-        if on(4):
-            f_down(p(wdt, self.w2), p(U8, self.w2s), p(BF, s["act"]), *sched, p(BF, s["y"]),
-                   T, maxU, st)
-        if on(5):
-            f_comb(p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["y"]), p(BF, self.norm_w),
-                   p(BF, s["yc"]), p(BF, s["yn"]), T, st)
-        if on(6):
-            f_out(p(BF, self.w_up), p(BF, self.w_sd), p(BF, s["yn"]), p(BF, s["acts"]), p(BF, o),
-                  p(BF, s["ro"]), p(BF, s["so"]), T, st)
+        args = (
+            (p(BF, self.w1), p(BF, x), p(F32, s["s1"])),
+            (p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]), p(I32, s["ids"]),
+             p(F32, s["wts"]), p(BF, s["hl"])),
+            (p(I32, s["ids"]), *sched),
+            (p(wdt, self.w13), p(U8, self.w13s), p(BF, s["hl"]), *sched, p(BF, s["act"]), T, maxU),
+            (p(wdt, self.w2), p(U8, self.w2s), p(BF, s["act"]), *sched, p(BF, s["y"]), T, maxU),
+            (p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["y"]), p(BF, self.norm_w),
+             p(BF, s["yc"]), p(BF, s["yn"])),
+            (p(BF, self.w_up), p(BF, s["yn"]), p(BF, s["ro"])),
+            (p(BF, self.w_gu), p(BF, x), p(F32, s["s2"])),
+            (p(F32, s["s2"]), p(BF, s["acts"])),
+            (p(BF, self.w_sd), p(BF, s["acts"]), p(BF, s["so"])),
+            (p(BF, s["ro"]), p(BF, s["so"]), p(BF, o)))
+
+        side_cap = self._nsm * self.side_ctas_per_sm if self.side_ctas_per_sm else 1 << 30
+        caps = {0: 1 << 30, 6: 1 << 30, 7: side_cap, 9: side_cap}   # the GEMVs' grid caps
+
+        def go(*idx):
+            for i in idx:
+                if on(i):
+                    a = args[i] if i in (3, 4) else (*args[i], T)   # experts: T, maxU inside
+                    if i in caps:
+                        a = (*a, caps[i])
+                    fns[i](*a, _stream())
+
+        if self.streams == "serial":
+            go(0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)
+            return s
+        cur = torch.cuda.current_stream()
+        main, side = self._main, self._side
+        main.wait_stream(cur)
+        if self.fork == "start":
+            side.wait_stream(cur)
+        with torch.cuda.stream(main):
+            go(0)
+        if self.fork == "after_x":
+            side.wait_stream(main)
+        with torch.cuda.stream(side):
+            go(7, 8)
+        with torch.cuda.stream(main):
+            go(1, 2, 3)
+            if self.gate == "up":
+                side.wait_stream(main)
+            go(4)
+            if self.gate == "down":
+                side.wait_stream(main)
+        with torch.cuda.stream(side):
+            go(9)
+        with torch.cuda.stream(main):
+            go(5, 6)
+            main.wait_stream(side)            # join: the final sum needs both halves
+            go(10)
+        cur.wait_stream(main)
         return s
 
     def debug_outputs(self, s, T):

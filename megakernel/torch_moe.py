@@ -18,7 +18,7 @@ class TorchMoE:
         E, r = dm.E, dm.r
         self.wr = moe.w1[:E].float()                  # router in f32: "route with f32 logits"
         self.wd = moe.w1[E:E + r]
-        self.wsgu = moe.w1[E + r:]
+        self.wsgu = moe.w_gu
         self.lut = torch.tensor(_E2M1, device=moe.w1.device, dtype=torch.bfloat16)
 
     def _deq(self, packed, scale):

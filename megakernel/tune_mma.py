@@ -12,7 +12,7 @@ import os
 import torch
 
 from megakernel import cache
-from megakernel.bench import draw_weights, time_events
+from megakernel.bench import draw_weights, out_log, time_events
 from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 
@@ -35,12 +35,7 @@ def stage_us(moe, xs, stage, R=20):
 
 
 def main():
-    lines = []
-
-    def log(s):
-        print(s, flush=True)
-        lines.append(s)
-
+    log = out_log("tune.txt")
     dm = FULL
     res = {}
     moe = LatentMoE(dm, draw_weights(dm, "mxfp4", seed=0), DEV)
@@ -94,9 +89,6 @@ def main():
         if best:
             choice[name] = lst[best]
     o = os.environ.get("OUT")
-    if o:
-        with open(os.path.join(o, "tune.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
     with open(os.environ.get("MK_CHOICE", os.path.join(o or ".", "choice.sh")), "w") as f:
         for k, v in choice.items():
             f.write(f'export {k}="{v}"\n')

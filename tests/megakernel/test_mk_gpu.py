@@ -23,7 +23,7 @@ def weights(fmt):
 
 
 def check(dm, moe, w, x, forced=None, tag=""):
-    s = moe.launch(x, forced_ids=forced, debug=True)
+    s = moe.launch(x, forced_ids=forced)
     torch.cuda.synchronize()
     got = dict(moe.debug_outputs(s, x.shape[0]), out=s["out"])
     ref = moe_ref(dm, w, x, forced)
@@ -150,3 +150,42 @@ def test_mxfp4_batch_invariant_every_position():
     for t in range(13):
         one = moe.launch(x[t:t + 1].contiguous())["out"].clone()
         assert torch.equal(one[0], full[t]), t
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+@pytest.mark.parametrize("T", [1, 8])
+def test_fork_join_equals_one_stream_and_graph(fmt, T):
+    """The two-stream step, its CUDA-graph replay and the one-stream order agree bit for bit on
+    every intermediate (a missing fork or join would read a stale or half-written buffer)."""
+    w = weights(fmt)
+    fork = LatentMoE(SMALL, w, DEV)
+    serial = LatentMoE(SMALL, w, DEV, streams="serial")
+    x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
+
+    def snap(m, s):
+        return {n: v.clone() for n, v in dict(m.debug_outputs(s, T), out=s["out"]).items()}
+
+    want = snap(serial, serial.launch(x))
+    for fk, gate, cap in (("start", "none", 2), ("after_x", "up", 0), ("start", "down", 1)):
+        fork.fork, fork.gate, fork.side_ctas_per_sm = fk, gate, cap
+        got = snap(fork, fork.launch(x))
+        for n in want:
+            assert torch.equal(got[n], want[n]), (fk, gate, cap, n)
+    s = fork.scratch(T)
+    for n in ("out", "so", "yn", "hl"):
+        s[n].fill_(float("nan"))            # the replay must rewrite them all
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fork.launch(x)
+    g.replay()
+    torch.cuda.synchronize()
+    replay = snap(fork, s)
+    for n in want:
+        assert torch.equal(replay[n], want[n]), f"graph replay {n}"
+
+
+def test_unknown_stream_mode_is_one_line_error():
+    with pytest.raises(ValueError, match="streams must be one of"):
+        LatentMoE(SMALL, weights("bf16"), DEV, streams="three")
+    with pytest.raises(ValueError, match="gate must be one of"):
+        LatentMoE(SMALL, weights("bf16"), DEV, gate="later")

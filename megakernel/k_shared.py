@@ -1,0 +1,31 @@
+"""The shared experts' pointwise part, on the side stream: act_s = bf16(SiTU(bf16(gate), bf16(up))).
+
+S2[t] = [gate Is | up Is] in f32 from the shared x-side GEMV; each is rounded to bf16 once (the
+rounding the spec puts on the gate_up projection, K3_SPEC 5.4), SiTU in f32, rounded to bf16.
+Grid (T, NPW): a few CTAs per token, so the launch is short.
+"""
+from megakernel.dev import THREADS, cute, cutlass, BFloat16, Int32, situ, bf16_round
+
+NPW = 4
+
+
+class SharedAct:
+    def __init__(self, dims):
+        self.dm = dims
+
+    @cute.jit
+    def __call__(self, s2: cute.Pointer, acts: cute.Pointer, T: Int32, stream):
+        self.kernel(s2, acts, T).launch(grid=(T, NPW, 1), block=(THREADS, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, s2: cute.Pointer, acts: cute.Pointer, T: Int32):
+        dm = self.dm
+        Is = dm.Is
+        tid, _, _ = cute.arch.thread_idx()
+        t, by, _ = cute.arch.block_idx()
+        S = cute.make_tensor(s2, cute.make_layout((T, 2 * Is), stride=(2 * Is, 1)))
+        AS = cute.make_tensor(acts, cute.make_layout((T, Is), stride=(Is, 1)))
+        for i in cutlass.range(by * THREADS + tid, Is, NPW * THREADS):
+            g = bf16_round(S[t, i])
+            u = bf16_round(S[t, Is + i])
+            AS[t, i] = situ(g, u, dm.beta, dm.beta_lin).to(BFloat16)

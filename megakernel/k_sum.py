@@ -1,0 +1,29 @@
+"""The last launch, after the two streams join: out = bf16(f32(ro) + f32(so)) (K3_SPEC 5.4).
+
+ro (routed, main stream) and so (shared, side stream) are each already rounded to bf16, so a
+separate sum changes no bit against doing it inside either GEMV; it lets the two output GEMVs
+run side by side instead of one waiting for the other.
+"""
+from megakernel.dev import THREADS, cute, cutlass, BFloat16, Float32, Int32
+
+NPT = 4   # CTAs per token
+
+
+class FinalSum:
+    def __init__(self, dims):
+        self.dm = dims
+
+    @cute.jit
+    def __call__(self, ro: cute.Pointer, so: cute.Pointer, out: cute.Pointer, T: Int32, stream):
+        self.kernel(ro, so, out, T).launch(grid=(T, NPT, 1), block=(THREADS, 1, 1),
+                                           stream=stream)
+
+    @cute.kernel
+    def kernel(self, ro: cute.Pointer, so: cute.Pointer, out: cute.Pointer, T: Int32):
+        d = self.dm.d
+        tid, _, _ = cute.arch.thread_idx()
+        t, by, _ = cute.arch.block_idx()
+        lay = cute.make_layout((T, d), stride=(d, 1))
+        RO, SO, O = (cute.make_tensor(p, lay) for p in (ro, so, out))
+        for i in cutlass.range(by * THREADS + tid, d, NPT * THREADS):
+            O[t, i] = (RO[t, i].to(Float32) + SO[t, i].to(Float32)).to(BFloat16)

@@ -1,0 +1,54 @@
+"""python -m megakernel.tune_streams: how the shared experts' side stream should run beside the
+routed chain (moe.py: fork, gate, side_ctas_per_sm, and the side GEMVs' unroll), measured at full
+dims, bf16 and MXFP4 experts, T = 1 and 8.
+
+Every mode must give bitwise the output of the one-stream order (checked here on each input
+before timing). Timing as in bench.py: R steps in one CUDA graph over rotating inputs, median
+of 5. Writes $OUT/streams.txt.
+"""
+import copy
+
+import torch
+
+from megakernel import cache
+from megakernel.bench import DEV, draw_weights, graph_us, out_log
+from megakernel.dims import FULL
+from megakernel.moe import LatentMoE
+
+# (label, LatentMoE attributes, unroll of the side GEMVs, unroll of the main GEMVs)
+MODES = [("serial", dict(streams="serial"), 4, 0)]
+MODES += [(f"{f}/{g}/{c}", dict(fork=f, gate=g, side_ctas_per_sm=c), 4, 0)
+          for f, g, c in (("start", "none", 0), ("start", "up", 0), ("start", "down", 0),
+                          ("start", "none", 4), ("start", "down", 4), ("after_x", "none", 0))]
+MODES += [("start/none/0 U4", dict(fork="start", gate="none", side_ctas_per_sm=0), 4, 4),
+          ("start/none/0 U0", dict(fork="start", gate="none", side_ctas_per_sm=0), 0, 0)]
+
+
+def main():
+    log = out_log("streams.txt")
+    dm = FULL
+    log("fork/gate/side CTAs per SM (0 = no cap), U: GEMV unroll; us per step")
+    log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>16s}" for m in MODES))
+    for fmt in ("mxfp4", "bf16"):
+        moe = LatentMoE(dm, draw_weights(dm, fmt, seed=0), DEV)
+        ref = copy.copy(moe)                        # the same weights, on one stream
+        ref.streams, ref._scratch = "serial", {}
+        for T in (1, 8):
+            xs = [torch.randn(T, dm.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
+            cells = []
+            for label, attrs, u_side, u_main in MODES:
+                cache.GEMV_UNROLL.update(gemv_shared=u_side, out_shared=u_side, gemv_x=u_main,
+                                         out_routed=u_main)
+                moe.streams = "fork"
+                for k, v in attrs.items():
+                    setattr(moe, k, v)
+                for x in xs[:2]:
+                    got = moe.launch(x)["out"].clone()
+                    assert torch.equal(got, ref.launch(x)["out"]), f"{fmt} T={T} {label} differs"
+                cells.append(graph_us([moe], xs, 20 if T == 1 else 8))
+            log(f"{fmt:6s} {T:3d} " + " ".join(f"{c:16.1f}" for c in cells))
+        del moe, ref
+        torch.cuda.empty_cache()
+
+if __name__ == "__main__":
+    main()

@@ -20,7 +20,7 @@ routing: streamed beside the chain they fill some of its bubbles (MXFP4, batch 1
 NOTES.md). The main stream has the higher priority, a hint to the CTA scheduler that graph
 capture copies into the kernel nodes. Knobs, all measured by `python -m megakernel.tune_streams`
 (none beat the defaults by more than noise at batch 1): `fork`, where the side starts ("start":
-beside gemv_x, "after_x": after it); `gate`, out_shared held back until the main stream has
+beside gemv_x, or after gemv_x / route / schedule); `gate`, out_shared held back until the main stream has
 finished expert_up ("up") or expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on
 the side GEMVs' grids (0 = none; their CTAs then loop over row tiles). `streams="serial"` puts
 all 11 launches on the caller's stream. Every mode gives the same bits (same kernels; tested).
@@ -33,7 +33,9 @@ from megakernel.dims import MAX_T
 
 STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
           "gemv_shared", "shared_act", "out_shared", "final_sum")
-FORKS, GATES = ("start", "after_x"), ("none", "up", "down")
+# fork point -> the main-stream launch after which the side starts (None: beside gemv_x)
+FORKS = {"start": None, "after_x": 0, "after_route": 1, "after_schedule": 2}
+GATES = ("none", "up", "down")
 
 
 def _stream():
@@ -46,7 +48,7 @@ class LatentMoE:
                  gate: str = "none", side_ctas_per_sm: int = 0):
         """Pack the weights once (never modifies `weights`): the routed x-side rows are
         concatenated so gemv_x reads x once; expert tensors are made contiguous."""
-        for name, v, ok in (("streams", streams, ("fork", "serial")), ("fork", fork, FORKS),
+        for name, v, ok in (("streams", streams, ("fork", "serial")), ("fork", fork, tuple(FORKS)),
                             ("gate", gate, GATES)):
             if v not in ok:
                 raise ValueError(f"{name} must be one of {ok}, got {v!r}")
@@ -175,16 +177,18 @@ class LatentMoE:
         cur = torch.cuda.current_stream()
         main, side = self._main, self._side
         main.wait_stream(cur)
-        if self.fork == "start":
+        after = FORKS[self.fork]
+        if after is None:
             side.wait_stream(cur)
         with torch.cuda.stream(main):
-            go(0)
-        if self.fork == "after_x":
-            side.wait_stream(main)
+            for i in (0, 1, 2):
+                go(i)
+                if i == after:
+                    side.wait_stream(main)
         with torch.cuda.stream(side):
             go(7, 8)
         with torch.cuda.stream(main):
-            go(1, 2, 3)
+            go(3)
             if self.gate == "up":
                 side.wait_stream(main)
             go(4)

@@ -16,19 +16,18 @@ from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 
 # (label, LatentMoE attributes, unroll of the side GEMVs, unroll of the main GEMVs)
-MODES = [("serial", dict(streams="serial"), 4, 0)]
-MODES += [(f"{f}/{g}/{c}", dict(fork=f, gate=g, side_ctas_per_sm=c), 4, 0)
-          for f, g, c in (("start", "none", 0), ("start", "up", 0), ("start", "down", 0),
-                          ("start", "none", 4), ("start", "down", 4), ("after_x", "none", 0))]
-MODES += [("start/none/0 U4", dict(fork="start", gate="none", side_ctas_per_sm=0), 4, 4),
-          ("start/none/0 U0", dict(fork="start", gate="none", side_ctas_per_sm=0), 0, 0)]
+MODES = [("serial", dict(streams="serial"), 4, 4)]
+MODES += [(f"{f}/{g}/0", dict(fork=f, gate=g, side_ctas_per_sm=0), 4, 4)
+          for f, g in (("start", "none"), ("after_x", "none"), ("after_route", "none"),
+                       ("after_schedule", "none"), ("after_route", "down"),
+                       ("after_schedule", "down"), ("start", "down"))]
 
 
 def main():
     log = out_log("streams.txt")
     dm = FULL
     log("fork/gate/side CTAs per SM (0 = no cap), U: GEMV unroll; us per step")
-    log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>16s}" for m in MODES))
+    log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>22s}" for m in MODES))
     for fmt in ("mxfp4", "bf16"):
         moe = LatentMoE(dm, draw_weights(dm, fmt, seed=0), DEV)
         ref = copy.copy(moe)                        # the same weights, on one stream
@@ -46,7 +45,7 @@ def main():
                     got = moe.launch(x)["out"].clone()
                     assert torch.equal(got, ref.launch(x)["out"]), f"{fmt} T={T} {label} differs"
                 cells.append(graph_us([moe], xs, 20 if T == 1 else 8))
-            log(f"{fmt:6s} {T:3d} " + " ".join(f"{c:16.1f}" for c in cells))
+            log(f"{fmt:6s} {T:3d} " + " ".join(f"{c:22.1f}" for c in cells))
         del moe, ref
         torch.cuda.empty_cache()
 

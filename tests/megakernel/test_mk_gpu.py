@@ -166,7 +166,8 @@ def test_fork_join_equals_one_stream_and_graph(fmt, T):
         return {n: v.clone() for n, v in dict(m.debug_outputs(s, T), out=s["out"]).items()}
 
     want = snap(serial, serial.launch(x))
-    for fk, gate, cap in (("start", "none", 2), ("after_x", "up", 0), ("start", "down", 1)):
+    for fk, gate, cap in (("start", "none", 2), ("after_x", "up", 0), ("start", "down", 1),
+                          ("after_route", "down", 0), ("after_schedule", "none", 0)):
         fork.fork, fork.gate, fork.side_ctas_per_sm = fk, gate, cap
         got = snap(fork, fork.launch(x))
         for n in want:

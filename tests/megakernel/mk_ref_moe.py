@@ -1,6 +1,7 @@
 """A float32 torch reference of the LatentMoE step for the megakernel tests (independent of
 reference/): f32 math everywhere, bf16 rounding exactly at the K3_SPEC 7 points the kernel uses
-(hl, act, y_j, yc, yn, yu, gu_s, act_s, ys, out). Also the random weights the tests use."""
+(hl, act, y_j, yc, yn, yu, gu_s, act_s, ys, out). The tests draw their random weights with
+megakernel.bench.draw_weights, the bench's own."""
 import torch
 
 E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])
@@ -21,26 +22,6 @@ def situ(g, u, b=4.0, bl=25.0):
 
 def bf(t):
     return t.to(torch.bfloat16).float()
-
-
-def make_weights(dm, fmt, device, seed=0):
-    g = torch.Generator(device="cpu").manual_seed(seed)
-    rn = lambda *s, fan: (torch.randn(*s, generator=g) / fan ** 0.5).to(torch.bfloat16)  # noqa
-    w = {"router.weight": rn(dm.E, dm.d, fan=dm.d), "router.bias": 0.01 * torch.randn(dm.E, generator=g),
-         "down.weight": rn(dm.r, dm.d, fan=dm.d),
-         "latent_norm.weight": (1 + 0.1 * torch.randn(dm.r, generator=g)).to(torch.bfloat16),
-         "up.weight": rn(dm.d, dm.r, fan=dm.r), "shared.gate_up": rn(2 * dm.Is, dm.d, fan=dm.d),
-         "shared.down": rn(dm.d, dm.Is, fan=dm.Is)}
-    if fmt == "bf16":
-        w["experts.w13"] = rn(dm.E, 2 * dm.I, dm.r, fan=dm.r)
-        w["experts.w2"] = rn(dm.E, dm.r, dm.I, fan=dm.I)
-    else:
-        ri = lambda hi, *s: torch.randint(0, hi, s, generator=g, dtype=torch.int32).to(torch.uint8)  # noqa
-        w["experts.w13_packed"] = ri(256, dm.E, 2 * dm.I, dm.r // 2)
-        w["experts.w13_scale"] = (ri(5, dm.E, 2 * dm.I, dm.r // 32) + 118 - 3).to(torch.uint8)
-        w["experts.w2_packed"] = ri(256, dm.E, dm.r, dm.I // 2)
-        w["experts.w2_scale"] = (ri(5, dm.E, dm.r, dm.I // 32) + 118 - 3).to(torch.uint8)
-    return {k: v.to(device) for k, v in w.items()}
 
 
 def moe_ref(dm, w, x, forced_ids=None):

@@ -10,7 +10,8 @@ from megakernel.dims import SMALL  # noqa: E402
 from megakernel.moe import LatentMoE  # noqa: E402
 import os, sys  # noqa: E402,E401
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mk_ref_moe import make_weights, moe_ref  # noqa: E402
+from mk_ref_moe import moe_ref  # noqa: E402
+from megakernel.bench import draw_weights  # noqa: E402
 
 DEV = torch.device("cuda")
 _W = {}
@@ -18,7 +19,7 @@ _W = {}
 
 def weights(fmt):
     if fmt not in _W:
-        _W[fmt] = make_weights(SMALL, fmt, DEV, seed=1)
+        _W[fmt] = draw_weights(SMALL, fmt, seed=1)
     return _W[fmt]
 
 

@@ -20,10 +20,11 @@ routing: streamed beside the chain they fill some of its bubbles (MXFP4, batch 1
 NOTES.md). The main stream has the higher priority, a hint to the CTA scheduler that graph
 capture copies into the kernel nodes. Knobs, all measured by `python -m megakernel.tune_streams`
 (none beat the defaults by more than noise at batch 1): `fork`, where the side starts ("start":
-beside gemv_x, or after gemv_x / route / schedule); `gate`, out_shared held back until the main stream has
-finished expert_up ("up") or expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on
-the side GEMVs' grids (0 = none; their CTAs then loop over row tiles). `streams="serial"` puts
-all 11 launches on the caller's stream. Every mode gives the same bits (same kernels; tested).
+beside gemv_x, or after gemv_x / route / schedule); `gate`, out_shared held back until the main
+stream has finished expert_up ("up") or expert_down ("down"), or not ("none");
+`side_ctas_per_sm`, a cap on the side GEMVs' grids (0 = none; their CTAs then loop over row
+tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
+same bits (same kernels; tested).
 """
 import torch
 
@@ -145,31 +146,27 @@ class LatentMoE:
         maxU = min(dm.E, T * dm.k)
         o = out if out is not None else s["out"]
         sched = [p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")]
-        args = (
-            (p(BF, self.w1), p(BF, x), p(F32, s["s1"])),
+        full = 1 << 30                          # a grid cap no GEMV reaches
+        side_cap = self._nsm * self.side_ctas_per_sm if self.side_ctas_per_sm else full
+        args = (                                # every launch's arguments, in STAGES order
+            (p(BF, self.w1), p(BF, x), p(F32, s["s1"]), T, full),
             (p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]), p(I32, s["ids"]),
-             p(F32, s["wts"]), p(BF, s["hl"])),
-            (p(I32, s["ids"]), *sched),
+             p(F32, s["wts"]), p(BF, s["hl"]), T),
+            (p(I32, s["ids"]), *sched, T),
             (p(wdt, self.w13), p(U8, self.w13s), p(BF, s["hl"]), *sched, p(BF, s["act"]), T, maxU),
             (p(wdt, self.w2), p(U8, self.w2s), p(BF, s["act"]), *sched, p(BF, s["y"]), T, maxU),
             (p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["y"]), p(BF, self.norm_w),
-             p(BF, s["yc"]), p(BF, s["yn"])),
-            (p(BF, self.w_up), p(BF, s["yn"]), p(BF, s["ro"])),
-            (p(BF, self.w_gu), p(BF, x), p(F32, s["s2"])),
-            (p(F32, s["s2"]), p(BF, s["acts"])),
-            (p(BF, self.w_sd), p(BF, s["acts"]), p(BF, s["so"])),
-            (p(BF, s["ro"]), p(BF, s["so"]), p(BF, o)))
-
-        side_cap = self._nsm * self.side_ctas_per_sm if self.side_ctas_per_sm else 1 << 30
-        caps = {0: 1 << 30, 6: 1 << 30, 7: side_cap, 9: side_cap}   # the GEMVs' grid caps
+             p(BF, s["yc"]), p(BF, s["yn"]), T),
+            (p(BF, self.w_up), p(BF, s["yn"]), p(BF, s["ro"]), T, full),
+            (p(BF, self.w_gu), p(BF, x), p(F32, s["s2"]), T, side_cap),
+            (p(F32, s["s2"]), p(BF, s["acts"]), T),
+            (p(BF, self.w_sd), p(BF, s["acts"]), p(BF, s["so"]), T, side_cap),
+            (p(BF, s["ro"]), p(BF, s["so"]), p(BF, o), T))
 
         def go(*idx):
             for i in idx:
                 if on(i):
-                    a = args[i] if i in (3, 4) else (*args[i], T)   # experts: T, maxU inside
-                    if i in caps:
-                        a = (*a, caps[i])
-                    fns[i](*a, _stream())
+                    fns[i](*args[i], _stream())
 
         if self.streams == "serial":
             go(0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)

@@ -3,8 +3,14 @@
 Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead as the entry point
 `megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
 module imports neither cutlass nor CUDA.
+
+MEGAKERNEL_STREAMS selects how the step is launched (moe.MODES): "fork" (default, the fastest
+measured: 11 launches over two streams), "serial" (the same on one stream) or "persistent" (the
+whole step in one launch, k_persistent.py). All three compute the same bits.
 """
 from __future__ import annotations
+
+import os
 
 MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "combined",
                "latent_normed", "routed_out", "shared_out")
@@ -40,7 +46,8 @@ class MegakernelBackend:
         if stage != "moe":
             raise KeyError(f"megakernel implements only the moe stage, not {stage!r}")
         dev = next(iter(weights.values())).device
-        return LatentMoE(from_cfg(cfg), weights, dev)
+        return LatentMoE(from_cfg(cfg), weights, dev,
+                         streams=os.environ.get("MEGAKERNEL_STREAMS", "fork"))
 
     def run(self, stage, cfg, prepared, inputs, out) -> None:
         x = inputs["x"].contiguous()
@@ -53,6 +60,8 @@ class MegakernelBackend:
                   and tuple(o.shape) == (x.shape[0], prepared.dm.d))
         s = prepared.launch(x, forced_ids=forced, out=o if direct else None)
         T = x.shape[0]
+        if prepared.streams == "persistent":
+            prepared.check_persistent()     # one word read back: a broken wait fails loudly
         if not direct:
             o.copy_(s["out"])
         if debug:

@@ -3,7 +3,8 @@
 Method (METHOD.md): weights drawn on the GPU; the small config rotates 8 weight sets and every
 config rotates 8 inputs so L2 (60 MB) does not serve repeated reads (a full-dim step reads >= 0.6
 GB anyway); the kernel's 11 launches (fork-join over two streams, and again all on one stream)
-are captured R times in one CUDA graph and the replays timed with events, median of 5; torch
+are captured R times in one CUDA graph and the replays timed with events, median of 5 (and the
+one-launch persistent step, k_persistent.py, the same way: "1-launch us"); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
@@ -121,7 +122,16 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         for m in mods:                 # the same launches on one stream, for comparison
             m.streams = "serial"
         serial_us = graph_us(mods, xs, R)
+        for m in mods:                 # the whole step in one launch (k_persistent.py)
+            m.streams = "persistent"
+        for i in range(2):             # same bits as the 11 launches, checked on the GPU
+            a = mods[i % nm].launch(xs[i])["out"].clone()
+            mods[i % nm].streams = "fork"
+            assert torch.equal(a, mods[i % nm].launch(xs[i])["out"]), "persistent != fork-join"
+            mods[i % nm].streams = "persistent"
+        one_us = graph_us(mods, xs, R)
         for m in mods:
+            m.check_persistent()
             m.streams = "fork"
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
@@ -136,6 +146,7 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         log(f"  {dm.tag} {fmt} T={T}: each launch alone (us): "
             + " | ".join(f"{n} {u:.1f}" for n, u in zip(STAGES, parts))
             + f" | sum {sum(parts):.1f} | one stream {serial_us:.1f} | fork-join {k_us:.1f}"
+            + f" | one launch {one_us:.1f}"
             + f" | distinct experts {statistics.mean(nexp):.1f}")
 
         def eager_loop(fns, Re):
@@ -159,19 +170,20 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
                 tc = None
         roof_us = nbytes / bw * 1e6
         row = (dm.tag, fmt, T, nbytes, k_us, 100 * roof_us / k_us, e_us / k_us, c_us / k_us,
-               roof_us, e_us, c_us, serial_us)
+               roof_us, e_us, c_us, serial_us, one_us)
         rows.append(row)
         log(fmt_row(row))
 
 
 HDR = (f"{'config':6s} {'format':6s} {'batch':>5s} {'MB read':>9s} {'kernel us':>10s} "
        f"{'%copyBW':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
-       f"{'compile us':>10s} {'1-stream us':>11s}")
+       f"{'compile us':>10s} {'1-stream us':>11s} {'1-launch us':>11s}")
 
 
 def fmt_row(r):
     return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% "
-            f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f} {r[11]:11.1f}")
+            f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f} {r[11]:11.1f} "
+            f"{r[12]:11.1f}")
 
 
 def out_log(name):

@@ -14,7 +14,7 @@ from megakernel.cute_env import import_cutlass
 
 import_cutlass()
 import cutlass.cute as cute  # noqa: E402
-from cutlass import BFloat16, Float32, Int32, Uint8  # noqa: E402
+from cutlass import BFloat16, Float32, Int32, Int64, Uint8  # noqa: E402
 from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
 from megakernel.dev import GMEM  # noqa: E402
@@ -26,6 +26,7 @@ from megakernel.k_expert_mma import ExpertMMA  # noqa: E402
 from megakernel.k_combine import Combine  # noqa: E402
 from megakernel.k_shared import SharedAct  # noqa: E402
 from megakernel.k_sum import FinalSum  # noqa: E402
+from megakernel.k_persistent import PersistentStep  # noqa: E402
 
 BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
 
@@ -58,6 +59,19 @@ MMA_UP = _env_variant("MK_MMA_UP", dict(U=1, WPC=4, PF=128, S=3))
 MMA_DOWN = _env_variant("MK_MMA_DOWN", dict(U=2, WPC=4, MT=1, PF=128))
 ALT_UP = dict(U=2, WPC=4, PF=128)                  # the other load scheme of each, compiled too
 ALT_DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
+
+
+# The persistent launch runs every stage on CTAs of 256 threads: 8 warps per expert task. Its up
+# ring (8 warps x 3 stages x 2.5 KB = 60 KB) is the largest shared-memory user of its stages.
+# MK_PERSIST_CTAS=4 (tuning runs) builds it for 4 CTAs per SM instead: registers capped at 64 and
+# a 2-stage ring, so that 4 x 256 threads and 4 x ~44 KB fit an SM.
+PERSIST_CTAS = int(os.environ.get("MK_PERSIST_CTAS", 3))
+PERSIST_UP = dict(U=1, WPC=8, PF=128, S=3 if PERSIST_CTAS <= 3 else 2)
+PERSIST_DOWN = dict(U=2, WPC=8, MT=1, PF=128)
+# GEMV unroll inside the persistent launch (its CTAs are fewer per SM: 3 by registers, against up
+# to 8 for the standalone GEMVs, so each warp keeps more loads in flight). MK_PERSIST_UNROLL (an
+# int) overrides, for tuning runs; every value gives the same bits.
+PERSIST_UNROLL = {g: int(os.environ.get("MK_PERSIST_UNROLL", 8)) for g in GEMV_UNROLL}
 
 
 def mma_ok(dm):
@@ -93,7 +107,21 @@ KERNELS = {
                         lambda dm, U, WPC, MT, PF=0, S=0: [U8, U8, BF] + [I32] * 5
                         + [BF, INT, INT]),
     "combine": (lambda dm: Combine(dm), lambda dm: [I32, F32, BF, BF, BF, BF, INT]),
+    "persistent": (lambda dm, fmt, forced, T1, trace=False:
+                   persistent_step(dm, fmt, forced, T1, trace),
+                   lambda dm, fmt, forced, T1, trace=False:
+                   [BF, BF, F32, F32, I32, I32, F32, BF] + [I32] * 5
+                   + [_wdt(fmt), U8, BF, _wdt(fmt), U8] + [BF] * 7
+                   + [F32, BF, BF, BF, BF, I32, I32, Int64, INT, INT]),
 }
+
+
+def persistent_step(dm, fmt, forced, T1, trace=False):
+    """The PersistentStep object (not compiled) for these dims / format / batch class."""
+    mma = fmt == "mxfp4" and MX_MMA and mma_ok(dm)
+    return PersistentStep(dm, fmt, forced, 1 if T1 else TT_GEMV, 1 if T1 else TT_EXPERT,
+                          PERSIST_UNROLL, PERSIST_UP if mma else None, PERSIST_DOWN if mma else None,
+                          trace, PERSIST_CTAS)
 
 
 def variants():
@@ -106,6 +134,8 @@ def variants():
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     out += [("expert_up_mma", dict(MMA_UP)), ("expert_down_mma", dict(MMA_DOWN)),
             ("expert_up_mma", dict(ALT_UP)), ("expert_down_mma", dict(ALT_DOWN))]
+    out += [("persistent", dict(fmt=fmt, forced=forced, T1=T1)) for fmt in ("bf16", "mxfp4")
+            for T1 in (True, False) for forced in (False, True)]
     return out
 
 

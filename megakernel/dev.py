@@ -148,10 +148,15 @@ def ld_v4_stream(addr, pf: int = 0, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def ld_v4_cached(addr, *, loc=None, ip=None):
-    """16 bytes (activations, written by an earlier launch) -> 4 u32, through L1."""
+def ld_v4_cached(addr, coherent: bool = False, *, loc=None, ip=None):
+    """16 bytes of activations -> 4 u32, through L1. Written by an earlier launch: the read-only
+    path (.nc); written by this launch (`coherent`, k_persistent.py): a plain load, ordered after
+    the producer's release by the task's acquire + barrier (side-effecting, so it is not hoisted
+    above them)."""
+    nc = "" if coherent else ".nc"
     r = _asm(4, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
-             "ld.global.nc.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", loc, ip)
+             f"ld.global{nc}.v4.u32 {{$0, $1, $2, $3}}, [$4];", "=r,=r,=r,=r,l" +
+             (",~{memory}" if coherent else ""), loc, ip, side=coherent)
     return [Uint32(v) for v in r]
 
 
@@ -230,3 +235,15 @@ def ld_shared_v4(saddr, *, loc=None, ip=None):
              "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip,
              side=True)
     return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def globaltimer(*, loc=None, ip=None):
+    """The GPU's global nanosecond clock (for the persistent launch's task trace)."""
+    return Int64(_asm(1, T.i64(), [], "mov.u64 $0, %globaltimer;", "=l", loc, ip, side=True))
+
+
+@dsl_user_op
+def smid(*, loc=None, ip=None):
+    """The SM this thread runs on."""
+    return Int32(_asm(1, T.i32(), [], "mov.u32 $0, %smid;", "=r", loc, ip, side=True))

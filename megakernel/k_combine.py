@@ -3,71 +3,103 @@
 yc = bf16(sum_j w_j f32(y_j)) over the slots in order 0..k-1, dropped (-1) slots skipped: a fixed
 order with no atomics (deterministic). yn = bf16(yc * rsqrt(mean(yc^2) + eps) * w_norm), f32 math,
 one rounding (the RMSNorm choice documented in K3_SPEC 7).
+
+Each (virtual) thread owns 8-column chunks c = v, v + VT, ... and reads them with 128-bit loads,
+all k slots' loads independent of each other (the launch is latency-bound: 16 loads in flight
+per thread instead of 16 x 7 scalar ones one column at a time). mean(yc^2): per virtual thread
+over its chunks in order, butterfly per virtual warp, then the VT/32 warp partials in order.
 """
-from megakernel.dev import (cute, cutlass, BFloat16, Float32, Int32, warp_sum)
+from megakernel.dev import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
+                            load8_bf16_f32, warp_sum)
 
-
-THREADS = 512   # more threads than the row kernels: this launch is latency-bound (1 CTA/token)
-WARPS = THREADS // 32
+VT = 512   # "virtual" threads: the sum-of-squares order is that of 512 threads however many run
 
 
 class Combine:
-    def __init__(self, dims):
-        self.dm = dims
-        self.NPT = (dims.r + THREADS - 1) // THREADS
+    def __init__(self, dims, threads: int = VT):
+        """512 threads alone, more than the row kernels: the launch is latency-bound (1 CTA per
+        token). k_persistent.py runs the same body on CTAs of 256: each thread then plays
+        VT / threads virtual threads, so the RMSNorm reduction (per virtual thread, per virtual
+        warp, then the 16 warp partials in order) and hence every bit stay the same."""
+        assert VT % threads == 0
+        self.dm, self.threads = dims, threads
+        self.H = VT // threads
+        self.NPT = (dims.r // 8 + VT - 1) // VT     # 8-column chunks per virtual thread
 
     @cute.jit
     def __call__(self, ids: cute.Pointer, wts: cute.Pointer, y: cute.Pointer, nw: cute.Pointer,
                  yc: cute.Pointer, yn: cute.Pointer, T: Int32, stream):
-        self.kernel(ids, wts, y, nw, yc, yn, T).launch(grid=(T, 1, 1), block=(THREADS, 1, 1),
+        self.kernel(ids, wts, y, nw, yc, yn, T).launch(grid=(T, 1, 1), block=(self.threads, 1, 1),
                                                        stream=stream)
 
     @cute.kernel
     def kernel(self, ids: cute.Pointer, wts: cute.Pointer, y: cute.Pointer, nw: cute.Pointer,
                yc: cute.Pointer, yn: cute.Pointer, T: Int32):
+        t, _, _ = cute.arch.block_idx()
+        self.body(ids, wts, y, nw, yc, yn, T, t)
+
+    @cute.jit
+    def body(self, ids, wts, y, nw, yc, yn, T, t):
         dm = self.dm
         k, r = dm.k, dm.r
+        H, NPT = self.H, self.NPT
+        RC = r // 8
+        VW = VT // 32
         tid, _, _ = cute.arch.thread_idx()
-        t, _, _ = cute.arch.block_idx()
         lane = tid % 32
         warp = tid // 32
         IDS = cute.make_tensor(ids, cute.make_layout((T, k), stride=(k, 1)))
         WTS = cute.make_tensor(wts, cute.make_layout((T, k), stride=(k, 1)))
-        Y = cute.make_tensor(y, cute.make_layout((T * k, r), stride=(r, 1)))
-        NW = cute.make_tensor(nw, cute.make_layout((r,), stride=(1,)))
-        YC = cute.make_tensor(yc, cute.make_layout((T, r), stride=(r, 1)))
-        YN = cute.make_tensor(yn, cute.make_layout((T, r), stride=(r, 1)))
+        Y = cute.make_tensor(y, cute.make_layout((T * k, RC, 8), stride=(r, 8, 1)))
+        NW = cute.make_tensor(nw, cute.make_layout((RC, 8), stride=(8, 1)))
+        YC = cute.make_tensor(yc, cute.make_layout((T, RC, 8), stride=(r, 8, 1)))
+        YN = cute.make_tensor(yn, cute.make_layout((T, RC, 8), stride=(r, 8, 1)))
+        atom = copy_atom_128(BFloat16)
         smem = cutlass.memory.SmemAllocator()
-        part = smem.allocate_tensor(Float32, cute.make_layout((WARPS,), stride=(1,)), 16)
-        vals = cute.make_rmem_tensor((self.NPT,), Float32)
+        part = smem.allocate_tensor(Float32, cute.make_layout((VW,), stride=(1,)), 16)
+        vals = cute.make_rmem_tensor((H * NPT * 8,), Float32)
         idr = cute.make_rmem_tensor((k,), Int32)      # ids and weights hoisted: the Y loads
         wr = cute.make_rmem_tensor((k,), Float32)     # below are then independent of each other
         for j in cutlass.range_constexpr(k):
             idr[j] = IDS[t, j]
             wr[j] = WTS[t, j]
-        ss = Float32(0.0)
-        for q in cutlass.range_constexpr(self.NPT):
-            n = tid + q * THREADS
-            vals[q] = Float32(0.0)
-            if n < r:
-                acc = Float32(0.0)
-                for j in cutlass.range_constexpr(k):
-                    if idr[j] >= 0:
-                        acc = acc + wr[j] * Y[t * k + j, n].to(Float32)
-                cb = acc.to(BFloat16)
-                YC[t, n] = cb
-                v = cb.to(Float32)
-                vals[q] = v
-                ss = ss + v * v
-        ss = warp_sum(ss)
-        if lane == 0:
-            part[warp] = ss
+        for h in cutlass.range_constexpr(H):
+            v_tid = tid + h * self.threads            # this thread's h-th virtual thread
+            ss = Float32(0.0)
+            for q in cutlass.range_constexpr(NPT):
+                c = v_tid + q * VT
+                for i in cutlass.range_constexpr(8):
+                    vals[(h * NPT + q) * 8 + i] = Float32(0.0)
+                if c < RC:
+                    acc = cute.make_rmem_tensor((8,), Float32)
+                    for i in cutlass.range_constexpr(8):
+                        acc[i] = Float32(0.0)
+                    for j in cutlass.range_constexpr(k):
+                        if idr[j] >= 0:
+                            yv = load8_bf16_f32(atom, Y[t * k + j, c, None])
+                            for i in cutlass.range_constexpr(8):
+                                acc[i] = acc[i] + wr[j] * yv[i]
+                    cb = cute.make_rmem_tensor((8,), BFloat16)
+                    for i in cutlass.range_constexpr(8):
+                        cb[i] = acc[i].to(BFloat16)
+                        v = cb[i].to(Float32)
+                        vals[(h * NPT + q) * 8 + i] = v
+                        ss = ss + v * v
+                    cute.copy(atom, cb, YC[t, c, None])
+            ss = warp_sum(ss)
+            if lane == 0:
+                part[warp + h * (self.threads // 32)] = ss
         cute.arch.sync_threads()
         tot = part[0]
-        for w in cutlass.range_constexpr(1, WARPS):
+        for w in cutlass.range_constexpr(1, VW):
             tot = tot + part[w]
         rinv = cute.math.rsqrt(tot / Float32(r) + Float32(dm.eps))
-        for q in cutlass.range_constexpr(self.NPT):
-            n = tid + q * THREADS
-            if n < r:
-                YN[t, n] = (vals[q] * rinv * NW[n].to(Float32)).to(BFloat16)
+        for h in cutlass.range_constexpr(H):
+            for q in cutlass.range_constexpr(NPT):
+                c = tid + h * self.threads + q * VT
+                if c < RC:
+                    wn = load8_bf16_f32(atom, NW[c, None])
+                    ob = cute.make_rmem_tensor((8,), BFloat16)
+                    for i in cutlass.range_constexpr(8):
+                        ob[i] = (vals[(h * NPT + q) * 8 + i] * rinv * wn[i]).to(BFloat16)
+                    cute.copy(atom, ob, YN[t, c, None])

@@ -38,18 +38,27 @@ class _ExpertBase:
                  act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
                  T: Int32, maxU: Int32, stream):
         self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
-            grid=((self.NOUT + WARPS - 1) // WARPS, maxU, 1), block=(THREADS, 1, 1),
-            stream=stream)
+            grid=(self.tiles, maxU, 1), block=(THREADS, 1, 1), stream=stream)
+
+    @property
+    def tiles(self):
+        """Row tiles (CTAs) per expert."""
+        return (self.NOUT + WARPS - 1) // WARPS
 
     @cute.kernel
     def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
                nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
                act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
+        bx, u, _ = cute.arch.block_idx()
+        self.body(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u)
+
+    @cute.jit
+    def body(self, w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u):
+        """Row tile bx of active expert slot u (nothing when u >= nact)."""
         dm, TT, R, K, NOUT, UP = self.dm, self.TT, self.R, self.K, self.NOUT, self.up
         E, k = dm.E, dm.k
         P = T * k
         tid, _, _ = cute.arch.thread_idx()
-        bx, u, _ = cute.arch.block_idx()
         lane = tid % 32
         row = bx * WARPS + tid // 32
         NA = cute.make_tensor(nact, cute.make_layout((1,), stride=(1,)))

@@ -39,9 +39,13 @@ def act_pos(j: int) -> int:
 
 
 class ExpertMMA:
-    def __init__(self, dims, up: bool, U: int, WPC: int, MT: int = 1, PF: int = 0, S: int = 0):
+    def __init__(self, dims, up: bool, U: int, WPC: int, MT: int = 1, PF: int = 0, S: int = 0,
+                 coherent: bool = False, smem_cap: int = 48 * 1024):
+        """`coherent`: read the activation with plain loads instead of the read-only (.nc) path,
+        required when it is written by the same launch (k_persistent.py)."""
         d = dims
         self.dm, self.up, self.WPC, self.PF, self.S = dims, up, WPC, PF, S
+        self.coherent = coherent
         self.R = 2 * d.I if up else d.r          # weight rows per expert
         self.K = d.r if up else d.I
         self.NOUT = d.I if up else d.r           # output rows per pair
@@ -56,22 +60,32 @@ class ExpertMMA:
         # [stage][field][lane] (16 B per lane: conflict-free 128-bit shared loads). Each lane
         # reads back only what it copied itself, so no barrier is needed.
         self.SB = (self.NT * 2 + 1) * 512
-        assert S == 0 or (S >= 2 and WPC * S * self.SB <= 48 * 1024)
+        assert S == 0 or (S >= 2 and WPC * S * self.SB <= smem_cap)
 
     @cute.jit
     def __call__(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
                  nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
                  act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
                  T: Int32, maxU: Int32, stream):
-        rc = self.RW * self.WPC
         self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
-            grid=((self.NOUT + rc - 1) // rc, maxU, 1), block=(32 * self.WPC, 1, 1),
-            stream=stream)
+            grid=(self.tiles, maxU, 1), block=(32 * self.WPC, 1, 1), stream=stream)
+
+    @property
+    def tiles(self):
+        """Row tiles (CTAs) per expert."""
+        rc = self.RW * self.WPC
+        return (self.NOUT + rc - 1) // rc
 
     @cute.kernel
     def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
                nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
                act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
+        bx, u, _ = cute.arch.block_idx()
+        self.body(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u)
+
+    @cute.jit
+    def body(self, w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u):
+        """Row tile bx of active expert slot u (nothing when u >= nact)."""
         dm, UP, K, R, NOUT = self.dm, self.up, self.K, self.R, self.NOUT
         NT, RW, U, WPC, S, SB, PF = self.NT, self.RW, self.U, self.WPC, self.S, self.SB, self.PF
         E, k = dm.E, dm.k
@@ -80,7 +94,6 @@ class ExpertMMA:
         G = K // 32                 # scale groups per row
         NB = K // 128               # K blocks
         tid, _, _ = cute.arch.thread_idx()
-        bx, u, _ = cute.arch.block_idx()
         lane = tid % 32
         g = lane // 4
         tg = lane % 4
@@ -145,7 +158,8 @@ class ExpertMMA:
                         for th in cutlass.range_constexpr(NT * 2):
                             Sr[th] = (sv[th] >> Uint32(8 * tg)) & Uint32(0xFF)
                         for q in cutlass.range_constexpr(4):
-                            xv = ld_v4_cached(xa + Int64(blk) * Int64(256) + Int64(16 * q))
+                            xv = ld_v4_cached(xa + Int64(blk) * Int64(256) + Int64(16 * q),
+                                              self.coherent)
                             for j in cutlass.range_constexpr(4):
                                 Xr[4 * q + j] = xv[j]
                         nb = blk + (S - 1)
@@ -165,7 +179,8 @@ class ExpertMMA:
                                     Ar[(uu * NT * 2 + th) * 4 + q] = v[q]
                                 Sr[uu * NT * 2 + th] = ld_u8_stream(sad[th] + blk * Int64(4))
                             for q in cutlass.range_constexpr(4):
-                                xv = ld_v4_cached(xa + blk * Int64(256) + Int64(16 * q))
+                                xv = ld_v4_cached(xa + blk * Int64(256) + Int64(16 * q),
+                                                  self.coherent)
                                 for j in cutlass.range_constexpr(4):
                                     Xr[uu * 16 + 4 * q + j] = xv[j]
                         # then decode + mma

@@ -30,16 +30,21 @@ class Gemv:
 
     @cute.kernel
     def kernel(self, w: cute.Pointer, x: cute.Pointer, y: cute.Pointer, T: Int32, grid: Int32):
+        bid, _, _ = cute.arch.block_idx()
+        self.body(w, x, y, T, bid, self.tiles, grid)
+
+    @cute.jit
+    def body(self, w, x, y, T, lo, hi, step):
+        """Row tiles lo, lo + step, ... below hi (also a task of k_persistent.py)."""
         N, K = self.N, self.K
         KC = K // 8
         tid, _, _ = cute.arch.thread_idx()
-        bid, _, _ = cute.arch.block_idx()
         lane = tid % 32
         W = cute.make_tensor(w, cute.make_layout((N, KC, 8), stride=(K, 8, 1)))
         X = cute.make_tensor(x, cute.make_layout((T, KC, 8), stride=(K, 8, 1)))
         Y = cute.make_tensor(y, cute.make_layout((T, N), stride=(N, 1)))
         atom = copy_atom_128(BFloat16)
-        for tile in cutlass.range(bid, self.tiles, grid):
+        for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
             row = tile * WARPS + tid // 32
             if row < N:
                 self.row(atom, W, X, Y, row, T, lane)

@@ -34,11 +34,16 @@ class Route:
     @cute.kernel
     def kernel(self, s1: cute.Pointer, bias: cute.Pointer, fids: cute.Pointer,
                ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, T: Int32):
+        t, by, _ = cute.arch.block_idx()
+        self.body(s1, bias, fids, ids, wts, hl, T, t, by)
+
+    @cute.jit
+    def body(self, s1, bias, fids, ids, wts, hl, T, t, by):
+        """Token t: top-k (by == 0) or a quarter of its latent rounding (by = 1..NPW)."""
         dm = self.dm
         E, k, r = dm.E, dm.k, dm.r
         N1 = E + r
         tid, _, _ = cute.arch.thread_idx()
-        t, by, _ = cute.arch.block_idx()
         lane = tid % 32
         warp = tid // 32
         S = cute.make_tensor(s1, cute.make_layout((T, N1), stride=(N1, 1)))

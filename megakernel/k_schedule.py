@@ -44,6 +44,10 @@ class Schedule:
     @cute.kernel
     def kernel(self, ids: cute.Pointer, nact: cute.Pointer, act_e: cute.Pointer,
                act_off: cute.Pointer, act_cnt: cute.Pointer, pairs: cute.Pointer, T: Int32):
+        self.body(ids, nact, act_e, act_off, act_cnt, pairs, T)
+
+    @cute.jit
+    def body(self, ids, nact, act_e, act_off, act_cnt, pairs, T):
         E, k, EPT = self.dm.E, self.dm.k, self.EPT
         tid, _, _ = cute.arch.thread_idx()
         lane = tid % 32

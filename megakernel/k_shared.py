@@ -19,10 +19,14 @@ class SharedAct:
 
     @cute.kernel
     def kernel(self, s2: cute.Pointer, acts: cute.Pointer, T: Int32):
+        t, by, _ = cute.arch.block_idx()
+        self.body(s2, acts, T, t, by)
+
+    @cute.jit
+    def body(self, s2, acts, T, t, by):
         dm = self.dm
         Is = dm.Is
         tid, _, _ = cute.arch.thread_idx()
-        t, by, _ = cute.arch.block_idx()
         S = cute.make_tensor(s2, cute.make_layout((T, 2 * Is), stride=(2 * Is, 1)))
         AS = cute.make_tensor(acts, cute.make_layout((T, Is), stride=(Is, 1)))
         for i in cutlass.range(by * THREADS + tid, Is, NPW * THREADS):

@@ -20,9 +20,13 @@ class FinalSum:
 
     @cute.kernel
     def kernel(self, ro: cute.Pointer, so: cute.Pointer, out: cute.Pointer, T: Int32):
+        t, by, _ = cute.arch.block_idx()
+        self.body(ro, so, out, T, t, by)
+
+    @cute.jit
+    def body(self, ro, so, out, T, t, by):
         d = self.dm.d
         tid, _, _ = cute.arch.thread_idx()
-        t, by, _ = cute.arch.block_idx()
         lay = cute.make_layout((T, d), stride=(d, 1))
         RO, SO, O = (cute.make_tensor(p, lay) for p in (ro, so, out))
         for i in cutlass.range(by * THREADS + tid, d, NPT * THREADS):

@@ -25,11 +25,14 @@ stream has finished expert_up ("up") or expert_down ("down"), or not ("none");
 `side_ctas_per_sm`, a cap on the side GEMVs' grids (0 = none; their CTAs then loop over row
 tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
 same bits (same kernels; tested).
+
+`streams="persistent"`: the same 11 stages in ONE launch (k_persistent.py), a persistent grid of
+`ctas_per_sm` CTAs per SM drawing tasks in the order of plan.py (`order`); the same bits again.
 """
 import torch
 
-from megakernel import cache
-from megakernel.cache import BF, F32, I32, U8, ptr
+from megakernel import cache, plan
+from megakernel.cache import BF, F32, I32, Int64, U8, ptr
 from megakernel.dims import MAX_T
 
 STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
@@ -37,6 +40,7 @@ STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", 
 # fork point -> the main-stream launch after which the side starts (None: beside gemv_x)
 FORKS = {"start": None, "after_x": 0, "after_route": 1, "after_schedule": 2}
 GATES = ("none", "up", "down")
+MODES = ("fork", "serial", "persistent")
 
 
 def _stream():
@@ -46,16 +50,20 @@ def _stream():
 
 class LatentMoE:
     def __init__(self, dims, weights: dict, device, streams: str = "fork", fork: str = "start",
-                 gate: str = "none", side_ctas_per_sm: int = 0):
+                 gate: str = "none", side_ctas_per_sm: int = 0, order: plan.Order = plan.Order(),
+                 ctas_per_sm: int = 0):
         """Pack the weights once (never modifies `weights`): the routed x-side rows are
         concatenated so gemv_x reads x once; expert tensors are made contiguous."""
-        for name, v, ok in (("streams", streams, ("fork", "serial")), ("fork", fork, tuple(FORKS)),
+        for name, v, ok in (("streams", streams, MODES), ("fork", fork, tuple(FORKS)),
                             ("gate", gate, GATES)):
             if v not in ok:
                 raise ValueError(f"{name} must be one of {ok}, got {v!r}")
-        self.dm = dm = dims
+        self.dm = dims
         self.streams, self.fork, self.gate = streams, fork, gate
         self.side_ctas_per_sm = side_ctas_per_sm
+        # 0: as many as the persistent kernel is built to fit (cache.PERSIST_CTAS)
+        self.order, self.ctas_per_sm = order, ctas_per_sm or cache.PERSIST_CTAS
+        self.trace = None        # an int64 [tickets, 4] tensor: the persistent launch traces into it
         self._nsm = torch.cuda.get_device_properties(device).multi_processor_count
         g = lambda n: weights[n].to(device)  # noqa: E731
         self.w1 = torch.cat([g("router.weight"), g("down.weight")], 0)
@@ -78,6 +86,9 @@ class LatentMoE:
             self.w13s = self.w2s = torch.zeros(16, dtype=torch.uint8, device=device)
         self.device = device
         self._scratch = {}
+        self._plans = {}
+        # the persistent launch's counters: zero before its first launch, reset by its last CTA
+        self._sync = torch.zeros(plan.SYNC_WORDS, dtype=torch.int32, device=device)
         # lower number = higher priority (module docstring)
         self._main = torch.cuda.Stream(device, priority=-1)
         self._side = torch.cuda.Stream(device, priority=0)
@@ -140,11 +151,29 @@ class LatentMoE:
         forced = forced_ids is not None
         if forced:
             s["fids"].copy_(forced_ids.to(torch.int32))
-        fns = self._fns(T, forced)
         p = lambda dt, t: ptr(dt, t.data_ptr())  # noqa: E731
         wdt = BF if self.fmt == "bf16" else U8
         maxU = min(dm.E, T * dm.k)
         o = out if out is not None else s["out"]
+        if self.streams == "persistent":
+            if stages is not None:
+                raise ValueError("the persistent launch runs every stage; `stages` needs "
+                                 "streams='fork' or 'serial'")
+            tr = self.trace is not None
+            fn = cache.compile_kernel("persistent", dm, fmt=self.fmt, forced=forced, T1=T == 1,
+                                      **({"trace": True} if tr else {}))
+            pl = self._plan(T, maxU)
+            fn(p(BF, self.w1), p(BF, x), p(F32, s["s1"]), p(F32, self.bias), p(I32, s["fids"]),
+               p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["hl"]),
+               *[p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")],
+               p(wdt, self.w13), p(U8, self.w13s), p(BF, s["act"]), p(wdt, self.w2),
+               p(U8, self.w2s), p(BF, s["y"]), p(BF, self.norm_w), p(BF, s["yc"]),
+               p(BF, s["yn"]), p(BF, self.w_up), p(BF, s["ro"]), p(BF, self.w_gu),
+               p(F32, s["s2"]), p(BF, s["acts"]), p(BF, self.w_sd), p(BF, s["so"]), p(BF, o),
+               p(I32, pl), p(I32, self._sync), ptr(Int64, (self.trace if tr else pl).data_ptr()),
+               T, self._nsm * self.ctas_per_sm, _stream())
+            return s
+        fns = self._fns(T, forced)
         sched = [p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")]
         full = 1 << 30                          # a grid cap no GEMV reaches
         side_cap = self._nsm * self.side_ctas_per_sm if self.side_ctas_per_sm else full
@@ -199,6 +228,23 @@ class LatentMoE:
             go(10)
         cur.wait_stream(main)
         return s
+
+    def _plan(self, T, maxU):
+        """The persistent launch's task table for this batch and order (plan.py), on the GPU."""
+        key = (T, self.order)
+        t = self._plans.get(key)
+        if t is None:
+            shape = cache.persistent_step(self.dm, self.fmt, False, T == 1).shape()
+            words, _, _ = plan.build(shape, T, maxU, self.order, self._nsm)
+            t = self._plans[key] = torch.tensor(words, dtype=torch.int32, device=self.device)
+        return t
+
+    def check_persistent(self):
+        """One-line error if a persistent launch so far gave up waiting on a dependency (its
+        results are then wrong); reads one word from the GPU, so call it outside timed loops."""
+        if int(self._sync[plan.ERROR]) != 0:
+            raise RuntimeError("megakernel persistent launch: a task waited past its spin limit "
+                               "(a dependency never signalled); that launch's results are wrong")
 
     def debug_outputs(self, s, T):
         """The intermediates k3diff compares, as views of the kernels' own buffers."""

@@ -3,7 +3,7 @@
 # `source .device/env.sh`. Writes logs to $OUT. Steps:
 #   1. the megakernel's own GPU tests;
 #   2. `pytest --k3diff -k moe --k3diff-profile ci` against the megakernel (controls and batch
-#      invariance included);
+#      invariance included), then again with MEGAKERNEL_STREAMS=persistent (the one-launch step);
 #   3. a bug planted in a throwaway copy of the kernel (ties to the higher expert id in the route
 #      kernel), hunted with `k3diff hunt`; the copy is deleted afterwards;
 #   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage.
@@ -21,6 +21,11 @@ step "2. k3diff moe suite vs megakernel (ci profile)"
 python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK --k3diff-profile ci \
   -k moe --k3diff-seed $SEED --k3diff-report "$OUT/moe_cases.jsonl" -q -p no:cacheprovider 2>&1 \
   | tail -14 | tee "$OUT/k3diff_moe.txt"
+
+step "2b. the same suite against the one-launch (persistent) kernel"
+MEGAKERNEL_STREAMS=persistent python3 -m pytest -p k3diff.plugin tests/differential --k3diff \
+  --k3diff-backend $MK --k3diff-profile ci -k moe --k3diff-seed $SEED -q -p no:cacheprovider 2>&1 \
+  | tail -6 | tee "$OUT/k3diff_moe_persistent.txt"
 
 step "3. planted bug: route kernel breaks ties toward the higher id"
 rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/

@@ -191,3 +191,64 @@ def test_unknown_stream_mode_is_one_line_error():
         LatentMoE(SMALL, weights("bf16"), DEV, streams="three")
     with pytest.raises(ValueError, match="gate must be one of"):
         LatentMoE(SMALL, weights("bf16"), DEV, gate="later")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+@pytest.mark.parametrize("T", [1, 8, 73])
+def test_persistent_launch_equals_eleven_launches(fmt, T):
+    """The one-launch step (k_persistent.py) computes the 11-launch step's bits on every
+    intermediate, natural and forced routing, with or without a CUDA graph, launch after launch
+    (its last CTA must reset the counters), under every order knob tried."""
+    from megakernel.plan import Order
+    w = weights(fmt)
+    ref = LatentMoE(SMALL, w, DEV, streams="serial")
+    one = LatentMoE(SMALL, w, DEV, streams="persistent")
+    x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
+    forced = torch.randint(-1, SMALL.E, (T, SMALL.k), device=DEV)
+
+    def snap(m, s):
+        return {n: v.clone() for n, v in dict(m.debug_outputs(s, T), out=s["out"]).items()}
+
+    for f in (None, forced):
+        want = snap(ref, ref.launch(x, forced_ids=f))
+        for order, cps in ((Order(), 3), (Order(backfill=0.0, min_backfill=1, groups=3,
+                                                 gemv_tiles=2, shared_first=0), 1),
+                           (Order(backfill=1.0, groups=32, shared_first=3), 7)):
+            one.order, one.ctas_per_sm = order, cps
+            for _ in range(2):
+                got = snap(one, one.launch(x, forced_ids=f))
+                for n in want:
+                    assert torch.equal(got[n], want[n]), (order, cps, n)
+    one.order, one.ctas_per_sm = Order(), 3
+    s = one.scratch(T)
+    for n in ("out", "so", "yn", "hl"):
+        s[n].fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        one.launch(x)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    want = snap(ref, ref.launch(x))
+    replay = snap(one, s)
+    for n in want:
+        assert torch.equal(replay[n], want[n]), f"graph replay {n}"
+    one.check_persistent()
+    assert int(one._sync.abs().sum()) == 0, "counters not reset by the last CTA"
+
+
+def test_persistent_reports_a_broken_wait():
+    """A dependency that can never be met (planted in the plan table) ends in the one-line
+    error, not a hung GPU."""
+    from megakernel import plan as P
+    w = weights("bf16")
+    one = LatentMoE(SMALL, w, DEV, streams="persistent")
+    x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)
+    one.launch(x)
+    one.check_persistent()
+    pl = one._plan(1, SMALL.k)
+    pl[P.DEPS + 8 * P.COMBINE + 1] += 1            # combine waits for one down task too many
+    one.launch(x)
+    torch.cuda.synchronize()
+    with pytest.raises(RuntimeError, match="waited past its spin limit"):
+        one.check_persistent()

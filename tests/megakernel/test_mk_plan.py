@@ -1,0 +1,117 @@
+"""CPU: the persistent launch's task order (megakernel/plan.py) is complete and deadlock-free.
+
+The simulation below reads the same plan words the kernel reads and runs its two-queue protocol
+on one CTA; every wait must target the producer stage's full task count (a smaller target would
+let a consumer read a half-written buffer; a larger one would hang)."""
+import itertools
+
+import pytest
+
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+
+from megakernel import cache, plan as P  # noqa: E402
+from megakernel.dims import FULL, SMALL  # noqa: E402
+
+ORDERS = [P.Order(), P.Order(backfill=0.0, min_backfill=1, groups=1, gemv_tiles=1),
+          P.Order(backfill=1.0, min_backfill=1000, groups=32, gemv_tiles=5)]
+
+
+def tasks_of(words, base, total):
+    segs, i = [], 0
+    while True:
+        segs.append(words[base + 4 * i: base + 4 * i + 4])
+        if segs[-1][1] == total and segs[-1][3] == 0:
+            break
+        i += 1
+    out = []
+    for (st, t0, lo, n), nxt in zip(segs, segs[1:]):
+        assert nxt[1] == t0 + n, "segments must tile the tickets"
+        out += [(st, lo + i) for i in range(n)]
+    assert len(out) == total
+    return out
+
+
+def simulate(words, tot_r, tot_s):
+    """One CTA running the kernel's protocol alone (the worst case: nobody else makes progress):
+    routed tickets in order; a routed task whose inputs are missing pulls shared tasks, in their
+    order, until they are complete. Anything that would still wait is a deadlock."""
+    routed = tasks_of(words, P.SEGS_R, tot_r)
+    shared = tasks_of(words, P.SEGS_S, tot_s)
+    every = routed + shared
+    counts = {st: sum(1 for s, _ in every if s == st) for st in range(P.NST)}
+    up_tiles = words[P.DEPS + 8 * P.DOWN + 1]
+    done = [0] * P.SYNC_WORDS
+
+    def missing(st, loc):
+        miss = 0
+        for j in range(2):
+            ctr, tgt = words[P.DEPS + 8 * st + 2 * j: P.DEPS + 8 * st + 2 * j + 2]
+            if ctr == -1:
+                continue
+            if ctr == P.PER_GROUP:
+                down_tiles = counts[P.DOWN] // (counts[P.UP] // up_tiles)
+                ctr = P.GROUP + loc // down_tiles
+                assert tgt == up_tiles
+            else:
+                assert tgt == counts[ctr - P.DONE], (P.STAGES[st], "waits for a partial stage")
+            miss = max(miss, tgt - done[ctr])
+        return miss
+
+    def run(st, loc):
+        assert missing(st, loc) <= 0, (P.STAGES[st], loc, "would wait forever")
+        done[P.DONE + st] += 1
+        if st == P.UP:
+            done[P.GROUP + loc // up_tiles] += 1
+
+    si = 0
+    for st, loc in routed:
+        thr = words[P.DEPS + 8 * st + 4]
+        while missing(st, loc) > 0 and si < len(shared):
+            if missing(st, loc) <= thr:
+                # the kernel spins here: safe only if what it waits on is in its own queue
+                ctrs = [words[P.DEPS + 8 * st + 2 * j] for j in range(2)]
+                assert all(c == P.PER_GROUP or c - P.DONE in P.ROUTED_STAGES
+                           for c in ctrs if c != -1), (P.STAGES[st], "spins on the shared queue")
+                break
+            run(*shared[si])
+            si += 1
+        run(st, loc)
+    for st, loc in shared[si:]:
+        run(st, loc)
+    for st in range(P.NST):                         # each stage's local indices exactly once
+        locs = sorted(loc for s, loc in every if s == st)
+        assert locs == list(range(len(locs))) and locs, P.STAGES[st]
+    assert {s for s, _ in routed} == set(P.ROUTED_STAGES)
+    assert {s for s, _ in shared} == set(P.SHARED_STAGES)
+    return counts
+
+
+@pytest.mark.parametrize("dm", [SMALL, FULL], ids=["small", "full"])
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_every_plan_is_complete_and_deadlock_free(dm, fmt):
+    for T, order in itertools.product((1, 2, 8, 64, 256), ORDERS):
+        shape = cache.persistent_step(dm, fmt, False, T == 1).shape()
+        maxU = min(dm.E, T * dm.k)
+        words, tot_r, tot_s = P.build(shape, T, maxU, order)
+        counts = simulate(words, tot_r, tot_s)
+        assert counts[P.ROUTE] == T * shape.route_per_token
+        groups = counts[P.UP] // shape.up_tiles
+        assert groups * words[P.HDR_UB] >= maxU, "some expert slots have no task"
+
+
+def test_bad_knobs_are_one_line_errors():
+    shape = cache.persistent_step(SMALL, "bf16", False, True).shape()
+    for bad in (P.Order(groups=0), P.Order(groups=99), P.Order(gemv_tiles=0),
+                P.Order(backfill=1.5), P.Order(min_backfill=0)):
+        with pytest.raises(ValueError, match="persistent order"):
+            P.build(shape, 1, SMALL.k, bad)
+
+
+def test_check_rejects_an_order_that_could_hang():
+    shape = cache.persistent_step(SMALL, "bf16", False, True).shape()
+    n = {st: 1 for st in range(P.NST)}
+    segs = [(st, 0, 1) for st in range(P.NST)]
+    segs[0], segs[1] = segs[1], segs[0]               # route before gemv_x
+    deps = {P.ROUTE: [(P.DONE + P.GEMV_X, 1)]}
+    with pytest.raises(AssertionError, match="would wait on gemv_x"):
+        P._check(segs, n, deps, shape)

@@ -136,6 +136,9 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):
+            if T == 1 and mods[0].fuse_route and i in (1, 2):
+                parts.append(0.0)            # inside launch 0 at batch 1 (k_gemv_route.py)
+                continue
             gi = torch.cuda.CUDAGraph()
             with torch.cuda.graph(gi):
                 for j in range(R):
@@ -143,7 +146,8 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
             gi.replay(); torch.cuda.synchronize()  # noqa: E702
             parts.append(time_events(gi.replay) / R)
             del gi
-        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us): "
+        fz = " (gemv_x includes route + schedule)" if T == 1 and mods[0].fuse_route else ""
+        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us){fz}: "
             + " | ".join(f"{n} {u:.1f}" for n, u in zip(STAGES, parts))
             + f" | sum {sum(parts):.1f} | one stream {serial_us:.1f} | fork-join {k_us:.1f}"
             + f" | one launch {one_us:.1f}"

@@ -27,6 +27,7 @@ from megakernel.k_combine import Combine  # noqa: E402
 from megakernel.k_shared import SharedAct  # noqa: E402
 from megakernel.k_sum import FinalSum  # noqa: E402
 from megakernel.k_persistent import PersistentStep  # noqa: E402
+from megakernel.k_gemv_route import GemvRoute  # noqa: E402
 
 BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
 
@@ -107,6 +108,9 @@ KERNELS = {
                         lambda dm, U, WPC, MT, PF=0, S=0: [U8, U8, BF] + [I32] * 5
                         + [BF, INT, INT]),
     "combine": (lambda dm: Combine(dm), lambda dm: [I32, F32, BF, BF, BF, BF, INT]),
+    "gemv_route": (lambda dm, forced, U: GemvRoute(dm, forced, U),
+                   lambda dm, forced, U: [BF, BF, F32, F32, I32, I32, F32, BF] + [I32] * 6
+                   + [INT]),
     "persistent": (lambda dm, fmt, forced, T1, trace=False:
                    persistent_step(dm, fmt, forced, T1, trace),
                    lambda dm, fmt, forced, T1, trace=False:
@@ -120,8 +124,8 @@ def persistent_step(dm, fmt, forced, T1, trace=False):
     """The PersistentStep object (not compiled) for these dims / format / batch class."""
     mma = fmt == "mxfp4" and MX_MMA and mma_ok(dm)
     return PersistentStep(dm, fmt, forced, 1 if T1 else TT_GEMV, 1 if T1 else TT_EXPERT,
-                          PERSIST_UNROLL, PERSIST_UP if mma else None, PERSIST_DOWN if mma else None,
-                          trace, PERSIST_CTAS)
+                          PERSIST_UNROLL, PERSIST_UP if mma else None,
+                          PERSIST_DOWN if mma else None, trace, PERSIST_CTAS)
 
 
 def variants():
@@ -134,6 +138,7 @@ def variants():
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     out += [("expert_up_mma", dict(MMA_UP)), ("expert_down_mma", dict(MMA_DOWN)),
             ("expert_up_mma", dict(ALT_UP)), ("expert_down_mma", dict(ALT_DOWN))]
+    out += [("gemv_route", dict(forced=f, U=GEMV_UNROLL["gemv_x"])) for f in (False, True)]
     out += [("persistent", dict(fmt=fmt, forced=forced, T1=T1)) for fmt in ("bf16", "mxfp4")
             for T1 in (True, False) for forced in (False, True)]
     return out

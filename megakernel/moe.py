@@ -26,8 +26,10 @@ stream has finished expert_up ("up") or expert_down ("down"), or not ("none");
 tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
 same bits (same kernels; tested).
 
-`streams="persistent"`: the same 11 stages in ONE launch (k_persistent.py), a persistent grid of
-`ctas_per_sm` CTAs per SM drawing tasks in the order of plan.py (`order`); the same bits again.
+`fuse_route=True` (batch 1 only): gemv_x runs route and schedule in its last CTA
+(k_gemv_route.py; the same bits; measured slower, so off). `streams="persistent"`: the same 11
+stages in ONE launch (k_persistent.py), a persistent grid of `ctas_per_sm` CTAs per SM drawing
+tasks from the queues of plan.py (`order`); the same bits again.
 """
 import torch
 
@@ -51,7 +53,7 @@ def _stream():
 class LatentMoE:
     def __init__(self, dims, weights: dict, device, streams: str = "fork", fork: str = "start",
                  gate: str = "none", side_ctas_per_sm: int = 0, order: plan.Order = plan.Order(),
-                 ctas_per_sm: int = 0):
+                 ctas_per_sm: int = 0, fuse_route: bool = False):
         """Pack the weights once (never modifies `weights`): the routed x-side rows are
         concatenated so gemv_x reads x once; expert tensors are made contiguous."""
         for name, v, ok in (("streams", streams, MODES), ("fork", fork, tuple(FORKS)),
@@ -61,9 +63,11 @@ class LatentMoE:
         self.dm = dims
         self.streams, self.fork, self.gate = streams, fork, gate
         self.side_ctas_per_sm = side_ctas_per_sm
+        # batch 1: launches 0-2 as one (k_gemv_route.py); measured slower, so off by default
+        self.fuse_route = fuse_route
         # 0: as many as the persistent kernel is built to fit (cache.PERSIST_CTAS)
         self.order, self.ctas_per_sm = order, ctas_per_sm or cache.PERSIST_CTAS
-        self.trace = None        # an int64 [tickets, 4] tensor: the persistent launch traces into it
+        self.trace = None        # int64 [tickets, 4]: the persistent launch traces into it
         self._nsm = torch.cuda.get_device_properties(device).multi_processor_count
         g = lambda n: weights[n].to(device)  # noqa: E731
         self.w1 = torch.cat([g("router.weight"), g("down.weight")], 0)
@@ -89,6 +93,7 @@ class LatentMoE:
         self._plans = {}
         # the persistent launch's counters: zero before its first launch, reset by its last CTA
         self._sync = torch.zeros(plan.SYNC_WORDS, dtype=torch.int32, device=device)
+        self._route_ctr = torch.zeros(4, dtype=torch.int32, device=device)   # k_gemv_route
         # lower number = higher priority (module docstring)
         self._main = torch.cuda.Stream(device, priority=-1)
         self._side = torch.cuda.Stream(device, priority=0)
@@ -175,6 +180,10 @@ class LatentMoE:
             return s
         fns = self._fns(T, forced)
         sched = [p(I32, s[n]) for n in ("nact", "act_e", "act_off", "act_cnt", "pairs")]
+        fused = self.fuse_route and T == 1
+        if fused:                               # gemv_x + route + schedule in one launch
+            fns = (cache.compile_kernel("gemv_route", dm, forced=forced,
+                                        U=cache.GEMV_UNROLL["gemv_x"]),) + fns[1:]
         full = 1 << 30                          # a grid cap no GEMV reaches
         side_cap = self._nsm * self.side_ctas_per_sm if self.side_ctas_per_sm else full
         args = (                                # every launch's arguments, in STAGES order
@@ -192,9 +201,14 @@ class LatentMoE:
             (p(BF, self.w_sd), p(BF, s["acts"]), p(BF, s["so"]), T, side_cap),
             (p(BF, s["ro"]), p(BF, s["so"]), p(BF, o), T))
 
+        if fused:
+            args = ((p(BF, self.w1), p(BF, x), p(F32, s["s1"]), p(F32, self.bias),
+                     p(I32, s["fids"]), p(I32, s["ids"]), p(F32, s["wts"]), p(BF, s["hl"]),
+                     *sched, p(I32, self._route_ctr), T),) + args[1:]
+
         def go(*idx):
             for i in idx:
-                if on(i):
+                if on(i) and not (fused and i in (1, 2)):   # fused: part of launch 0
                     fns[i](*args[i], _stream())
 
         if self.streams == "serial":

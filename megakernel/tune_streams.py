@@ -6,6 +6,7 @@ Every mode must give bitwise the output of the one-stream order (checked here on
 before timing). Timing as in bench.py: R steps in one CUDA graph over rotating inputs, median
 of 5. Writes $OUT/streams.txt.
 """
+import argparse
 import copy
 
 import torch
@@ -17,25 +18,33 @@ from megakernel.moe import LatentMoE
 
 # (label, LatentMoE attributes, unroll of the side GEMVs, unroll of the main GEMVs)
 MODES = [("serial", dict(streams="serial"), 4, 4)]
-MODES += [(f"{f}/{g}/0", dict(fork=f, gate=g, side_ctas_per_sm=0), 4, 4)
+MODES += [(f"{f}/{g}/0", dict(fork=f, gate=g, side_ctas_per_sm=0, fuse_route=False), 4, 4)
           for f, g in (("start", "none"), ("after_x", "none"), ("after_route", "none"),
                        ("after_schedule", "none"), ("after_route", "down"),
                        ("after_schedule", "down"), ("start", "down"))]
+# batch 1: gemv_x, route and schedule in one launch (k_gemv_route.py; T > 1 ignores it)
+MODES += [("start/none/0 fused", dict(fork="start", gate="none", side_ctas_per_sm=0,
+                                      fuse_route=True), 4, 4)]
 
 
-def main():
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tune_streams")
+    ap.add_argument("--modes", default=",".join(m[0] for m in MODES))
+    ap.add_argument("--batches", default="1,8")
+    a = ap.parse_args(argv)
+    modes = [m for m in MODES if m[0] in a.modes.split(",")]
     log = out_log("streams.txt")
     dm = FULL
     log("fork/gate/side CTAs per SM (0 = no cap), U: GEMV unroll; us per step")
-    log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>22s}" for m in MODES))
+    log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>22s}" for m in modes))
     for fmt in ("mxfp4", "bf16"):
         moe = LatentMoE(dm, draw_weights(dm, fmt, seed=0), DEV)
         ref = copy.copy(moe)                        # the same weights, on one stream
-        ref.streams, ref._scratch = "serial", {}
-        for T in (1, 8):
+        ref.streams, ref._scratch, ref.fuse_route = "serial", {}, False   # three launches
+        for T in (int(b) for b in a.batches.split(",")):
             xs = [torch.randn(T, dm.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
             cells = []
-            for label, attrs, u_side, u_main in MODES:
+            for label, attrs, u_side, u_main in modes:
                 cache.GEMV_UNROLL.update(gemv_shared=u_side, out_shared=u_side, gemv_x=u_main,
                                          out_routed=u_main)
                 moe.streams = "fork"

@@ -252,3 +252,41 @@ def test_persistent_reports_a_broken_wait():
     torch.cuda.synchronize()
     with pytest.raises(RuntimeError, match="waited past its spin limit"):
         one.check_persistent()
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_batch1_fused_route_equals_three_launches(fmt):
+    """Batch 1: gemv_x with route + schedule in its last CTA (k_gemv_route.py) gives the bits of
+    the three launches, natural and forced ids, both stream modes, launch after launch (its last
+    CTA resets the counter) and in a graph replay."""
+    w = weights(fmt)
+    three = LatentMoE(SMALL, w, DEV, streams="serial", fuse_route=False)
+    x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)
+    forced = torch.randint(-1, SMALL.E, (1, SMALL.k), device=DEV)
+
+    def snap(m, s):
+        return {n: v.clone() for n, v in dict(m.debug_outputs(s, 1), out=s["out"]).items()}
+
+    for f in (None, forced):
+        want = snap(three, three.launch(x, forced_ids=f))
+        for streams in ("serial", "fork"):
+            one = LatentMoE(SMALL, w, DEV, streams=streams, fuse_route=True)
+            for _ in range(3):
+                got = snap(one, one.launch(x, forced_ids=f))
+                for n in want:
+                    assert torch.equal(got[n], want[n]), (streams, n)
+            assert int(one._route_ctr.abs().sum()) == 0, "counter not reset"
+    one = LatentMoE(SMALL, w, DEV, fuse_route=True)
+    s = one.scratch(1)
+    for n in ("out", "hl", "wts"):
+        s[n].fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        one.launch(x)
+    g.replay()
+    g.replay()
+    torch.cuda.synchronize()
+    want = snap(three, three.launch(x))
+    got = snap(one, s)
+    for n in want:
+        assert torch.equal(got[n], want[n]), f"graph replay {n}"

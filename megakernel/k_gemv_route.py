@@ -1,0 +1,71 @@
+"""Launches 0-2 in one, for batch 1: gemv_x, then route and schedule in its last CTA.
+
+At batch 1 the route and schedule launches are latency-bound (one top-k CTA, one schedule CTA),
+and as separate launches they wait for SM slots held by the side stream's GEMV: traced at MXFP4
+batch 1, route started 11 us after gemv_x ended and ran 16.9 us instead of 7.5 alone
+(NOTES.md). Here every CTA of gemv_x signals when its rows are written (barrier, release fence,
+atomic count); the CTA that counts last already holds an SM, so it runs the route body for each
+token and then the schedule body at once. The bodies are k_route.Route's and
+k_schedule.Schedule's, so the bits are those of the three launches (tested on the GPU).
+The last CTA also resets the counter for the next launch.
+
+Measured (H200, full dims, batch 1, `python -m megakernel.tune_streams`): slower, so it is off by
+default (moe.LatentMoE fuse_route=False): MXFP4 209.3 vs 199.7 us per step, bf16 356.4 vs 341.4.
+Traced, the fused launch ran 63.8 us beside the side stream's GEMV (gemv_x alone: 21 us): its
+CTAs (route and schedule shared memory, 24 KB each) no longer get ahead of the side's, so the
+last one comes late.
+"""
+from megakernel.dev import THREADS, cute, cutlass, Int32
+from megakernel.k_gemv import Gemv
+from megakernel.k_route import Route, NPW
+from megakernel.k_schedule import Schedule
+
+
+class GemvRoute:
+    def __init__(self, dims, forced: bool, unroll: int):
+        dm = self.dm = dims
+        self.gx = Gemv(dm.E + dm.r, dm.d, 1, False, unroll)
+        self.route = Route(dm, forced)
+        self.sched = Schedule(dm)
+
+    @cute.jit
+    def __call__(self, w1: cute.Pointer, x: cute.Pointer, s1: cute.Pointer, bias: cute.Pointer,
+                 fids: cute.Pointer, ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer,
+                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
+                 act_cnt: cute.Pointer, pairs: cute.Pointer, counter: cute.Pointer, T: Int32,
+                 stream):
+        self.kernel(w1, x, s1, bias, fids, ids, wts, hl, nact, act_e, act_off, act_cnt, pairs,
+                    counter, T).launch(grid=(self.gx.tiles, 1, 1), block=(THREADS, 1, 1),
+                                       stream=stream)
+
+    @cute.kernel
+    def kernel(self, w1: cute.Pointer, x: cute.Pointer, s1: cute.Pointer, bias: cute.Pointer,
+               fids: cute.Pointer, ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer,
+               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
+               act_cnt: cute.Pointer, pairs: cute.Pointer, counter: cute.Pointer, T: Int32):
+        tid, _, _ = cute.arch.thread_idx()
+        bid, _, _ = cute.arch.block_idx()
+        grid = self.gx.tiles
+        C = cute.make_tensor(counter, cute.make_layout((1,), stride=(1,)))
+        smem = cutlass.memory.SmemAllocator()
+        last = smem.allocate_tensor(Int32, cute.make_layout((1,), stride=(1,)), 16)
+        self.gx.body(w1, x, s1, T, bid, grid, grid)
+        cute.arch.sync_threads()
+        if tid == 0:
+            cute.arch.fence_acq_rel_gpu()
+            last[0] = cute.arch.atomic_add(C.iterator, Int32(1), scope="gpu")
+        cute.arch.sync_threads()
+        if last[0] == grid - 1:
+            if tid == 0:
+                cute.arch.fence_acq_rel_gpu()
+            cute.arch.sync_threads()
+            for t in cutlass.range(T):
+                for by in cutlass.range(1 + NPW):
+                    self.route.body(s1, bias, fids, ids, wts, hl, T, t, by)
+                    cute.arch.sync_threads()
+            if tid == 0:
+                cute.arch.fence_acq_rel_gpu()
+            cute.arch.sync_threads()
+            self.sched.body(ids, nact, act_e, act_off, act_cnt, pairs, T)
+            if tid == 0:
+                C[0] = Int32(0)

@@ -46,6 +46,29 @@ def check(dm, moe, w, x, forced=None, tag=""):
     return got
 
 
+def snapshot(m, s, T):
+    """Every intermediate k3diff compares, and the output, copied out of m's scratch `s`."""
+    return {n: v.clone() for n, v in dict(m.debug_outputs(s, T), out=s["out"]).items()}
+
+
+def assert_graph_replay_equals(m, x, want, poison=("out", "so", "yn", "hl"), replays=1):
+    """m's step captured in a CUDA graph over scratch poisoned with NaN (the replay must rewrite
+    it all): after `replays` replays every intermediate equals `want` bit for bit."""
+    T = x.shape[0]
+    s = m.scratch(T)
+    for n in poison:
+        s[n].fill_(float("nan"))
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        m.launch(x)
+    for _ in range(replays):
+        g.replay()
+    torch.cuda.synchronize()
+    got = snapshot(m, s, T)
+    for n in want:
+        assert torch.equal(got[n], want[n]), f"graph replay {n}"
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 @pytest.mark.parametrize("T", [1, 8, 64, 73])
 def test_natural_routing(fmt, T):
@@ -162,28 +185,14 @@ def test_fork_join_equals_one_stream_and_graph(fmt, T):
     fork = LatentMoE(SMALL, w, DEV)
     serial = LatentMoE(SMALL, w, DEV, streams="serial")
     x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
-
-    def snap(m, s):
-        return {n: v.clone() for n, v in dict(m.debug_outputs(s, T), out=s["out"]).items()}
-
-    want = snap(serial, serial.launch(x))
+    want = snapshot(serial, serial.launch(x), T)
     for fk, gate, cap in (("start", "none", 2), ("after_x", "up", 0), ("start", "down", 1),
                           ("after_route", "down", 0), ("after_schedule", "none", 0)):
         fork.fork, fork.gate, fork.side_ctas_per_sm = fk, gate, cap
-        got = snap(fork, fork.launch(x))
+        got = snapshot(fork, fork.launch(x), T)
         for n in want:
             assert torch.equal(got[n], want[n]), (fk, gate, cap, n)
-    s = fork.scratch(T)
-    for n in ("out", "so", "yn", "hl"):
-        s[n].fill_(float("nan"))            # the replay must rewrite them all
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fork.launch(x)
-    g.replay()
-    torch.cuda.synchronize()
-    replay = snap(fork, s)
-    for n in want:
-        assert torch.equal(replay[n], want[n]), f"graph replay {n}"
+    assert_graph_replay_equals(fork, x, want)
 
 
 def test_unknown_stream_mode_is_one_line_error():
@@ -205,34 +214,18 @@ def test_persistent_launch_equals_eleven_launches(fmt, T):
     one = LatentMoE(SMALL, w, DEV, streams="persistent")
     x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
     forced = torch.randint(-1, SMALL.E, (T, SMALL.k), device=DEV)
-
-    def snap(m, s):
-        return {n: v.clone() for n, v in dict(m.debug_outputs(s, T), out=s["out"]).items()}
-
     for f in (None, forced):
-        want = snap(ref, ref.launch(x, forced_ids=f))
+        want = snapshot(ref, ref.launch(x, forced_ids=f), T)
         for order, cps in ((Order(), 3), (Order(backfill=0.0, min_backfill=1, groups=3,
                                                  gemv_tiles=2, shared_first=0), 1),
                            (Order(backfill=1.0, groups=32, shared_first=3), 7)):
             one.order, one.ctas_per_sm = order, cps
             for _ in range(2):
-                got = snap(one, one.launch(x, forced_ids=f))
+                got = snapshot(one, one.launch(x, forced_ids=f), T)
                 for n in want:
                     assert torch.equal(got[n], want[n]), (order, cps, n)
     one.order, one.ctas_per_sm = Order(), 3
-    s = one.scratch(T)
-    for n in ("out", "so", "yn", "hl"):
-        s[n].fill_(float("nan"))
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        one.launch(x)
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    want = snap(ref, ref.launch(x))
-    replay = snap(one, s)
-    for n in want:
-        assert torch.equal(replay[n], want[n]), f"graph replay {n}"
+    assert_graph_replay_equals(one, x, snapshot(ref, ref.launch(x), T), replays=3)
     one.check_persistent()
     assert int(one._sync.abs().sum()) == 0, "counters not reset by the last CTA"
 
@@ -263,30 +256,15 @@ def test_batch1_fused_route_equals_three_launches(fmt):
     three = LatentMoE(SMALL, w, DEV, streams="serial", fuse_route=False)
     x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)
     forced = torch.randint(-1, SMALL.E, (1, SMALL.k), device=DEV)
-
-    def snap(m, s):
-        return {n: v.clone() for n, v in dict(m.debug_outputs(s, 1), out=s["out"]).items()}
-
     for f in (None, forced):
-        want = snap(three, three.launch(x, forced_ids=f))
+        want = snapshot(three, three.launch(x, forced_ids=f), 1)
         for streams in ("serial", "fork"):
             one = LatentMoE(SMALL, w, DEV, streams=streams, fuse_route=True)
             for _ in range(3):
-                got = snap(one, one.launch(x, forced_ids=f))
+                got = snapshot(one, one.launch(x, forced_ids=f), 1)
                 for n in want:
                     assert torch.equal(got[n], want[n]), (streams, n)
             assert int(one._route_ctr.abs().sum()) == 0, "counter not reset"
-    one = LatentMoE(SMALL, w, DEV, fuse_route=True)
-    s = one.scratch(1)
-    for n in ("out", "hl", "wts"):
-        s[n].fill_(float("nan"))
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        one.launch(x)
-    g.replay()
-    g.replay()
-    torch.cuda.synchronize()
-    want = snap(three, three.launch(x))
-    got = snap(one, s)
-    for n in want:
-        assert torch.equal(got[n], want[n]), f"graph replay {n}"
+    assert_graph_replay_equals(LatentMoE(SMALL, w, DEV, fuse_route=True), x,
+                               snapshot(three, three.launch(x), 1),
+                               poison=("out", "hl", "wts"), replays=2)

@@ -22,7 +22,28 @@ def _pair_rows(PR, off, cnt, b0, k, tix, pix, TT: cutlass.Constexpr):
         tix[j] = p // k
 
 
-class _ExpertBase:
+class ExpertLaunch:
+    """The launch shared by the expert kernels (here and k_expert_mma.py): grid (row tile,
+    active-expert slot), `threads` per CTA; subclasses give `tiles` and the `body` of one CTA
+    (k_persistent.py calls the same body as a task)."""
+
+    @cute.jit
+    def __call__(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
+                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
+                 act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
+                 T: Int32, maxU: Int32, stream):
+        self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
+            grid=(self.tiles, maxU, 1), block=(self.threads, 1, 1), stream=stream)
+
+    @cute.kernel
+    def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
+               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
+               act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
+        bx, u, _ = cute.arch.block_idx()
+        self.body(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u)
+
+
+class _ExpertBase(ExpertLaunch):
     def __init__(self, dims, fmt: str, TT: int, up: bool):
         assert fmt in ("bf16", "mxfp4")
         self.dm, self.fmt, self.TT, self.up = dims, fmt, TT, up
@@ -32,25 +53,12 @@ class _ExpertBase:
         self.K = d.r if up else d.I
         self.NOUT = d.I if up else d.r        # output rows per pair
 
-    @cute.jit
-    def __call__(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
-                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-                 act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
-                 T: Int32, maxU: Int32, stream):
-        self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
-            grid=(self.tiles, maxU, 1), block=(THREADS, 1, 1), stream=stream)
+    threads = THREADS
 
     @property
     def tiles(self):
         """Row tiles (CTAs) per expert."""
         return (self.NOUT + WARPS - 1) // WARPS
-
-    @cute.kernel
-    def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
-               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-               act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
-        bx, u, _ = cute.arch.block_idx()
-        self.body(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u)
 
     @cute.jit
     def body(self, w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u):

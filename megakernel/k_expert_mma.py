@@ -31,6 +31,7 @@ from megakernel.dev import (MX_POST, cute, cutlass, BFloat16, Float32, Int32, In
                             ld_v4_stream, ld_v4_cached, ld_u8_stream, prmt,
                             mxfp4_word_to_bf16x2x4, mma_bf16_16816, mx_scale2, situ,
                             cp_async_16, cp_async_4, ld_shared_v4)
+from megakernel.k_expert import ExpertLaunch
 
 
 def act_pos(j: int) -> int:
@@ -38,7 +39,7 @@ def act_pos(j: int) -> int:
     return 2 * (j % 4) + j // 4
 
 
-class ExpertMMA:
+class ExpertMMA(ExpertLaunch):
     def __init__(self, dims, up: bool, U: int, WPC: int, MT: int = 1, PF: int = 0, S: int = 0,
                  coherent: bool = False, smem_cap: int = 48 * 1024):
         """`coherent`: read the activation with plain loads instead of the read-only (.nc) path,
@@ -46,6 +47,7 @@ class ExpertMMA:
         d = dims
         self.dm, self.up, self.WPC, self.PF, self.S = dims, up, WPC, PF, S
         self.coherent = coherent
+        self.threads = 32 * WPC
         self.R = 2 * d.I if up else d.r          # weight rows per expert
         self.K = d.r if up else d.I
         self.NOUT = d.I if up else d.r           # output rows per pair
@@ -62,26 +64,11 @@ class ExpertMMA:
         self.SB = (self.NT * 2 + 1) * 512
         assert S == 0 or (S >= 2 and WPC * S * self.SB <= smem_cap)
 
-    @cute.jit
-    def __call__(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
-                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-                 act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
-                 T: Int32, maxU: Int32, stream):
-        self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
-            grid=(self.tiles, maxU, 1), block=(32 * self.WPC, 1, 1), stream=stream)
-
     @property
     def tiles(self):
         """Row tiles (CTAs) per expert."""
         rc = self.RW * self.WPC
         return (self.NOUT + rc - 1) // rc
-
-    @cute.kernel
-    def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
-               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-               act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
-        bx, u, _ = cute.arch.block_idx()
-        self.body(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u)
 
     @cute.jit
     def body(self, w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u):

@@ -78,7 +78,7 @@ def trace_main(a):
                 one.launch(x)
             torch.cuda.synchronize()
             one.check_persistent()
-            _, tot_r, tot_s = P.build(P_shape(one, T), T, min(FULL.E, T * FULL.k), one.order,
+            _, tot_r, tot_s = P.build(_shape(one, T), T, min(FULL.E, T * FULL.k), one.order,
                                       one._nsm)
             total = tot_r + tot_s
             tr = one.trace[:total].cpu()
@@ -119,7 +119,7 @@ def trace_main(a):
         torch.cuda.empty_cache()
 
 
-def P_shape(moe, T):
+def _shape(moe, T):
     return cache.persistent_step(moe.dm, moe.fmt, False, T == 1).shape()
 
 

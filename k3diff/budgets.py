@@ -12,11 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# a near-tie: the reference's gap between the k-th and (k+1)-th biased score below this
-NEAR_TIE_DELTA = 1e-5
-# in a whole layer the MoE input x_mlp already carries bf16 noise of ~1e-3 in its logits,
-# so a routing flip there is decided against a looser gap (K3_SPEC §11 excludes such rows)
-LAYER_NEAR_TIE_DELTA = 2e-2
+# Routing is discrete and has a rule of its own (ids as sets, near-ties, forced replays):
+# `k3diff.routing`.
 
 
 @dataclass(frozen=True)

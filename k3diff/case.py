@@ -10,6 +10,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 
+from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
 CASE_VERSION = 1
@@ -17,7 +18,6 @@ CASE_VERSION = 1
 ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie")
 VALUE_DISTS = ("plain", "outliers", "large", "tiny")
 EXPERT_FORMATS = ("bf16", "mxfp4")
-STAGES = ("moe", "mla", "kda", "layer")
 
 
 class CaseError(ValueError):

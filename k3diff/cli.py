@@ -36,14 +36,11 @@ def _replay(args) -> int:
     from k3diff import backends
     from k3diff.corpus import load
     from k3diff.runner import check_case
+    from k3diff.session import load_available, pick_device
 
     case, record = load(args.file)
     name = args.backend or record.get("backend") or backends.default_name()
-    backend = backends.load(name)
-    reason = backend.available()
-    if reason is not None:
-        raise backends.BackendError(f"backend {name!r} cannot run here: {reason}")
-    verdict = check_case(case, backend, device=args.device)
+    verdict = check_case(case, load_available(name), device=pick_device(args.device))
     now = verdict.to_dict()
     if args.json:
         print(json.dumps(now, indent=1, sort_keys=True))
@@ -84,25 +81,15 @@ def _show(args) -> int:
     return 0
 
 
-def _space(device):
-    from k3diff.strategies import CPU_SPACE, GPU_SPACE
-
-    return GPU_SPACE if str(device).startswith("cuda") else CPU_SPACE
-
-
 def _hunt(args) -> int:
-    from k3diff import backends
     from k3diff.mutants import first_failure
-    from k3diff.runner import pick_device
+    from k3diff.session import choose_space, load_available, pick_device
 
-    backend = backends.load(args.backend)
-    reason = backend.available()
-    if reason is not None:
-        raise backends.BackendError(f"backend {args.backend!r} cannot run here: {reason}")
+    backend = load_available(args.backend)
     device = pick_device(args.device)
     stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
     verdict, count, seconds, stage = first_failure(backend, stages, examples_per_stage=args.examples,
-                                                   seed=args.seed, space=_space(device), device=device)
+                                                   seed=args.seed, space=choose_space(device), device=device)
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
         return 0
@@ -114,9 +101,10 @@ def _hunt(args) -> int:
 
 def _mutants(args) -> int:
     from k3diff.mutants import MUTANTS, hunt, table
-    from k3diff.strategies import CPU_SPACE
+    from k3diff.session import choose_space
 
-    results = [hunt(m, examples_per_stage=args.examples, seed=args.seed, space=CPU_SPACE) for m in MUTANTS]
+    results = [hunt(m, examples_per_stage=args.examples, seed=args.seed, space=choose_space("cpu"))
+               for m in MUTANTS]
     print("\n".join(table(results)))
     return 0 if all(r.caught for r in results) else 1
 

@@ -7,7 +7,7 @@ rule, so a reviewer sees how far from the line a result is, not only which side.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -145,52 +145,3 @@ def _bitwise(stage, name, cand, ref) -> TensorReport:
     return TensorReport(stage, name, False, where=_unravel(flat, cand.shape),
                         cand_value=float(cand.flatten()[flat].double()), ref_value=float(ref.flatten()[flat].double()),
                         note=f"{int(diff.sum())} element(s) differ bitwise, must be bit-exact")
-
-
-@dataclass
-class RoutingReport:
-    ok: bool
-    tie_flips: int = 0           # tokens whose id set differs on a near-tie (allowed, replayed forced)
-    mismatched_tokens: list = field(default_factory=list)   # differing tokens that were NOT near-ties
-    note: str = ""
-
-    def line(self) -> str:
-        if self.ok:
-            return f"ok routing: ids equal as sets ({self.tie_flips} near-tie flip(s))"
-        return f"FAIL routing: {self.note}"
-
-
-def compare_routing(cand_ids: torch.Tensor, ref_ids: torch.Tensor, ref_gap: torch.Tensor | None,
-                    delta: float) -> RoutingReport:
-    """Top-k ids per token as sets. A differing set is a near-tie flip (allowed, counted) when the
-    reference's gap between the k-th and (k+1)-th biased score is below `delta` but not zero; an
-    exact tie (gap 0) must go to the lower id like the reference, so a difference there fails."""
-    c = torch.sort(cand_ids.to(torch.int64).cpu(), dim=-1).values
-    r = torch.sort(ref_ids.to(torch.int64).cpu(), dim=-1).values
-    if c.shape != r.shape:
-        return RoutingReport(False, note=f"topk_ids shape {tuple(c.shape)} != {tuple(r.shape)}")
-    differs = (c != r).any(dim=-1).nonzero().flatten().tolist()
-    flips, bad = 0, []
-    gap = None if ref_gap is None else ref_gap.to(torch.float64).cpu()
-    for t in differs:
-        g = None if gap is None else float(gap[t])
-        if g is not None and 0.0 < g < delta:
-            flips += 1
-        else:
-            bad.append(t)
-    if bad:
-        t = bad[0]
-        extra = set(c[t].tolist()) - set(r[t].tolist())
-        missing = set(r[t].tolist()) - set(c[t].tolist())
-        g = "unknown" if gap is None else f"{float(gap[t]):.3g}"
-        kind = "an exact tie broken differently (the lower id must win)" if gap is not None and float(gap[t]) == 0.0 \
-            else f"reference gap {g} >= near-tie delta {delta:g}"
-        return RoutingReport(False, flips, bad, note=f"{len(bad)} token(s) chose other experts; token {t}: "
-                             f"extra {sorted(extra)}, missing {sorted(missing)}; {kind}")
-    return RoutingReport(True, flips)
-
-
-def align_by_id(ids: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """Per-row values reordered by ascending expert id (slot order is unspecified)."""
-    order = torch.argsort(ids.to(torch.int64), dim=-1, stable=True)
-    return torch.gather(values, -1, order.to(values.device))

@@ -12,14 +12,15 @@ import time
 
 import torch
 
-from k3diff import budgets
+from k3diff import budgets, routing
 from k3diff.backends.oracle import run_reference
 from k3diff.case import Case
 from k3diff.controls import Controls, run_candidate
-from k3diff.divergence import TensorReport, compare, compare_routing
+from k3diff.divergence import TensorReport, compare
 from k3diff.materialize import materialize
-from k3diff.runner import Verdict, _prepared, pick_device
+from k3diff.runner import prepared_for
 from k3diff.stages import output_specs
+from k3diff.verdict import Verdict
 
 _PER_TOKEN = ("x", "prefix", "delta", "blocks", "kv_cache", "cache_lens", "state_idx", "forced_ids")
 
@@ -33,9 +34,8 @@ def _row(inputs: dict, p: int) -> dict:
     return out
 
 
-def check_batch_invariance(case: Case, candidate, position: int, *, device=None) -> Verdict:
+def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu") -> Verdict:
     start = time.perf_counter()
-    device = pick_device(device)
     name = getattr(candidate, "name", type(candidate).__name__)
     verdict = Verdict(case, name)
     if case.stage not in getattr(candidate, "stages", (case.stage,)):
@@ -44,7 +44,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device=None)
     if case.routing == "ties" or case.routing == "near_tie":
         case = dataclasses.replace(case, routing="natural")
     cfg, weights, inputs = materialize(case, device)
-    prepared = _prepared(candidate, cfg, case.stage, weights)
+    prepared = prepared_for(candidate, cfg, case.stage, weights)
     provides = set(candidate.provides(case.stage))
     p = position % case.batch
     controls = Controls(run_twice=False)
@@ -82,7 +82,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device=None)
                 verdict.reports.append(TensorReport(case.stage, "topk_ids.alone_vs_batched", False,
                                                     note="the token chose other experts alone than in the batch"))
         elif "forced_ids" not in inputs:
-            verdict.routing = compare_routing(alone["topk_ids"], ref["topk_ids"], ref.get("sel_gap"),
-                                              budgets.NEAR_TIE_DELTA)
+            verdict.routing = routing.compare_routing(alone["topk_ids"], ref["topk_ids"], ref.get("sel_gap"),
+                                                      routing.NEAR_TIE_DELTA)
     verdict.seconds = time.perf_counter() - start
     return verdict

@@ -2,8 +2,8 @@
 
 Weights depend only on (dims, weight seed, expert format, layer) and are cached: drawing millions of
 numbers for every Hypothesis example would make the fuzzer crawl. Inputs, caches and states are
-drawn fresh for every case from `case.seed`. Routing modes are applied to copies of the small router
-tensors, never to the cached weights.
+drawn fresh for every case from `case.seed`. Routing modes are applied by `k3diff.routing.apply_routing`
+to copies of the small router tensors, never to the cached weights.
 """
 from __future__ import annotations
 
@@ -12,13 +12,11 @@ from collections import OrderedDict
 import torch
 
 from k3diff.case import Case
+from k3diff.routing import apply_routing
 from reference import materialize as ref_mat
 
 _WEIGHT_CACHE: OrderedDict = OrderedDict()
 _WEIGHT_CACHE_SIZE = 8
-
-# selection-score boost that makes an expert win for every token (sigmoid scores lie in (0, 1))
-_HOT_BOOST = 4.0
 
 
 def weights_for(case: Case, device) -> dict:
@@ -73,55 +71,3 @@ def poison_unused_slots(inputs: dict) -> None:
         unused = torch.ones(state.shape[0], dtype=torch.bool, device=state.device)
         unused[live] = False
         state[unused] = float("nan")
-
-
-def apply_routing(case: Case, cfg, weights: dict, inputs: dict):
-    """Shape the router so each routing mode is exercised on every token (K3_SPEC §8, §10)."""
-    mode = case.routing
-    if mode == "natural":
-        return weights, inputs
-    g = torch.Generator().manual_seed(case.seed + 7919)
-    E, k, T = cfg.n_experts, cfg.top_k, case.batch
-    weights = dict(weights)
-    dev = weights["router.bias"].device
-    bias = weights["router.bias"].detach().cpu().clone()
-    if mode == "skewed":
-        # a rolled linspace: a pool of experts is favoured, as in vLLM's skewed routing test
-        roll = int(torch.randint(E, (1,), generator=g))
-        bias += torch.roll(torch.linspace(-0.5, 0.5, E, dtype=torch.float32), roll)
-    elif mode == "hot":
-        hot = torch.randperm(E, generator=g)[:k]
-        bias[hot] += _HOT_BOOST
-    elif mode in ("forced", "dropped"):
-        ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).to(torch.int32)
-        # the edge ids 0 and E-1 always appear (overwriting a slot keeps rows distinct because
-        # the id was absent from that row)
-        if not bool((ids[0] == 0).any()):
-            ids[0, 0] = 0
-        if not bool((ids[-1] == E - 1).any()):
-            ids[-1, -1] = E - 1
-        if mode == "dropped":
-            drop = torch.rand((T, k), generator=g) < 0.25
-            drop[0, 1 % k] = True                              # at least one dropped route
-            ids = torch.where(drop, torch.full_like(ids, -1), ids)
-        inputs = dict(inputs, forced_ids=ids.to(inputs["x"].device))
-    elif mode in ("ties", "near_tie"):
-        # k-1 experts win for every token and a pair (a < b) with equal scores competes for the
-        # last place: an exact tie (identical router rows) must go to the lower id a; a near-tie
-        # (rows differing in one ulp-sized place) may flip and is replayed with forced ids
-        perm = torch.randperm(E, generator=g)
-        if k < E:
-            winners, (a, b) = perm[: k - 1], sorted(perm[k - 1: k + 1].tolist())
-        else:   # every expert is chosen: no boundary to tie at, so the pair ties inside the set
-            winners, (a, b) = perm[2:], sorted(perm[:2].tolist())
-        bias[winners] += _HOT_BOOST
-        bias[[a, b]] += _HOT_BOOST / 2
-        bias[b] = bias[a]
-        router = weights["router.weight"].clone()
-        router[b] = router[a]
-        if mode == "near_tie":
-            bias[b] = torch.nextafter(bias[a], torch.tensor(float("inf")))  # one f32 ulp above
-        weights["router.weight"] = router
-    weights["router.bias"] = bias.to(dev)
-    return weights, inputs
-

@@ -23,21 +23,36 @@ from k3diff.stages import STATE
 _IMPL_MODULES = (blocked, blocked_attn, blocked_moe, blocked_ops)
 
 
-@contextlib.contextmanager
-def _swapped(name: str, make: Callable, modules=_IMPL_MODULES):
-    """Replace helper `name` in every implementation module that refers to it (it is imported by
-    name into several), with make(original)."""
-    saved = [(m, getattr(m, name)) for m in modules if hasattr(m, name)]
-    if not saved:
-        raise AttributeError(f"no implementation module defines {name!r}")
-    replacement = make(saved[0][1])
-    try:
-        for m, _ in saved:
-            setattr(m, name, replacement)
-        yield
-    finally:
-        for m, orig in saved:
-            setattr(m, name, orig)
+@dataclass(frozen=True)
+class Swap:
+    """Replace helper `name` of the candidate, defined in module `home`, by make(original) while the
+    mutant runs. The helper is patched in `home` and in every implementation module that imported
+    the same object by name (or only in `within`, when given). A target that no longer exists (a
+    renamed helper) raises at import, naming the mutant's target, so no mutant dies silently."""
+    home: object
+    name: str
+    make: Callable
+    within: tuple = ()
+
+    def __post_init__(self):
+        for m in (self.home,) + tuple(self.within):
+            if not callable(getattr(m, self.name, None)):
+                raise AttributeError(f"mutant patch target {m.__name__}.{self.name} does not exist "
+                                     "(renamed or moved?): update k3diff/mutants.py")
+
+    @contextlib.contextmanager
+    def applied(self):
+        original = getattr(self.home, self.name)
+        targets = self.within or tuple(m for m in _IMPL_MODULES if getattr(m, self.name, None) is original)
+        saved = [(m, getattr(m, self.name)) for m in targets]
+        replacement = self.make(original)
+        try:
+            for m, _ in saved:
+                setattr(m, self.name, replacement)
+            yield
+        finally:
+            for m, orig in saved:
+                setattr(m, self.name, orig)
 
 
 @dataclass(frozen=True)
@@ -47,7 +62,7 @@ class Mutant:
     stages: tuple          # where to hunt for it
     description: str
     weights: Callable | None = None      # (cfg, weights) -> weights, before prepare
-    swap: tuple | None = None            # (helper name, make(original) -> replacement)
+    swap: Swap | None = None             # a helper of the candidate replaced by a broken one
     tamper: Callable | None = None       # (mutant_backend, stage, inputs_before, inputs, out) after run
     case_filter: Callable | None = None  # hunt only on cases where the bug can show
 
@@ -78,7 +93,7 @@ class MutantBackend:
 
     def run(self, stage, cfg, prepared, inputs, out):
         before = {k: inputs[k].clone() for k in STATE[stage] if k in inputs}
-        ctx = _swapped(*self.mutant.swap) if self.mutant.swap else contextlib.nullcontext()
+        ctx = self.mutant.swap.applied() if self.mutant.swap else contextlib.nullcontext()
         with ctx:
             self.inner.run(stage, cfg, prepared, inputs, out)
         if self.mutant.tamper is not None:
@@ -235,39 +250,39 @@ MUTANTS = [
     Mutant("selection_without_bias", "routing", ("moe",), "experts chosen by sigmoid(logit) alone",
            weights=_on_keys("router.bias", _zero)),
     Mutant("bias_in_weights", "routing", ("moe",), "the correction bias also enters the combine weights",
-           swap=("route", _route_bias_in_weights)),
+           swap=Swap(blocked_moe, "route", _route_bias_in_weights)),
     Mutant("no_renormalise", "routing", ("moe",), "top-k weights not renormalised",
-           swap=("route", _route_no_renormalise)),
+           swap=Swap(blocked_moe, "route", _route_no_renormalise)),
     Mutant("ties_to_higher_id", "routing", ("moe",), "exact ties go to the higher expert id",
-           swap=("_rank_desc", _rank_ties_to_higher_id)),
+           swap=Swap(blocked_ops, "_rank_desc", _rank_ties_to_higher_id)),
     Mutant("last_expert_off_by_one", "routing", ("moe",), "expert E-1 runs with expert E-2's weights",
            weights=_compose(*[_on_keys(k, _last_expert_reads_previous) for k in
                               ("experts.w13", "experts.w2", "experts.w13_packed", "experts.w13_scale",
                                "experts.w2_packed", "experts.w2_scale")])),
     Mutant("situ_betas_swapped", "experts", ("moe",), "SiTU soft caps beta and beta_lin swapped",
-           swap=("situ", _situ_betas_swapped)),
+           swap=Swap(blocked_ops, "situ", _situ_betas_swapped)),
     Mutant("gate_up_swapped", "experts", ("moe",), "gate and up halves of w13 swapped",
-           swap=("situ", _situ_gate_up_swapped)),
+           swap=Swap(blocked_ops, "situ", _situ_gate_up_swapped)),
     Mutant("latent_norm_skipped", "experts", ("moe",), "latent RMSNorm not applied",
-           swap=("rmsnorm_bf16", _norm_skipped, (blocked_moe,))),
+           swap=Swap(blocked_ops, "rmsnorm_bf16", _norm_skipped, within=(blocked_moe,))),
     Mutant("shared_expert_dropped", "experts", ("moe",), "the merged shared experts are left out",
-           swap=("glu_mlp", _shared_dropped)),
+           swap=Swap(blocked_moe, "glu_mlp", _shared_dropped)),
     Mutant("mla_length_off_by_one", "mla", ("mla",), "attends over L_b rows, missing the new token",
-           swap=("_attend_one", _attend_one_row_short)),
+           swap=Swap(blocked_attn, "_attend_one", _attend_one_row_short)),
     Mutant("mla_wrong_softmax_scale", "mla", ("mla",), "softmax scale 1/sqrt(qk_nope) (rope dims forgotten)",
-           swap=("_attend_one", _attend_wrong_scale)),
+           swap=Swap(blocked_attn, "_attend_one", _attend_wrong_scale)),
     Mutant("mla_gate_from_wrong_input", "mla", ("mla",), "output gate computed from the attention output, not x",
-           swap=("run_mla", _mla_gate_from_attention)),
+           swap=Swap(blocked_attn, "run_mla", _mla_gate_from_attention)),
     Mutant("kda_decay_on_value_axis", "kda", ("kda",), "decay applied along the value axis of S",
-           swap=("delta_rule", _decay_on_value_axis)),
+           swap=Swap(blocked_attn, "delta_rule", _decay_on_value_axis)),
     Mutant("kda_beta_skipped", "kda", ("kda",), "delta-rule beta taken as 1",
-           swap=("delta_rule", _beta_skipped)),
+           swap=Swap(blocked_attn, "delta_rule", _beta_skipped)),
     Mutant("kda_conv_state_not_shifted", "kda", ("kda",), "the short-conv state is not updated",
            tamper=_conv_state_not_shifted),
     Mutant("attn_res_prefix_add_skipped", "attn_res", ("layer",), "prefix += delta not performed",
-           swap=("attn_res", _attn_res_no_prefix_add)),
+           swap=Swap(blocked, "attn_res", _attn_res_no_prefix_add)),
     Mutant("attn_res_block_write_skipped", "attn_res", ("layer",), "the finished block is not stored",
-           swap=("attn_res", _attn_res_no_block_write)),
+           swap=Swap(blocked, "attn_res", _attn_res_no_block_write)),
     Mutant("mxfp4_nibbles_swapped", "mxfp4", ("moe",), "low and high E2M1 nibbles swapped",
            weights=_on_keys("_packed", _swap_nibbles)),
     Mutant("one_token_unwritten", "anti-cheat", ("moe", "kda"), "the last token's output row is never written",

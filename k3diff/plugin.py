@@ -1,13 +1,15 @@
-"""The pytest plugin: `pytest --k3diff` runs the differential suite against a candidate backend.
+"""The pytest plugin: `pytest --k3diff` runs the differential suite (`k3diff.suite`) against a candidate.
 
-Shape (after Hypothesis's own plugin and pytest-randomly): one option group; markers registered in
-pytest_configure; every case's result carried on the test report (user_properties), so pytest-xdist
-workers send them back; one summary at the end, on the controller, with the replay command of every
-failure and the command to run next.
+Hooks only (after Hypothesis's own plugin and pytest-randomly): options named once in
+`k3diff.options`; the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
+nothing when k3diff is off; one run seed drawn on the controller and handed to xdist workers
+(the xdist hook is registered only when xdist is present); the seed and profile in the report
+header; every case's result carried on its test report (user_properties), so xdist workers send
+them back; one summary at the end, on the controller, with the replay command of every failure and
+the command to run next. The run itself lives in `k3diff.session`, shared with the CLI.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 from collections import defaultdict
@@ -15,46 +17,19 @@ from pathlib import Path
 
 import pytest
 
-PROFILES = {
-    # examples per stage, split into this many test items (so xdist and shards can spread them)
-    "quick": {"examples": 8, "chunks": 2},
-    "ci": {"examples": 40, "chunks": 4},
-    "nightly": {"examples": 2000, "chunks": 32},
-}
+from k3diff import options as opt
+from k3diff.session import PROFILES
+
 MARKER = "k3diff"
+MUTANT_MARKER = "k3diff_mutants"
 REGRESSIONS = Path("corpora") / "regressions"
 _REPORT_KEY = "k3diff_cases"
 _FAILURE_KEY = "k3diff_failure"
 _MUTANT_KEY = "k3diff_mutant"
-MUTANT_MARKER = "k3diff_mutants"
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("k3diff", "k3diff differential testing of the K3 decode megakernel")
-    group.addoption("--k3diff", action="store_true", default=False,
-                    help="run the differential suite (skipped without this flag)")
-    group.addoption("--k3diff-backend", default=None, metavar="NAME",
-                    help="candidate: a registered name (megakernel, torch-blocked, torch, reference, "
-                         "or an entry point of group k3diff.backends) or module:object. "
-                         "Default: megakernel when it can run here, else torch-blocked")
-    group.addoption("--k3diff-profile", default="quick", choices=sorted(PROFILES),
-                    help="fuzz budget: quick (before a merge), ci, nightly")
-    group.addoption("--k3diff-replay", action="append", default=[], metavar="PATH",
-                    help="replay a seed file or every seed in a folder (repeatable)")
-    group.addoption("--k3diff-save", default=str(Path("corpora") / "failures"), metavar="DIR",
-                    help="where failing seeds are written (default corpora/failures)")
-    group.addoption("--k3diff-shard", default=None, metavar="I/N",
-                    help="run only shard I of N (1-based); shards are disjoint and cover the run")
-    group.addoption("--k3diff-seed", default=None, type=int, metavar="N",
-                    help="seed of the run (default: drawn once and printed in the summary)")
-    group.addoption("--k3diff-device", default=None, metavar="DEV",
-                    help="cpu or cuda (default: cuda when present; xdist workers take GPU worker%%count)")
-    group.addoption("--k3diff-preset", default=None, choices=["tiny", "small"],
-                    help="model dims to fuzz around (default: tiny on cpu, small on a GPU)")
-    group.addoption("--k3diff-mutants", action="store_true", default=False,
-                    help="run k3diff against each planted bug of k3diff.mutants and print the mutation score")
-    group.addoption("--k3diff-report", default=None, metavar="FILE",
-                    help="write every case run and its verdict as JSON lines to FILE")
+    opt.add_options(parser, PROFILES)
 
 
 def _parse_shard(text):
@@ -63,142 +38,14 @@ def _parse_shard(text):
     try:
         i, n = (int(p) for p in text.split("/"))
     except ValueError:
-        raise pytest.UsageError(f"--k3diff-shard expects I/N such as 1/4, got {text!r}") from None
+        raise pytest.UsageError(f"{opt.SHARD} expects I/N such as 1/4, got {text!r}") from None
     if not (n >= 1 and 1 <= i <= n):
-        raise pytest.UsageError(f"--k3diff-shard expects 1 <= I <= N, got {text!r}")
+        raise pytest.UsageError(f"{opt.SHARD} expects 1 <= I <= N, got {text!r}")
     return i, n
 
 
-class Session:
-    """What every k3diff test in this process shares: the candidate, device, seed and budget."""
-
-    def __init__(self, config):
-        from k3diff import backends
-        from k3diff.backends.base import BackendError
-        from k3diff.runner import pick_device
-        from k3diff.strategies import CPU_SPACE, GPU_SPACE
-
-        opt = config.getoption
-        self.config = config
-        self.profile = PROFILES[opt("--k3diff-profile")]
-        self.profile_name = opt("--k3diff-profile")
-        self.save_dir = Path(opt("--k3diff-save"))
-        self.seed = _run_seed(config)
-        self.device = _worker_device(config, opt("--k3diff-device"), pick_device)
-        requested = opt("--k3diff-backend")
-        self.backend_name = requested or backends.default_name()
-        try:
-            self.backend = backends.load(self.backend_name)
-        except BackendError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        reason = self.backend.available()
-        if reason is not None:
-            raise pytest.UsageError(f"backend {self.backend_name!r} cannot run here: {reason}")
-        space = GPU_SPACE if self.device.startswith("cuda") else CPU_SPACE
-        preset = opt("--k3diff-preset")
-        if preset and preset != space.preset:
-            space = GPU_SPACE if preset == "small" else CPU_SPACE
-        self.space = space
-
-    def chunk_seed(self, stage, chunk):
-        digest = hashlib.sha1(f"{self.seed}:{stage}:{chunk}".encode()).digest()
-        return int.from_bytes(digest[:4], "little")
-
-    # ---- running ----
-    def check(self, case, item):
-        from k3diff.case import CaseError
-        from k3diff.runner import check_case
-        from k3diff.sizing import CaseTooLarge
-
-        try:
-            verdict = check_case(case, self.backend, device=self.device)
-        except (CaseTooLarge, CaseError) as exc:
-            pytest.fail(str(exc), pytrace=False)
-        item.user_properties.append((_REPORT_KEY, _record(case, verdict)))
-        return verdict
-
-    def fuzz(self, stage, chunk, item):
-        from k3diff.search import find_failure
-        from k3diff.strategies import cases
-
-        verdict, _ = find_failure(cases(stage, self.space), lambda case: self.check(case, item),
-                                  examples=max(1, self.profile["examples"] // self.profile["chunks"]),
-                                  seed=self.chunk_seed(stage, chunk))
-        if verdict is not None:
-            self.fail_with_seed(verdict, item)
-
-    def fuzz_invariance(self, stage, item):
-        from hypothesis import strategies as st
-
-        from k3diff.invariance import check_batch_invariance
-        from k3diff.search import find_failure
-        from k3diff.strategies import cases
-
-        def judge(drawn):
-            case, position = drawn
-            verdict = check_batch_invariance(case, self.backend, position, device=self.device)
-            item.user_properties.append((_REPORT_KEY, dict(_record(case, verdict), stage=f"{stage}-inv")))
-            return verdict
-
-        strategy = st.tuples(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
-        verdict, _ = find_failure(strategy, judge, examples=max(2, self.profile["examples"] // 8),
-                                  seed=self.chunk_seed(stage, "invariance"))
-        if verdict is not None:
-            details = "\n".join("  " + line for line in verdict.failures())
-            pytest.fail(f"batch invariance: {verdict.headline()}\n{details}", pytrace=False)
-
-    def hunt_mutant(self, name, item):
-        from k3diff.mutants import BY_NAME, hunt
-        from k3diff.strategies import CPU_SPACE
-
-        # a fixed seed unless one is given: the mutation score of a CI run must not be a lottery
-        seed = self.config.getoption("--k3diff-seed") or 0
-        digest = hashlib.sha1(f"{seed}:{name}".encode()).digest()
-        result = hunt(BY_NAME[name], examples_per_stage=self.profile["examples"],
-                      seed=int.from_bytes(digest[:4], "little"), space=CPU_SPACE)
-        item.user_properties.append((_MUTANT_KEY, dict(vars(result))))
-        if not result.caught:
-            pytest.fail(f"mutant {name} ({BY_NAME[name].description}) survived {result.examples} examples",
-                        pytrace=False)
-
-    def replay(self, path, item):
-        from k3diff.corpus import CorpusError, load
-
-        try:
-            case, _ = load(path)
-        except CorpusError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        verdict = self.check(case, item)
-        if verdict.skipped:
-            pytest.skip(verdict.skipped)
-        if not verdict.ok:
-            self.fail_with_seed(verdict, item, path)
-
-    def fail_with_seed(self, verdict, item, existing=None):
-        """Save the (shrunk) failing case and fail the test with its replay command."""
-        from k3diff.corpus import replay_command, save
-
-        path = existing or save(verdict.case, verdict.to_dict(), self.save_dir, self.backend_name)
-        command = replay_command(path, self.backend_name)
-        item.user_properties.append((_FAILURE_KEY, {
-            "stage": verdict.case.stage, "path": str(path), "replay": command,
-            "headline": verdict.headline()}))
-        details = "\n".join("  " + line for line in verdict.failures())
-        pytest.fail(f"{verdict.headline()}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
-
-
-def _record(case, verdict):
-    from k3diff.corpus import case_id
-
-    worst = verdict.worst()
-    return {"stage": case.stage, "id": case_id(case), "label": case.label(), "ok": verdict.ok,
-            "skipped": verdict.skipped, "seconds": round(verdict.seconds, 4),
-            "tie_flips": verdict.tie_flips, "forced": verdict.forced_replay,
-            "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps]}
-
-
 def _run_seed(config):
-    given = config.getoption("--k3diff-seed")
+    given = config.getoption(opt.SEED)
     if given is not None:
         return given
     worker = getattr(config, "workerinput", None)
@@ -209,8 +56,11 @@ def _run_seed(config):
     return config._k3diff_seed
 
 
-def _worker_device(config, requested, pick_device):
-    device = pick_device(requested)
+def _worker_device(config):
+    """The device of this process: one GPU per xdist worker (worker index modulo GPU count)."""
+    from k3diff.session import pick_device
+
+    device = pick_device(config.getoption(opt.DEVICE))
     worker = getattr(config, "workerinput", None)
     if worker and not device.startswith("cuda"):
         import torch
@@ -221,29 +71,38 @@ def _worker_device(config, requested, pick_device):
 
         index = int(worker.get("workerid", "gw0")[2:] or 0)
         gpu = index % max(1, torch.cuda.device_count())
-        torch.cuda.set_device(gpu)      # one GPU per xdist worker
+        torch.cuda.set_device(gpu)
         return f"cuda:{gpu}"
     return device
+
+
+def _make_session(config):
+    from k3diff.backends import BackendError
+    from k3diff.session import Session
+
+    try:
+        return Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
+                       seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
+                       preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)))
+    except BackendError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 # ---------------------------------------------------------------- pytest hooks
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", f"{MARKER}: a k3diff differential test (runs with --k3diff)")
+    config.addinivalue_line("markers", f"{MARKER}: a k3diff differential test (runs with {opt.ENABLE})")
+    config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with {opt.MUTANTS})")
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
-    config._k3diff_shard = _parse_shard(config.getoption("--k3diff-shard"))
-    config._k3diff_results = []
-    config._k3diff_failures = []
-    config._k3diff_mutants = []
-    config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with --k3diff-mutants)")
-    if config.getoption("--k3diff") or config.getoption("--k3diff-mutants"):
+    config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
+    config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
+    config._k3diff = None
+    if config.getoption(opt.ENABLE) or config.getoption(opt.MUTANTS):
         _run_seed(config)
-        config._k3diff = Session(config)
+        config._k3diff = _make_session(config)
         config.pluginmanager.register(_Collector(config), "k3diff-collector")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(), "k3diff-xdist")
-    else:
-        config._k3diff = None
 
 
 class _XdistHooks:
@@ -251,36 +110,42 @@ class _XdistHooks:
         node.workerinput["k3diff_seed"] = node.config._k3diff.seed
 
 
+def pytest_report_header(config):
+    session = config._k3diff
+    if session is None:
+        return None
+    shard = f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""
+    return (f"k3diff: backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
+            f"seed {session.seed}{shard} (rerun: {opt.SEED} {session.seed})")
+
+
 def pytest_generate_tests(metafunc):
     if "k3diff_seed_file" in metafunc.fixturenames:
         from k3diff.corpus import CorpusError, seed_files
 
         config = metafunc.config
+        regressions = Path(str(config.rootpath)) / REGRESSIONS
+        roots = ([regressions] if regressions.exists() else []) + [Path(p) for p in config.getoption(opt.REPLAY)]
         paths = []
-        roots = [Path(str(config.rootpath)) / REGRESSIONS] + [Path(p) for p in config.getoption("--k3diff-replay")]
         for root in roots:
-            if root == Path(str(config.rootpath)) / REGRESSIONS and not root.exists():
-                continue
             try:
                 paths += seed_files(root)
             except CorpusError as exc:
                 raise pytest.UsageError(str(exc)) from None
-        metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths],
-                             ids=[p.name for p in paths])
+        metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths], ids=[p.name for p in paths])
     if "k3diff_chunk" in metafunc.fixturenames:
-        profile = PROFILES[metafunc.config.getoption("--k3diff-profile")]
-        metafunc.parametrize("k3diff_chunk", range(profile["chunks"]))
+        metafunc.parametrize("k3diff_chunk", range(PROFILES[metafunc.config.getoption(opt.PROFILE)]["chunks"]))
 
 
 def pytest_collection_modifyitems(config, items):
-    marked = [it for it in items if it.get_closest_marker(MARKER)]
-    if not config.getoption("--k3diff-mutants"):
-        skip = pytest.mark.skip(reason="k3diff planted-bug suite: run with --k3diff-mutants")
+    if not config.getoption(opt.MUTANTS):
+        skip = pytest.mark.skip(reason=f"k3diff planted-bug suite: run with {opt.MUTANTS}")
         for it in items:
             if it.get_closest_marker(MUTANT_MARKER):
                 it.add_marker(skip)
-    if not config.getoption("--k3diff"):
-        skip = pytest.mark.skip(reason="k3diff differential suite: run with --k3diff")
+    marked = [it for it in items if it.get_closest_marker(MARKER)]
+    if not config.getoption(opt.ENABLE):
+        skip = pytest.mark.skip(reason=f"k3diff differential suite: run with {opt.ENABLE}")
         for it in marked:
             it.add_marker(skip)
         return
@@ -295,11 +160,91 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def k3diff(request):
-    """The k3diff session of this run (backend, device, seed, budget)."""
+    """The k3diff run of this process, bound to the calling test item."""
     session = request.config._k3diff
     if session is None:
-        pytest.skip("k3diff differential suite: run with --k3diff")
-    return session
+        pytest.skip(f"k3diff differential suite: run with {opt.ENABLE}")
+    return _ItemRun(session, request.node)
+
+
+class _ItemRun:
+    """One test item's view of the session: records each case on the item's report and turns a
+    failing verdict into a saved seed and a pytest failure."""
+
+    def __init__(self, session, item):
+        self.session, self.item = session, item
+
+    def _on_case(self, case, verdict, stage=None):
+        record = _record(case, verdict)
+        if stage:
+            record["stage"] = stage
+        self.item.user_properties.append((_REPORT_KEY, record))
+
+    def _guard(self, run):
+        from k3diff.case import CaseError
+        from k3diff.sizing import CaseTooLarge
+
+        try:
+            return run()
+        except (CaseTooLarge, CaseError) as exc:
+            pytest.fail(str(exc), pytrace=False)
+
+    def fuzz(self, stage, chunk):
+        verdict = self._guard(lambda: self.session.fuzz(stage, chunk, self._on_case))
+        if verdict is not None:
+            self._fail_with_seed(verdict)
+
+    def fuzz_invariance(self, stage):
+        on_case = lambda case, verdict: self._on_case(case, verdict, f"{stage}-inv")  # noqa: E731
+        verdict = self._guard(lambda: self.session.fuzz_invariance(stage, on_case))
+        if verdict is not None:
+            details = "\n".join("  " + line for line in verdict.failures())
+            pytest.fail(f"batch invariance: {verdict.headline()}\n{details}", pytrace=False)
+
+    def replay(self, path):
+        from k3diff.corpus import CorpusError
+
+        try:
+            verdict = self._guard(lambda: self.session.replay(path, self._on_case))
+        except CorpusError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        if verdict.skipped:
+            pytest.skip(verdict.skipped)
+        if not verdict.ok:
+            self._fail_with_seed(verdict, path)
+
+    def hunt_mutant(self, name):
+        from k3diff.mutants import BY_NAME
+        from k3diff.session import hunt_mutant
+
+        result = hunt_mutant(name, examples=self.session.profile["examples"],
+                             seed=self.item.config.getoption(opt.SEED))
+        self.item.user_properties.append((_MUTANT_KEY, dict(vars(result))))
+        if not result.caught:
+            pytest.fail(f"mutant {name} ({BY_NAME[name].description}) survived {result.examples} examples",
+                        pytrace=False)
+
+    def _fail_with_seed(self, verdict, existing=None):
+        from k3diff.corpus import replay_command
+
+        if existing:
+            path, command = existing, replay_command(existing, self.session.backend_name)
+        else:
+            path, command = self.session.save_failure(verdict)
+        self.item.user_properties.append((_FAILURE_KEY, {
+            "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": verdict.headline()}))
+        details = "\n".join("  " + line for line in verdict.failures())
+        pytest.fail(f"{verdict.headline()}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
+
+
+def _record(case, verdict):
+    from k3diff.corpus import case_id
+
+    worst = verdict.worst()
+    return {"stage": case.stage, "id": case_id(case), "label": case.label(), "ok": verdict.ok,
+            "skipped": verdict.skipped, "seconds": round(verdict.seconds, 4),
+            "tie_flips": verdict.tie_flips, "forced": verdict.forced_replay,
+            "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps]}
 
 
 class _Collector:
@@ -311,47 +256,42 @@ class _Collector:
     def pytest_runtest_logreport(self, report):
         if report.when != "call":
             return
+        sinks = {_REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
+                 _MUTANT_KEY: self.config._k3diff_mutants}
         for key, value in report.user_properties:
-            if key == _REPORT_KEY:
-                self.config._k3diff_results.append(value)
-            elif key == _FAILURE_KEY:
-                self.config._k3diff_failures.append(value)
-            elif key == _MUTANT_KEY:
-                self.config._k3diff_mutants.append(value)
+            if key in sinks:
+                sinks[key].append(value)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if config._k3diff is None or hasattr(config, "workerinput"):
         return
+    tr, session = terminalreporter, config._k3diff
     if config._k3diff_mutants:
         from k3diff.mutants import HuntResult, table
 
-        terminalreporter.section("k3diff mutants")
-        rows = sorted(config._k3diff_mutants, key=lambda r: r["mutant"])
-        for line in table([HuntResult(**r) for r in rows]):
-            terminalreporter.write_line(line)
+        tr.section("k3diff mutants")
+        for line in table([HuntResult(**r) for r in sorted(config._k3diff_mutants, key=lambda r: r["mutant"])]):
+            tr.write_line(line)
     results, failures = config._k3diff_results, config._k3diff_failures
-    report_path = config.getoption("--k3diff-report")
+    report_path = config.getoption(opt.REPORT)
     if report_path:
         Path(report_path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
-    tr = terminalreporter
-    session = config._k3diff
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
-                  f"seed {session.seed}" + (f"; shard {config.getoption('--k3diff-shard')}"
-                                            if config._k3diff_shard else ""))
+                  f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
     for line in summary_lines(results):
         tr.write_line(line)
     for f in {f["path"]: f for f in failures}.values():
         tr.write_line(f"FAILED {f['headline']}")
         tr.write_line(f"   replay: {f['replay']}")
-    rerun = f"pytest --k3diff --k3diff-seed {session.seed} --k3diff-profile {session.profile_name}"
+    rerun = f"pytest {opt.ENABLE} {opt.SEED} {session.seed} {opt.PROFILE} {session.profile_name}"
     if failures:
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")
     elif results:
         tr.write_line(f"next: all cases passed; this run again: `{rerun}`; a bigger budget: "
-                      "--k3diff-profile nightly -n auto")
+                      f"{opt.PROFILE} nightly -n auto")
 
 
 def summary_lines(results):

@@ -46,7 +46,7 @@ def expert(weights: dict, e: int) -> tuple[torch.Tensor, torch.Tensor]:
     return weights["experts.w13"][e].to(torch.float64), weights["experts.w2"][e].to(torch.float64)
 
 
-def swiglu_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, cfg, num: Numerics):
+def situ_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, cfg, num: Numerics):
     """Shared experts / dense MLP: bf16(bf16(SiTU(bf16(x W_gu^T))) W_down^T). Returns (out, act)."""
     gu = num.round(num.linear(x, gate_up))
     act = num.round(situ(gu, cfg))
@@ -78,7 +78,7 @@ def latent_moe(x: torch.Tensor, weights: dict, cfg, num: Numerics,
     yc = num.round(routed_experts(hl, r["topk_ids"], r["topk_weights"], weights, cfg, num))
     yn = num.rmsnorm(yc, weights["latent_norm.weight"], cfg.rms_eps)
     yu = num.round(num.linear(yn, weights["up.weight"]))
-    ys, _ = swiglu_mlp(x, weights["shared.gate_up"], weights["shared.down"], cfg, num)
+    ys, _ = situ_mlp(x, weights["shared.gate_up"], weights["shared.down"], cfg, num)
     out = num.round(yu + ys)
     return {"out": out, "router_logits": logits, "topk_ids": r["topk_ids"],
             "topk_weights": r["topk_weights"], "latent": hl, "combined": yc, "latent_normed": yn,
@@ -87,5 +87,5 @@ def latent_moe(x: torch.Tensor, weights: dict, cfg, num: Numerics,
 
 def dense_mlp(x: torch.Tensor, weights: dict, cfg, num: Numerics) -> dict:
     """Layer 0's dense SiTU MLP (§5.5)."""
-    out, act = swiglu_mlp(x, weights["dense.gate_up"], weights["dense.down"], cfg, num)
+    out, act = situ_mlp(x, weights["dense.gate_up"], weights["dense.down"], cfg, num)
     return {"out": out, "dense_act": act}

@@ -9,7 +9,8 @@ from k3diff import backends
 from k3diff.budgets import DEFAULT, Budget, describe
 from k3diff.case import Case, CaseError
 from k3diff.controls import Controls
-from k3diff.divergence import compare, compare_routing, noise_floor
+from k3diff.divergence import compare, noise_floor
+from k3diff.routing import compare_routing
 from k3diff.runner import check_case
 from k3diff.strategies import CPU_SPACE, cases
 

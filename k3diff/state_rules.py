@@ -1,0 +1,97 @@
+"""Each stage's state rule: what a candidate must do to the state it updates in place.
+
+The stage table (`k3diff.stages.STATE`) names the inputs each stage may change; these rules say
+how each must change. Numbers are judged by the error rule (`k3diff.budgets`); copies and untouched
+memory are judged bit for bit:
+
+  mla    the new token's cache row (kv_c | k_pe) under the error rule; every other row bitwise as
+         it was (K3_SPEC §3.3).
+  kda    the conv state shifts raw bf16 inputs: history bitwise, the new column under the error
+         rule; the recurrent state of live slots under the error rule; slots no row owns (the null
+         slot 0 included) bitwise untouched; rows whose state index is <= 0 output exactly 0
+         (K3_SPEC §4.1, §10.1).
+  layer  the block slot a block-write layer stores equals bf16(prefix + delta) bitwise, every
+         other slot untouched; prefix under the error rule (it carries the attention output), plus
+         the attention kind's rule above.
+
+`state_reports(case, tag, cand_inputs, ref, base, cand)` returns the TensorReports for a case.
+`cand["_before"]` holds the candidate's state inputs as they were before its call.
+"""
+from __future__ import annotations
+
+import torch
+
+from k3diff.budgets import budget_for
+from k3diff.divergence import compare
+
+
+def mla_cache(stage, tag, cand_inputs, ref, base, cand):
+    lens = cand_inputs["cache_lens"].to(torch.int64).cpu()
+    rows = torch.arange(lens.numel())
+    new_c, new_r, new_b = cand["kv_cache"][rows, lens], ref["kv_cache"][rows, lens], base["kv_cache"][rows, lens]
+    before, after = cand["_before"]["kv_cache"], cand["kv_cache"].clone()
+    after[rows, lens] = before[rows, lens]
+    return [compare(stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"),
+                    torch.bfloat16),
+            compare(stage, tag("kv_cache.untouched"), after, before, None,
+                    budget_for(stage, "kv_cache.untouched"))]
+
+
+def kda_state(stage, tag, cand_inputs, ref, base, cand):
+    idx = cand_inputs["state_idx"].to(torch.int64).cpu()
+    live = idx[idx > 0]
+    before_conv, after_conv = cand["_before"]["conv_state"], cand["conv_state"]
+    hist = after_conv.clone()
+    hist[live, :, :-1] = before_conv[live, :, 1:]          # the shift, bit for bit
+    hist[live, :, -1] = after_conv[live, :, -1]
+    untouched = torch.ones(after_conv.shape[0], dtype=torch.bool)
+    untouched[live] = False
+    out = [
+        compare(stage, tag("conv_state.history"), after_conv, hist, None, budget_for(stage, "conv_state.history")),
+        compare(stage, tag("conv_state.untouched"), after_conv[untouched], before_conv[untouched], None,
+                budget_for(stage, "kv_cache.untouched")),
+        compare(stage, tag("conv_state.new"), after_conv[live, :, -1], ref["conv_state"][live, :, -1],
+                base["conv_state"][live, :, -1], budget_for(stage, "conv_state.new"), torch.bfloat16),
+        compare(stage, tag("recurrent_state"), cand["recurrent_state"][live], ref["recurrent_state"][live],
+                base["recurrent_state"][live], budget_for(stage, "recurrent_state"), torch.float32),
+        compare(stage, tag("recurrent_state.untouched"), cand["recurrent_state"][untouched],
+                cand["_before"]["recurrent_state"][untouched], None, budget_for(stage, "kv_cache.untouched")),
+    ]
+    null_rows = (idx <= 0).nonzero().flatten()
+    attn = "out" if stage == "kda" else "attn_out"
+    if attn in cand and len(null_rows):
+        rows = cand[attn][null_rows]
+        out.append(compare(stage, tag(f"{attn}.null_rows"), rows, torch.zeros_like(rows), None,
+                           budget_for(stage, "out.null_rows")))
+    return out
+
+
+def layer_residual(case, stage, tag, ref, base, cand):
+    bk = case.config().attn_res_block_size
+    out = []
+    if "blocks" in cand:
+        # the block copy is exact: the written slot equals the baseline's bf16(prefix + delta)
+        # bit for bit, every other slot (NaN padding included) stays as it was
+        expected = cand["_before"]["blocks"].clone()
+        if case.layer_idx % bk == 0:
+            expected[:, case.layer_idx // bk] = base["blocks"][:, case.layer_idx // bk].to(expected.dtype)
+        out.append(compare(stage, tag("blocks"), cand["blocks"], expected, None,
+                           budget_for(stage, "blocks.untouched")))
+    if "prefix" in cand:
+        # prefix ends as bf16(bf16(prefix + delta) + a) (or a itself on a block-write layer):
+        # it carries the attention output, a rounded GEMV result, so the error rule applies
+        out.append(compare(stage, tag("prefix"), cand["prefix"], ref["prefix"], base["prefix"],
+                           budget_for(stage, "prefix"), torch.bfloat16))
+    return out
+
+
+def state_reports(case, tag, cand_inputs, ref, base, cand) -> list:
+    stage, kind = case.stage, case.attention_kind
+    out = []
+    if kind == "mla" and "kv_cache" in cand:
+        out += mla_cache(stage, tag, cand_inputs, ref, base, cand)
+    if kind == "kda" and "conv_state" in cand:
+        out += kda_state(stage, tag, cand_inputs, ref, base, cand)
+    if stage == "layer":
+        out += layer_residual(case, stage, tag, ref, base, cand)
+    return out

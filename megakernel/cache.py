@@ -17,24 +17,24 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8  # noqa: E402
 from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
-from megakernel.dev import GMEM  # noqa: E402
+from megakernel.device import GMEM  # noqa: E402
 from megakernel.k_gemv import Gemv  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
 from megakernel.k_schedule import Schedule  # noqa: E402
 from megakernel.k_expert import ExpertUp, ExpertDown  # noqa: E402
 from megakernel.k_expert_mma import ExpertMMA  # noqa: E402
 from megakernel.k_combine import Combine  # noqa: E402
-from megakernel.k_shared import SharedAct  # noqa: E402
-from megakernel.k_sum import FinalSum  # noqa: E402
+from megakernel.k_shared_act import SharedAct  # noqa: E402
+from megakernel.k_final_sum import FinalSum  # noqa: E402
 from megakernel.k_persistent import PersistentStep  # noqa: E402
 from megakernel.k_gemv_route import GemvRoute  # noqa: E402
 
 BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
 
 TT_GEMV = 8     # tokens per pass over a weight row when T > 1 (T == 1 uses 1)
-# K chunks per lane whose loads each GEMV issues together (dev.dot_rows; 0 = the compiler's
+# K chunks per lane whose loads each GEMV issues together (device.dot_rows; 0 = the compiler's
 # choice). 4 everywhere: on par with 0 at batch 1 and a little faster at batch 8 in
-# `python -m megakernel.tune_streams` (NOTES.md); every choice gives the same bits.
+# `python -m megakernel.tools.tune_streams` (NOTES.md); every choice gives the same bits.
 GEMV_UNROLL = dict(gemv_x=4, out_routed=4, gemv_shared=4, out_shared=4)
 TT_EXPERT = 4
 
@@ -45,7 +45,7 @@ MX_MMA = True
 # U: K blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per
 # warp (down); PF: L2 prefetch bytes on the weight loads (0 = none); S: stages of a per-warp
 # cp.async shared-memory ring (0 = loads into registers). Chosen from `python -m
-# megakernel.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same result.
+# megakernel.tools.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same result.
 # MK_MMA_UP / MK_MMA_DOWN (a dict literal) override the defaults, for tuning runs.
 
 

@@ -28,18 +28,19 @@ Details that matter:
 
 `trace=True` compiles a variant that also writes, per task, (CTA << 16 | SM << 8 | queue << 5 |
 stage, picking started, started, finished) in global-timer ns to the `trace` buffer (routed
-tickets first, then shared): `python -m megakernel.tune_persistent --trace` reads it.
+tickets first, then shared): `python -m megakernel.tools.tune_persistent --trace` reads it.
 """
 from megakernel import plan as P
-from megakernel.dev import THREADS, cute, cutlass, Int32, Int64, globaltimer, smid
+from megakernel.device import THREADS, cute, cutlass, Int32, Int64
+from megakernel.ptx import globaltimer, smid
 from megakernel.k_combine import Combine
 from megakernel.k_expert import ExpertUp, ExpertDown
 from megakernel.k_expert_mma import ExpertMMA
 from megakernel.k_gemv import Gemv
 from megakernel.k_route import Route, NPW as ROUTE_NPW
 from megakernel.k_schedule import Schedule
-from megakernel.k_shared import SharedAct, NPW as ACT_NPW
-from megakernel.k_sum import FinalSum, NPT as SUM_NPT
+from megakernel.k_shared_act import SharedAct, NPW as ACT_NPW
+from megakernel.k_final_sum import FinalSum, NPT as SUM_NPT
 
 SPIN_LIMIT = 1 << 22      # polls (~1 us each) before a wait is declared broken
 

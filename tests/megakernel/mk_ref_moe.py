@@ -1,7 +1,7 @@
 """A float32 torch reference of the LatentMoE step for the megakernel tests (independent of
 reference/): f32 math everywhere, bf16 rounding exactly at the K3_SPEC 7 points the kernel uses
 (hl, act, y_j, yc, yn, yu, gu_s, act_s, ys, out). The tests draw their random weights with
-megakernel.bench.draw_weights, the bench's own."""
+megakernel.tools.bench.draw_weights, the bench's own."""
 import torch
 
 E2M1 = torch.tensor([0, .5, 1, 1.5, 2, 3, 4, 6, -0., -.5, -1, -1.5, -2, -3, -4, -6])

@@ -11,7 +11,7 @@ from megakernel.moe import LatentMoE  # noqa: E402
 import os, sys  # noqa: E402,E401
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mk_ref_moe import moe_ref  # noqa: E402
-from megakernel.bench import draw_weights  # noqa: E402
+from megakernel.tools.bench import draw_weights  # noqa: E402
 
 DEV = torch.device("cuda")
 _W = {}

@@ -38,10 +38,13 @@ def placeholders(obj, ptr):
     return [Int32(1) if t == INT else ptr(t, 256) for _, t in dtypes(obj)]
 
 
-def call_args(obj, named, ptr):
-    """The run-time arguments of `obj`'s launch, in ARGS order, from `named` (argument name ->
-    a tensor, or an int for INT)."""
-    return [named[n] if t == INT else ptr(t, named[n].data_ptr()) for n, t in dtypes(obj)]
+def call_args(obj, named, ptr, bind=None):
+    """The run-time arguments of `obj`'s launch, in ARGS order, from `named` (buffer name -> a
+    tensor, or an int for INT); `bind` maps an argument name to the buffer name it takes when
+    they differ (a generic kernel used for several stages)."""
+    b = bind or {}
+    return [named[b.get(n, n)] if t == INT else ptr(t, named[b.get(n, n)].data_ptr())
+            for n, t in dtypes(obj)]
 
 
 class Args(SimpleNamespace):

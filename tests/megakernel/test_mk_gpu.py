@@ -233,13 +233,13 @@ def test_persistent_launch_equals_eleven_launches(fmt, T):
 def test_persistent_reports_a_broken_wait():
     """A dependency that can never be met (planted in the plan table) ends in the one-line
     error, not a hung GPU."""
-    from megakernel import plan as P
+    from megakernel import launch_persistent, plan as P
     w = weights("bf16")
     one = LatentMoE(SMALL, w, DEV, streams="persistent")
     x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)
     one.launch(x)
     one.check_persistent()
-    pl = one._plan(1, SMALL.k)
+    pl = launch_persistent.task_table(one, 1, SMALL.k)
     pl[P.DEPS + 8 * P.COMBINE + 1] += 1            # combine waits for one down task too many
     one.launch(x)
     torch.cuda.synchronize()

@@ -5,28 +5,16 @@ separate sum changes no bit against doing it inside either GEMV; it lets the two
 run side by side instead of one waiting for the other.
 """
 from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
-from megakernel.kernel_args import INT, Args, declare
+from megakernel.kernel_args import INT, TokenLaunch, declare
 
 NPT = 4   # CTAs per token
 
 
 @declare
-class FinalSum:
+class FinalSum(TokenLaunch):
     ARGS = (("ro", BFloat16), ("so", BFloat16), ("out", BFloat16), ("T", INT))
 
-    def __init__(self, dims):
-        self.dm = dims
-
-    @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, NPT, 1), block=(THREADS, 1, 1),
-                                        stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS
-        t, by, _ = cute.arch.block_idx()
-        self.body(*a, t, by)
+    CTAS, threads = NPT, THREADS
 
     @cute.jit
     def body(self, ro, so, out, T, t, by):

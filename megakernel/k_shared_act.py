@@ -6,28 +6,16 @@ Grid (T, NPW): a few CTAs per token, so the launch is short.
 """
 from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
 from megakernel.pointwise import situ, bf16_round
-from megakernel.kernel_args import INT, Args, declare
+from megakernel.kernel_args import INT, TokenLaunch, declare
 
 NPW = 4
 
 
 @declare
-class SharedAct:
+class SharedAct(TokenLaunch):
     ARGS = (("s2", Float32), ("acts", BFloat16), ("T", INT))
 
-    def __init__(self, dims):
-        self.dm = dims
-
-    @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, NPW, 1), block=(THREADS, 1, 1),
-                                        stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS
-        t, by, _ = cute.arch.block_idx()
-        self.body(*a, t, by)
+    CTAS, threads = NPW, THREADS
 
     @cute.jit
     def body(self, s2, acts, T, t, by):

@@ -21,6 +21,7 @@ ARGS here: the same parameters, annotations and order as the hand-written lists 
 hence the same PTX (checked: every variant's PTX hash before and after).
 """
 import inspect
+import types
 from types import SimpleNamespace
 
 from megakernel.device import cute, Int32
@@ -45,6 +46,25 @@ def call_args(obj, named, ptr, bind=None):
     b = bind or {}
     return [named[b.get(n, n)] if t == INT else ptr(t, named[b.get(n, n)].data_ptr())
             for n, t in dtypes(obj)]
+
+
+class TokenLaunch:
+    """The launch of the per-token pointwise kernels (k_shared_act.py, k_final_sum.py): grid
+    (T, CTAS) of `threads`, body(*ARGS, token, CTA index)."""
+
+    def __init__(self, dims):
+        self.dm = dims
+
+    @cute.jit
+    def __call__(self, *a):           # ARGS, stream (signatures: declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(grid=(A.T, self.CTAS, 1), block=(self.threads, 1, 1),
+                                        stream=A.stream)
+
+    @cute.kernel
+    def kernel(self, *a):             # ARGS
+        t, by, _ = cute.arch.block_idx()
+        self.body(*a, t, by)
 
 
 class Args(SimpleNamespace):
@@ -79,12 +99,24 @@ def _sign(fn, sig):
         fn = getattr(fn, "__wrapped__", None)
 
 
+def _own(cls, attr, deco):
+    """cls's own copy of an inherited `@cute.jit` / `@cute.kernel` method: the DSL reads the
+    signature from the function object, so classes with different ARGS cannot share one."""
+    if attr in cls.__dict__:
+        return cls.__dict__[attr]
+    raw = getattr(cls, attr).__wrapped__
+    code = getattr(raw, "_original_code", raw.__code__)
+    f = types.FunctionType(code, raw.__globals__, raw.__name__, raw.__defaults__, raw.__closure__)
+    f.__qualname__, f.__doc__ = raw.__qualname__, raw.__doc__
+    setattr(cls, attr, deco(f))
+    return cls.__dict__[attr]
+
+
 def declare(cls):
-    """Class decorator: the signatures of cls.__call__ and cls.kernel from cls.ARGS (defined on
-    cls itself, so that classes sharing a launch share one ARGS)."""
-    assert "__call__" in cls.__dict__ and "kernel" in cls.__dict__, cls
+    """Class decorator: the signatures of cls.__call__ and cls.kernel from cls.ARGS (the methods
+    may be inherited from a launch shared by several kernels: each class gets its own copy)."""
     cls.HOST_ONLY = tuple(getattr(cls, "HOST_ONLY", ()))
-    _sign(cls.__dict__["__call__"], _params(cls.ARGS, True))
-    _sign(cls.__dict__["kernel"], _params([a for a in cls.ARGS if a[0] not in cls.HOST_ONLY],
-                                          False))
+    _sign(_own(cls, "__call__", cute.jit), _params(cls.ARGS, True))
+    _sign(_own(cls, "kernel", cute.kernel),
+          _params([a for a in cls.ARGS if a[0] not in cls.HOST_ONLY], False))
     return cls

@@ -47,7 +47,8 @@ MX_MMA = True
 # U: K blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per
 # warp (down); PF: L2 prefetch bytes on the weight loads (0 = none); S: stages of a per-warp
 # cp.async shared-memory ring (0 = loads into registers). Chosen from `python -m
-# megakernel.tools.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same result.
+# megakernel.tools.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same
+# result.
 # MK_MMA_UP / MK_MMA_DOWN (a dict literal) override the defaults, for tuning runs.
 
 

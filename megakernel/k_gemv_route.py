@@ -9,8 +9,9 @@ token and then the schedule body at once. The bodies are k_route.Route's and
 k_schedule.Schedule's, so the bits are those of the three launches (tested on the GPU).
 The last CTA also resets the counter for the next launch.
 
-Measured (H200, full dims, batch 1, `python -m megakernel.tools.tune_streams`): slower, so it is off by
-default (moe.LatentMoE fuse_route=False): MXFP4 209.3 vs 199.7 us per step, bf16 356.4 vs 341.4.
+Measured (H200, full dims, batch 1, `python -m megakernel.tools.tune_streams`): slower, so it is
+off by default (moe.LatentMoE fuse_route=False): MXFP4 209.3 vs 199.7 us per step, bf16 356.4
+vs 341.4.
 Traced, the fused launch ran 63.8 us beside the side stream's GEMV (gemv_x alone: 21 us): its
 CTAs (route and schedule shared memory, 24 KB each) no longer get ahead of the side's, so the
 last one comes late.

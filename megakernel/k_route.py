@@ -3,8 +3,8 @@
 - sel = sigmoid(logit) + bias (f32; NaN selects as 0), top-k by repeated block argmax, ties to the
   LOWER expert id (K3_SPEC 5.2); or forced ids (-1 = dropped route).
 - weights = sigmoid(logit[id]) / sum over the valid selected ids, x routed_scaling_factor.
-- hl = bf16(latent columns of S1). (The shared experts' pointwise part is k_shared_act.SharedAct, on
-  the other stream.)
+- hl = bf16(latent columns of S1). (The shared experts' pointwise part is
+  k_shared_act.SharedAct, on the other stream.)
 """
 from megakernel.device import THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32
 from megakernel.pointwise import sigmoid

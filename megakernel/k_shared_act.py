@@ -1,4 +1,5 @@
-"""The shared experts' pointwise part, on the side stream: act_s = bf16(SiTU(bf16(gate), bf16(up))).
+"""The shared experts' pointwise part, on the side stream:
+act_s = bf16(SiTU(bf16(gate), bf16(up))).
 
 S2[t] = [gate Is | up Is] in f32 from the shared x-side GEMV; each is rounded to bf16 once (the
 rounding the spec puts on the gate_up projection, K3_SPEC 5.4), SiTU in f32, rounded to bf16.

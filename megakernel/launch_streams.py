@@ -19,11 +19,11 @@ launch gaps, while the shared experts' bf16 weights (264 MB at full dims) do not
 routing: streamed beside the chain they fill some of its bubbles (MXFP4, batch 1: 252 -> 205 us,
 NOTES.md). The main stream has the higher priority, a hint to the CTA scheduler that graph
 capture copies into the kernel nodes. Knobs, all measured by
-`python -m megakernel.tools.tune_streams` (none beat the defaults by more than noise at batch 1): `fork`, where the side starts ("start":
-beside gemv_x, or after gemv_x / route / schedule); `gate`, out_shared held back until the main
-stream has finished expert_up ("up") or expert_down ("down"), or not ("none");
-`side_ctas_per_sm`, a cap on the side GEMVs' grids (0 = none; their CTAs then loop over row
-tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
+`python -m megakernel.tools.tune_streams` (none beat the defaults by more than noise at batch
+1): `fork`, where the side starts ("start": beside gemv_x, or after gemv_x / route / schedule);
+`gate`, out_shared held back until the main stream has finished expert_up ("up") or
+expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on the side GEMVs' grids (0 =
+none; their CTAs then loop over row tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
 same bits (same kernels; tested).
 
 `fuse_route=True` (batch 1 only): gemv_x runs route and schedule in its last CTA

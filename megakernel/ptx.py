@@ -57,8 +57,9 @@ def ld_u8_stream(addr, *, loc=None, ip=None):
 @dsl_user_op
 def prmt(a, b, sel: int, *, loc=None, ip=None):
     """Byte permute of {b, a} (PTX prmt.b32, default mode)."""
-    r = asm_op(1, T.i32(), [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
-             f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip)
+    r = asm_op(1, T.i32(),
+               [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
+               f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip)
     return Uint32(r)
 
 

@@ -1,6 +1,6 @@
-"""python -m megakernel.tools.timeline: when each launch of one step runs, from a CUPTI trace of CUDA
-graph replays (full dims; --fmt, --T, --modes for the stream settings). Prints, for one step in
-the middle of the replays, every kernel's start, end and duration relative to the step's first
+"""python -m megakernel.tools.timeline: when each launch of one step runs, from a CUPTI trace of
+CUDA graph replays (full dims; --fmt, --T, --modes for the stream settings). Prints, for one step
+in the middle of the replays, every kernel's start, end and duration relative to the step's first
 kernel, and writes $OUT/timeline_<fmt>_T<T>.txt.
 """
 import argparse

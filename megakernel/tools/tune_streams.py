@@ -1,6 +1,6 @@
-"""python -m megakernel.tools.tune_streams: how the shared experts' side stream should run beside the
-routed chain (moe.py: fork, gate, side_ctas_per_sm, and the side GEMVs' unroll), measured at full
-dims, bf16 and MXFP4 experts, T = 1 and 8.
+"""python -m megakernel.tools.tune_streams: how the shared experts' side stream should run beside
+the routed chain (moe.py: fork, gate, side_ctas_per_sm, and the side GEMVs' unroll), measured at
+full dims, bf16 and MXFP4 experts, T = 1 and 8.
 
 Every mode must give bitwise the output of the one-stream order (checked here on each input
 before timing). Timing as in bench.py: R steps in one CUDA graph over rotating inputs, median

@@ -63,7 +63,7 @@ class LatentMoE:
         # the persistent launch's counters: zero before its first launch, reset by its last CTA
         self._sync = torch.zeros(plan.SYNC_WORDS, dtype=torch.int32, device=device)
         self._route_ctr = torch.zeros(4, dtype=torch.int32, device=device)   # k_gemv_route
-        # lower number = higher priority (module docstring)
+        # lower number = higher priority (launch_streams.py)
         self._main = torch.cuda.Stream(device, priority=-1)
         self._side = torch.cuda.Stream(device, priority=0)
 
@@ -120,7 +120,7 @@ class LatentMoE:
             if stages is not None:
                 raise ValueError("the persistent launch runs every stage; `stages` needs "
                                  "streams='fork' or 'serial'")
-            launch_persistent.launch(self, named, T, forced, named["maxU"])
+            launch_persistent.launch(self, named, T, forced)
         else:
             launch_streams.launch(self, named, T, forced, stages)
         return s

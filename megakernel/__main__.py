@@ -1,4 +1,6 @@
-"""python -m megakernel compile [--arch sm_90a,sm_103a] [--dims full,small] | bench [...]"""
+"""python -m megakernel compile [--arch sm_90a,sm_103a] [--dims full,small] | bench [...]
+
+bench is megakernel/tools/bench.py; the other tools run as `python -m megakernel.tools.<name>`."""
 import argparse
 import os
 import subprocess
@@ -52,7 +54,7 @@ def main(argv=None):
             rc |= r.returncode
         print("compile:", "all ok" if rc == 0 else "FAILED")
         return 1 if rc else 0
-    from megakernel import bench
+    from megakernel.tools import bench
     return bench.main(a)
 
 

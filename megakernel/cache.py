@@ -1,4 +1,5 @@
-"""Compile caching, in one place: every kernel, its variants, and the argument types it takes.
+"""Compile caching, in one place: every kernel and its variants (each kernel class declares its
+arguments: kernel_args.py).
 
 Kernels take raw global pointers (16-byte aligned) and the batch T as a run-time Int32; every model
 dimension is a compile-time constant of the Dims the kernel set is built for. `compile_kernel`
@@ -17,24 +18,25 @@ import cutlass.cute as cute  # noqa: E402
 from cutlass import BFloat16, Float32, Int32, Int64, Uint8  # noqa: E402
 from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
-from megakernel.dev import GMEM  # noqa: E402
+from megakernel.device import GMEM  # noqa: E402
+from megakernel.kernel_args import call_args, placeholders  # noqa: E402
 from megakernel.k_gemv import Gemv  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
 from megakernel.k_schedule import Schedule  # noqa: E402
 from megakernel.k_expert import ExpertUp, ExpertDown  # noqa: E402
 from megakernel.k_expert_mma import ExpertMMA  # noqa: E402
 from megakernel.k_combine import Combine  # noqa: E402
-from megakernel.k_shared import SharedAct  # noqa: E402
-from megakernel.k_sum import FinalSum  # noqa: E402
+from megakernel.k_shared_act import SharedAct  # noqa: E402
+from megakernel.k_final_sum import FinalSum  # noqa: E402
 from megakernel.k_persistent import PersistentStep  # noqa: E402
 from megakernel.k_gemv_route import GemvRoute  # noqa: E402
 
-BF, F32, I32, U8, INT = BFloat16, Float32, Int32, Uint8, "int"
+BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 
 TT_GEMV = 8     # tokens per pass over a weight row when T > 1 (T == 1 uses 1)
-# K chunks per lane whose loads each GEMV issues together (dev.dot_rows; 0 = the compiler's
+# K chunks per lane whose loads each GEMV issues together (device.dot_rows; 0 = the compiler's
 # choice). 4 everywhere: on par with 0 at batch 1 and a little faster at batch 8 in
-# `python -m megakernel.tune_streams` (NOTES.md); every choice gives the same bits.
+# `python -m megakernel.tools.tune_streams` (NOTES.md); every choice gives the same bits.
 GEMV_UNROLL = dict(gemv_x=4, out_routed=4, gemv_shared=4, out_shared=4)
 TT_EXPERT = 4
 
@@ -45,7 +47,8 @@ MX_MMA = True
 # U: K blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per
 # warp (down); PF: L2 prefetch bytes on the weight loads (0 = none); S: stages of a per-warp
 # cp.async shared-memory ring (0 = loads into registers). Chosen from `python -m
-# megakernel.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same result.
+# megakernel.tools.tune_mma` on the H200 (see NOTES.md): every variant gives bitwise the same
+# result.
 # MK_MMA_UP / MK_MMA_DOWN (a dict literal) override the defaults, for tuning runs.
 
 
@@ -79,44 +82,25 @@ def mma_ok(dm):
     return dm.r % 128 == 0 and dm.I % 128 == 0
 
 
-def _wdt(fmt):
-    return BF if fmt == "bf16" else U8
-
-
-# name -> (constructor(dims, **variant), argument types(dims, **variant))
+# name -> constructor(dims, **variant); each kernel class declares its arguments (ARGS,
+# kernel_args.py)
 KERNELS = {
-    "gemv_x": (lambda dm, TT, U=0: Gemv(dm.E + dm.r, dm.d, TT, False, U),
-               lambda dm, TT, U=0: [BF, BF, F32, INT, INT]),
-    "gemv_shared": (lambda dm, TT, U=0: Gemv(2 * dm.Is, dm.d, TT, False, U),
-                    lambda dm, TT, U=0: [BF, BF, F32, INT, INT]),
-    "out_shared": (lambda dm, TT, U=0: Gemv(dm.d, dm.Is, TT, True, U),
-                   lambda dm, TT, U=0: [BF, BF, BF, INT, INT]),
-    "out_routed": (lambda dm, TT, U=0: Gemv(dm.d, dm.r, TT, True, U),
-                   lambda dm, TT, U=0: [BF, BF, BF, INT, INT]),
-    "final_sum": (lambda dm: FinalSum(dm), lambda dm: [BF, BF, BF, INT]),
-    "shared_act": (lambda dm: SharedAct(dm), lambda dm: [F32, BF, INT]),
-    "route": (lambda dm, forced: Route(dm, forced),
-              lambda dm, forced: [F32, F32, I32, I32, F32, BF, INT]),
-    "schedule": (lambda dm: Schedule(dm), lambda dm: [I32] * 6 + [INT]),
-    "expert_up": (lambda dm, fmt, TT: ExpertUp(dm, fmt, TT),
-                  lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
-    "expert_down": (lambda dm, fmt, TT: ExpertDown(dm, fmt, TT),
-                    lambda dm, fmt, TT: [_wdt(fmt), U8, BF] + [I32] * 5 + [BF, INT, INT]),
-    "expert_up_mma": (lambda dm, U, WPC, PF=0, S=0: ExpertMMA(dm, True, U, WPC, PF=PF, S=S),
-                      lambda dm, U, WPC, PF=0, S=0: [U8, U8, BF] + [I32] * 5 + [BF, INT, INT]),
-    "expert_down_mma": (lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
-                        lambda dm, U, WPC, MT, PF=0, S=0: [U8, U8, BF] + [I32] * 5
-                        + [BF, INT, INT]),
-    "combine": (lambda dm: Combine(dm), lambda dm: [I32, F32, BF, BF, BF, BF, INT]),
-    "gemv_route": (lambda dm, forced, U: GemvRoute(dm, forced, U),
-                   lambda dm, forced, U: [BF, BF, F32, F32, I32, I32, F32, BF] + [I32] * 6
-                   + [INT]),
-    "persistent": (lambda dm, fmt, forced, T1, trace=False:
-                   persistent_step(dm, fmt, forced, T1, trace),
-                   lambda dm, fmt, forced, T1, trace=False:
-                   [BF, BF, F32, F32, I32, I32, F32, BF] + [I32] * 5
-                   + [_wdt(fmt), U8, BF, _wdt(fmt), U8] + [BF] * 7
-                   + [F32, BF, BF, BF, BF, I32, I32, Int64, INT, INT]),
+    "gemv_x": lambda dm, TT, U=0: Gemv(dm.E + dm.r, dm.d, TT, False, U),
+    "gemv_shared": lambda dm, TT, U=0: Gemv(2 * dm.Is, dm.d, TT, False, U),
+    "out_shared": lambda dm, TT, U=0: Gemv(dm.d, dm.Is, TT, True, U),
+    "out_routed": lambda dm, TT, U=0: Gemv(dm.d, dm.r, TT, True, U),
+    "final_sum": lambda dm: FinalSum(dm),
+    "shared_act": lambda dm: SharedAct(dm),
+    "route": lambda dm, forced: Route(dm, forced),
+    "schedule": lambda dm: Schedule(dm),
+    "expert_up": lambda dm, fmt, TT: ExpertUp(dm, fmt, TT),
+    "expert_down": lambda dm, fmt, TT: ExpertDown(dm, fmt, TT),
+    "expert_up_mma": lambda dm, U, WPC, PF=0, S=0: ExpertMMA(dm, True, U, WPC, PF=PF, S=S),
+    "expert_down_mma": lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
+    "combine": lambda dm: Combine(dm),
+    "gemv_route": lambda dm, forced, U: GemvRoute(dm, forced, U),
+    "persistent": lambda dm, fmt, forced, T1, trace=False: persistent_step(dm, fmt, forced, T1,
+                                                                            trace),
 }
 
 
@@ -152,14 +136,30 @@ def ptr(dtype, addr):
     return make_ptr(dtype, addr, GMEM, assumed_align=16)
 
 
-def compile_kernel(name, dims, **variant):
+class Launch:
+    """A compiled kernel with its object: `launch(named, stream, bind)` passes the arguments its
+    class declares (ARGS) by name from `named` (kernel_args.call_args)."""
+
+    def __init__(self, fn, obj):
+        self.fn, self.obj = fn, obj
+
+    def __call__(self, named, stream, bind=None):
+        self.fn(*call_args(self.obj, named, ptr, bind), stream)
+
+
+def compiled(name, dims, **variant):
+    """The Launch of kernel `name` (compiled once per process)."""
     key = (name, dims, tuple(sorted(variant.items())))
-    fn = _CACHE.get(key)
-    if fn is None:
-        ctor, argt = KERNELS[name]
-        args = [Int32(1) if a == INT else ptr(a, 256) for a in argt(dims, **variant)]
+    hit = _CACHE.get(key)
+    if hit is None:
+        obj = KERNELS[name](dims, **variant)
         t0 = time.time()
-        fn = cute.compile(ctor(dims, **variant), *args, make_fake_stream())
+        fn = cute.compile(obj, *placeholders(obj, ptr), make_fake_stream())
         COMPILE_SECONDS[key] = time.time() - t0
-        _CACHE[key] = fn
-    return fn
+        hit = _CACHE[key] = Launch(fn, obj)
+    return hit
+
+
+def compile_kernel(name, dims, **variant):
+    """The compiled function of kernel `name` (positional arguments: its ARGS, then a stream)."""
+    return compiled(name, dims, **variant).fn

@@ -9,13 +9,18 @@ all k slots' loads independent of each other (the launch is latency-bound: 16 lo
 per thread instead of 16 x 7 scalar ones one column at a time). mean(yc^2): per virtual thread
 over its chunks in order, butterfly per virtual warp, then the VT/32 warp partials in order.
 """
-from megakernel.dev import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
-                            load8_bf16_f32, warp_sum)
+from megakernel.device import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
+                               load8_bf16_f32, warp_sum)
+from megakernel.kernel_args import INT, Args, declare
 
 VT = 512   # "virtual" threads: the sum-of-squares order is that of 512 threads however many run
 
 
+@declare
 class Combine:
+    ARGS = (("ids", Int32), ("wts", Float32), ("y", BFloat16), ("norm_w", BFloat16),
+            ("yc", BFloat16), ("yn", BFloat16), ("T", INT))
+
     def __init__(self, dims, threads: int = VT):
         """512 threads alone, more than the row kernels: the launch is latency-bound (1 CTA per
         token). k_persistent.py runs the same body on CTAs of 256: each thread then plays
@@ -27,16 +32,15 @@ class Combine:
         self.NPT = (dims.r // 8 + VT - 1) // VT     # 8-column chunks per virtual thread
 
     @cute.jit
-    def __call__(self, ids: cute.Pointer, wts: cute.Pointer, y: cute.Pointer, nw: cute.Pointer,
-                 yc: cute.Pointer, yn: cute.Pointer, T: Int32, stream):
-        self.kernel(ids, wts, y, nw, yc, yn, T).launch(grid=(T, 1, 1), block=(self.threads, 1, 1),
-                                                       stream=stream)
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(grid=(A.T, 1, 1), block=(self.threads, 1, 1),
+                                        stream=A.stream)
 
     @cute.kernel
-    def kernel(self, ids: cute.Pointer, wts: cute.Pointer, y: cute.Pointer, nw: cute.Pointer,
-               yc: cute.Pointer, yn: cute.Pointer, T: Int32):
+    def kernel(self, *a):             # ARGS
         t, _, _ = cute.arch.block_idx()
-        self.body(ids, wts, y, nw, yc, yn, T, t)
+        self.body(*a, t)
 
     @cute.jit
     def body(self, ids, wts, y, nw, yc, yn, T, t):

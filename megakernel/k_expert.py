@@ -4,14 +4,16 @@ Grid y walks the compacted active-expert list from the schedule, so each chosen 
 are streamed once per launch whatever the number of tokens that chose it: a warp holds one row
 (up: a gate row and its up row) and runs its K chunks over every pair of that expert, TT tokens
 per pass. Formats: bf16 rows, or MXFP4 (E2M1 nibbles + E8M0 scale per 32 K elements), decoded in
-registers with dev.mxfp4_word_to_f32x8 (one 16-byte load = 32 elements = one scale group).
+registers with mxfp4.mxfp4_word_to_f32x8 (one 16-byte load = 32 elements = one scale group).
 
   up:   ACT[p, i] = bf16(SiTU(hl_t . W13[e, i], hl_t . W13[e, I + i]))        (act rounding, 5.6)
   down: Y[p, n]   = bf16(ACT[p] . W2[e, n])                                     (y_j rounding, 5.6)
 """
-from megakernel.dev import (THREADS, WARPS, MX_POST, cute, cutlass, BFloat16, Float32, Int32,
-                            Uint8, Uint32, copy_atom_128, load8_bf16_f32, warp_sum,
-                            mxfp4_word_to_f32x8, mx_scale2, situ, row_ptr)
+from megakernel.device import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32, Uint8,
+                               Uint32, copy_atom_128, load8_bf16_f32, warp_sum, row_ptr)
+from megakernel.kernel_args import INT, Args, declare
+from megakernel.pointwise import situ
+from megakernel.mxfp4 import MX_POST, mxfp4_word_to_f32x8, mx_scale2
 
 
 @cute.jit
@@ -22,31 +24,34 @@ def _pair_rows(PR, off, cnt, b0, k, tix, pix, TT: cutlass.Constexpr):
         tix[j] = p // k
 
 
+@declare
 class ExpertLaunch:
     """The launch shared by the expert kernels (here and k_expert_mma.py): grid (row tile,
-    active-expert slot), `threads` per CTA; subclasses give `tiles` and the `body` of one CTA
-    (k_persistent.py calls the same body as a task)."""
+    active-expert slot), `threads` per CTA; subclasses give `tiles`, `wdt` (the weights' dtype:
+    bf16, or u8 for MXFP4) and the `body` of one CTA (k_persistent.py calls the same body as a
+    task). xin / yout: hl -> act (up) or act -> y (down); maxU: the grid's y extent."""
+    ARGS = (("w", "wdt"), ("ws", Uint8), ("xin", BFloat16), ("nact", Int32), ("act_e", Int32),
+            ("act_off", Int32), ("act_cnt", Int32), ("pairs", Int32), ("yout", BFloat16),
+            ("T", INT), ("maxU", INT))
+    HOST_ONLY = ("maxU",)
 
     @cute.jit
-    def __call__(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
-                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-                 act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer,
-                 T: Int32, maxU: Int32, stream):
-        self.kernel(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T).launch(
-            grid=(self.tiles, maxU, 1), block=(self.threads, 1, 1), stream=stream)
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(
+            grid=(self.tiles, A.maxU, 1), block=(self.threads, 1, 1), stream=A.stream)
 
     @cute.kernel
-    def kernel(self, w: cute.Pointer, ws: cute.Pointer, xin: cute.Pointer,
-               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-               act_cnt: cute.Pointer, pairs: cute.Pointer, yout: cute.Pointer, T: Int32):
+    def kernel(self, *a):             # ARGS less maxU
         bx, u, _ = cute.arch.block_idx()
-        self.body(w, ws, xin, nact, act_e, act_off, act_cnt, pairs, yout, T, bx, u)
+        self.body(*a, bx, u)
 
 
 class _ExpertBase(ExpertLaunch):
     def __init__(self, dims, fmt: str, TT: int, up: bool):
         assert fmt in ("bf16", "mxfp4")
         self.dm, self.fmt, self.TT, self.up = dims, fmt, TT, up
+        self.wdt = BFloat16 if fmt == "bf16" else Uint8
         d = dims
         # rows per expert, K, and the width of the activation each pair reads
         self.R = 2 * d.I if up else d.r

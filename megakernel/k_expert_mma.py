@@ -18,7 +18,7 @@ Numerics: bf16 products exact, f32 accumulation in the tensor core; per (row, pa
 the fixed sequence of blocks, each one mma over 16 k-slots: it depends on neither the batch nor
 the column a pair lands in (columns of an mma are independent), so batch invariance and
 determinism hold. Scale: value * 2^(s-191) from the bf16x2 multiply (exact for codes 63..190),
-the remaining 2^64 on the finished f32 dot (dev.MX_POST), SiTU in f32, act / y_j rounded to bf16.
+the remaining 2^64 on the finished f32 dot (mxfp4.MX_POST), SiTU in f32, act / y_j rounded to bf16.
 
 Loads, two schemes (cache.py picks per launch; outputs are bitwise identical):
 - S = 0: the loads of U blocks are issued into registers (weights 128-bit, L1 no-allocate, L2
@@ -27,9 +27,10 @@ Loads, two schemes (cache.py picks per launch; outputs are bitwise identical):
   4-byte cp.async for the scale words); no registers are tied up by loads in flight. At batch 1
   up (one wave of 768 CTAs) this took 85.0 -> 58.9 us; down was faster with registers.
 """
-from megakernel.dev import (MX_POST, cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32,
-                            ld_v4_stream, ld_v4_cached, ld_u8_stream, prmt,
-                            mxfp4_word_to_bf16x2x4, mma_bf16_16816, mx_scale2, situ,
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint8, Uint32
+from megakernel.pointwise import situ
+from megakernel.mxfp4 import MX_POST, mxfp4_word_to_bf16x2x4, mx_scale2
+from megakernel.ptx import (ld_v4_stream, ld_v4_cached, ld_u8_stream, prmt, mma_bf16_16816,
                             cp_async_16, cp_async_4, ld_shared_v4)
 from megakernel.k_expert import ExpertLaunch
 
@@ -40,6 +41,8 @@ def act_pos(j: int) -> int:
 
 
 class ExpertMMA(ExpertLaunch):
+    wdt = Uint8                       # MXFP4 only
+
     def __init__(self, dims, up: bool, U: int, WPC: int, MT: int = 1, PF: int = 0, S: int = 0,
                  coherent: bool = False, smem_cap: int = 48 * 1024):
         """`coherent`: read the activation with plain loads instead of the read-only (.nc) path,

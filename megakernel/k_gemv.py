@@ -1,36 +1,43 @@
 """Every dense GEMV of the step: Y[t, n] = sum_k W[n, k] X[t, k], W [N, K] bf16, X [T, K] bf16.
 
 One warp per output row, 8 rows per CTA tile, 128-bit loads, TT tokens per pass over the row (x
-read once per token tile); the K order is dev.dot_rows's, fixed whatever the batch. `ctas` (a
+read once per token tile); the K order is device.dot_rows's, fixed whatever the batch. `ctas` (a
 run-time argument) caps the grid: CTAs then loop over row tiles. The side stream's GEMVs use a
 small cap so that they stream in the background without taking the SM slots the routed chain
 needs (moe.py). Four instances (moe.py):
 - gemv_x:      [router E | latent down r] x d, f32 out (router logits stay f32, K3_SPEC 5.2; the
                latent columns are rounded to bf16 by the route kernel, the spec's one rounding);
-- gemv_shared: [shared gate Is | shared up Is] x d, f32 out (rounded by k_shared.SharedAct);
+- gemv_shared: [shared gate Is | shared up Is] x d, f32 out (rounded by k_shared_act.SharedAct);
 - out_shared:  so = bf16(act_s W_sd^T), d x Is;
-- out_routed:  ro = bf16(yn W_up^T), d x r (K3_SPEC 5.3-5.4; k_sum.FinalSum adds the two).
+- out_routed:  ro = bf16(yn W_up^T), d x r (K3_SPEC 5.3-5.4; k_final_sum.FinalSum adds the two).
 """
-from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
-                            copy_atom_128, dot_rows, warp_sum)
+from megakernel.device import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
+                               copy_atom_128, dot_rows, warp_sum)
+from megakernel.kernel_args import INT, Args, declare
 
 
+@declare
 class Gemv:
+    # y: f32 or bf16 (out_bf16); ctas: a cap on the grid (the kernel gets the grid launched)
+    ARGS = (("w", BFloat16), ("x", BFloat16), ("y", "ydt"), ("T", INT), ("ctas", INT))
+
     def __init__(self, N: int, K: int, TT: int, out_bf16: bool, unroll: int = 0):
         assert K % 8 == 0
         self.N, self.K, self.TT, self.out_bf16, self.unroll = N, K, TT, out_bf16, unroll
+        self.ydt = BFloat16 if out_bf16 else Float32
         self.tiles = (N + WARPS - 1) // WARPS
 
     @cute.jit
-    def __call__(self, w: cute.Pointer, x: cute.Pointer, y: cute.Pointer, T: Int32,
-                 ctas: Int32, stream):
-        grid = cutlass.min(ctas, self.tiles)
-        self.kernel(w, x, y, T, grid).launch(grid=(grid, 1, 1), block=(THREADS, 1, 1),
-                                             stream=stream)
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        grid = cutlass.min(A.ctas, self.tiles)
+        self.kernel(*A.kernel(ctas=grid)).launch(grid=(grid, 1, 1), block=(THREADS, 1, 1),
+                                                 stream=A.stream)
 
     @cute.kernel
-    def kernel(self, w: cute.Pointer, x: cute.Pointer, y: cute.Pointer, T: Int32, grid: Int32):
+    def kernel(self, *a):             # ARGS, ctas = the grid launched
         bid, _, _ = cute.arch.block_idx()
+        w, x, y, T, grid = a
         self.body(w, x, y, T, bid, self.tiles, grid)
 
     @cute.jit

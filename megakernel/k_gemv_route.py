@@ -9,19 +9,27 @@ token and then the schedule body at once. The bodies are k_route.Route's and
 k_schedule.Schedule's, so the bits are those of the three launches (tested on the GPU).
 The last CTA also resets the counter for the next launch.
 
-Measured (H200, full dims, batch 1, `python -m megakernel.tune_streams`): slower, so it is off by
-default (moe.LatentMoE fuse_route=False): MXFP4 209.3 vs 199.7 us per step, bf16 356.4 vs 341.4.
+Measured (H200, full dims, batch 1, `python -m megakernel.tools.tune_streams`): slower, so it is
+off by default (moe.LatentMoE fuse_route=False): MXFP4 209.3 vs 199.7 us per step, bf16 356.4
+vs 341.4.
 Traced, the fused launch ran 63.8 us beside the side stream's GEMV (gemv_x alone: 21 us): its
 CTAs (route and schedule shared memory, 24 KB each) no longer get ahead of the side's, so the
 last one comes late.
 """
-from megakernel.dev import THREADS, cute, cutlass, Int32
+from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
+from megakernel.kernel_args import INT, Args, declare
 from megakernel.k_gemv import Gemv
 from megakernel.k_route import Route, NPW
 from megakernel.k_schedule import Schedule
 
 
+@declare
 class GemvRoute:
+    ARGS = (("w1", BFloat16), ("x", BFloat16), ("s1", Float32), ("bias", Float32), ("fids", Int32),
+            ("ids", Int32), ("wts", Float32), ("hl", BFloat16), ("nact", Int32), ("act_e", Int32),
+            ("act_off", Int32), ("act_cnt", Int32), ("pairs", Int32), ("route_ctr", Int32),
+            ("T", INT))
+
     def __init__(self, dims, forced: bool, unroll: int):
         dm = self.dm = dims
         self.gx = Gemv(dm.E + dm.r, dm.d, 1, False, unroll)
@@ -29,27 +37,21 @@ class GemvRoute:
         self.sched = Schedule(dm)
 
     @cute.jit
-    def __call__(self, w1: cute.Pointer, x: cute.Pointer, s1: cute.Pointer, bias: cute.Pointer,
-                 fids: cute.Pointer, ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer,
-                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-                 act_cnt: cute.Pointer, pairs: cute.Pointer, counter: cute.Pointer, T: Int32,
-                 stream):
-        self.kernel(w1, x, s1, bias, fids, ids, wts, hl, nact, act_e, act_off, act_cnt, pairs,
-                    counter, T).launch(grid=(self.gx.tiles, 1, 1), block=(THREADS, 1, 1),
-                                       stream=stream)
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(grid=(self.gx.tiles, 1, 1), block=(THREADS, 1, 1),
+                                        stream=A.stream)
 
     @cute.kernel
-    def kernel(self, w1: cute.Pointer, x: cute.Pointer, s1: cute.Pointer, bias: cute.Pointer,
-               fids: cute.Pointer, ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer,
-               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-               act_cnt: cute.Pointer, pairs: cute.Pointer, counter: cute.Pointer, T: Int32):
+    def kernel(self, *a):             # ARGS
+        A = Args(self, a, host=False)
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         grid = self.gx.tiles
-        C = cute.make_tensor(counter, cute.make_layout((1,), stride=(1,)))
+        C = cute.make_tensor(A.route_ctr, cute.make_layout((1,), stride=(1,)))
         smem = cutlass.memory.SmemAllocator()
         last = smem.allocate_tensor(Int32, cute.make_layout((1,), stride=(1,)), 16)
-        self.gx.body(w1, x, s1, T, bid, grid, grid)
+        self.gx.body(A.w1, A.x, A.s1, A.T, bid, grid, grid)
         cute.arch.sync_threads()
         if tid == 0:
             cute.arch.fence_acq_rel_gpu()
@@ -59,13 +61,13 @@ class GemvRoute:
             if tid == 0:
                 cute.arch.fence_acq_rel_gpu()
             cute.arch.sync_threads()
-            for t in cutlass.range(T):
+            for t in cutlass.range(A.T):
                 for by in cutlass.range(1 + NPW):
-                    self.route.body(s1, bias, fids, ids, wts, hl, T, t, by)
+                    self.route.body(A.s1, A.bias, A.fids, A.ids, A.wts, A.hl, A.T, t, by)
                     cute.arch.sync_threads()
             if tid == 0:
                 cute.arch.fence_acq_rel_gpu()
             cute.arch.sync_threads()
-            self.sched.body(ids, nact, act_e, act_off, act_cnt, pairs, T)
+            self.sched.body(A.ids, A.nact, A.act_e, A.act_off, A.act_cnt, A.pairs, A.T)
             if tid == 0:
                 C[0] = Int32(0)

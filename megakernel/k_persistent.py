@@ -28,29 +28,44 @@ Details that matter:
 
 `trace=True` compiles a variant that also writes, per task, (CTA << 16 | SM << 8 | queue << 5 |
 stage, picking started, started, finished) in global-timer ns to the `trace` buffer (routed
-tickets first, then shared): `python -m megakernel.tune_persistent --trace` reads it.
+tickets first, then shared): `python -m megakernel.tools.tune_persistent --trace` reads it.
 """
 from megakernel import plan as P
-from megakernel.dev import THREADS, cute, cutlass, Int32, Int64, globaltimer, smid
+from megakernel.device import (THREADS, cute, cutlass, BFloat16 as BF, Float32 as F32, Int32,
+                               Int32 as I32, Int64, Uint8 as U8)
+from megakernel.kernel_args import INT, Args, declare
+from megakernel.ptx import globaltimer, smid
 from megakernel.k_combine import Combine
 from megakernel.k_expert import ExpertUp, ExpertDown
 from megakernel.k_expert_mma import ExpertMMA
 from megakernel.k_gemv import Gemv
 from megakernel.k_route import Route, NPW as ROUTE_NPW
 from megakernel.k_schedule import Schedule
-from megakernel.k_shared import SharedAct, NPW as ACT_NPW
-from megakernel.k_sum import FinalSum, NPT as SUM_NPT
+from megakernel.k_shared_act import SharedAct, NPW as ACT_NPW
+from megakernel.k_final_sum import FinalSum, NPT as SUM_NPT
 
 SPIN_LIMIT = 1 << 22      # polls (~1 us each) before a wait is declared broken
 
 
+@declare
 class PersistentStep:
+    # every buffer of the step (moe.LatentMoE names them alike), then the plan (plan.py), the
+    # counters, the trace buffer (the plan again when not tracing), T and the grid size
+    ARGS = (("w1", BF), ("x", BF), ("s1", F32), ("bias", F32), ("fids", I32), ("ids", I32),
+            ("wts", F32), ("hl", BF), ("nact", I32), ("act_e", I32), ("act_off", I32),
+            ("act_cnt", I32), ("pairs", I32), ("w13", "wdt"), ("w13s", U8), ("act", BF),
+            ("w2", "wdt"), ("w2s", U8), ("y", BF), ("norm_w", BF), ("yc", BF), ("yn", BF),
+            ("w_up", BF), ("ro", BF), ("w_gu", BF), ("s2", F32), ("acts", BF), ("w_sd", BF),
+            ("so", BF), ("out", BF), ("plan", I32), ("sync", I32), ("trace", Int64), ("T", INT),
+            ("ctas", INT))
+
     def __init__(self, dims, fmt: str, forced: bool, TTg: int, TTe: int, unroll: dict,
                  mma_up=None, mma_down=None, trace: bool = False, ctas_per_sm: int = 3):
         """`mma_up` / `mma_down`: ExpertMMA variants (WPC must be 8: one task = one CTA), or None
         for the CUDA-core expert kernels."""
         dm = self.dm = dims
         self.fmt, self.trace, self.ctas_per_sm = fmt, trace, ctas_per_sm
+        self.wdt = BF if fmt == "bf16" else U8
         self.gx = Gemv(dm.E + dm.r, dm.d, TTg, False, unroll["gemv_x"])
         self.route = Route(dm, forced)
         self.sched = Schedule(dm)
@@ -75,41 +90,24 @@ class PersistentStep:
                        sum_per_token=SUM_NPT)
 
     @cute.jit
-    def __call__(self, w1: cute.Pointer, x: cute.Pointer, s1: cute.Pointer, bias: cute.Pointer,
-                 fids: cute.Pointer, ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer,
-                 nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-                 act_cnt: cute.Pointer, pairs: cute.Pointer, w13: cute.Pointer,
-                 w13s: cute.Pointer, act: cute.Pointer, w2: cute.Pointer, w2s: cute.Pointer,
-                 y: cute.Pointer, norm_w: cute.Pointer, yc: cute.Pointer, yn: cute.Pointer,
-                 w_up: cute.Pointer, ro: cute.Pointer, w_gu: cute.Pointer, s2: cute.Pointer,
-                 acts: cute.Pointer, w_sd: cute.Pointer, so: cute.Pointer, out: cute.Pointer,
-                 plan: cute.Pointer, sync: cute.Pointer, trace: cute.Pointer, T: Int32, ctas: Int32,
-                 stream):
-        self.kernel(w1, x, s1, bias, fids, ids, wts, hl, nact, act_e, act_off, act_cnt, pairs,
-                    w13, w13s, act, w2, w2s, y, norm_w, yc, yn, w_up, ro, w_gu, s2, acts, w_sd,
-                    so, out, plan, sync, trace, T, ctas).launch(
-            grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream,
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(
+            grid=(A.ctas, 1, 1), block=(THREADS, 1, 1), stream=A.stream,
             smem_merge_branch_allocs=True, min_blocks_per_mp=self.ctas_per_sm,
             # given explicitly: otherwise min_blocks_per_mp > 1 makes the DSL query the driver
             # while tracing (and a CPU-only compile fail); the largest carveout (percent)
             preferred_smem_carveout=100)
 
     @cute.kernel
-    def kernel(self, w1: cute.Pointer, x: cute.Pointer, s1: cute.Pointer, bias: cute.Pointer,
-               fids: cute.Pointer, ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer,
-               nact: cute.Pointer, act_e: cute.Pointer, act_off: cute.Pointer,
-               act_cnt: cute.Pointer, pairs: cute.Pointer, w13: cute.Pointer,
-               w13s: cute.Pointer, act: cute.Pointer, w2: cute.Pointer, w2s: cute.Pointer,
-               y: cute.Pointer, norm_w: cute.Pointer, yc: cute.Pointer, yn: cute.Pointer,
-               w_up: cute.Pointer, ro: cute.Pointer, w_gu: cute.Pointer, s2: cute.Pointer,
-               acts: cute.Pointer, w_sd: cute.Pointer, so: cute.Pointer, out: cute.Pointer,
-               plan: cute.Pointer, sync: cute.Pointer, trace: cute.Pointer, T: Int32, ctas: Int32):
+    def kernel(self, *a):             # ARGS
+        A = Args(self, a, host=False)
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
-        PL = cute.make_tensor(plan, cute.make_layout((P.PLAN_WORDS,), stride=(1,)))
-        SY = cute.make_tensor(sync, cute.make_layout((P.SYNC_WORDS,), stride=(1,)))
-        NA = cute.make_tensor(nact, cute.make_layout((1,), stride=(1,)))
-        TR = cute.make_tensor(trace, cute.make_layout((1 << 20, 4), stride=(4, 1)))
+        PL = cute.make_tensor(A.plan, cute.make_layout((P.PLAN_WORDS,), stride=(1,)))
+        SY = cute.make_tensor(A.sync, cute.make_layout((P.SYNC_WORDS,), stride=(1,)))
+        NA = cute.make_tensor(A.nact, cute.make_layout((1,), stride=(1,)))
+        TR = cute.make_tensor(A.trace, cute.make_layout((1 << 20, 4), stride=(4, 1)))
         smem = cutlass.memory.SmemAllocator()
         pl = smem.allocate_tensor(Int32, cute.make_layout((P.PLAN_WORDS,), stride=(1,)), 16)
         tk = smem.allocate_tensor(Int32, cute.make_layout((8,), stride=(1,)), 16)
@@ -157,9 +155,7 @@ class PersistentStep:
             if q == 2:
                 go = Int32(0)
             else:
-                self.run(st, loc, grp, gt, ub, NA, w1, x, s1, bias, fids, ids, wts, hl, nact,
-                         act_e, act_off, act_cnt, pairs, w13, w13s, act, w2, w2s, y, norm_w, yc,
-                         yn, w_up, ro, w_gu, s2, acts, w_sd, so, out, T)
+                self.run(st, loc, grp, gt, ub, NA, A)
                 cute.arch.sync_threads()
                 if tid == 0:
                     if cutlass.const_expr(self.trace):
@@ -174,7 +170,7 @@ class PersistentStep:
         if tid == 0:
             tk[5] = cute.arch.atomic_add(SY.iterator + P.EXITED, Int32(1), scope="gpu")
         cute.arch.sync_threads()
-        if tk[5] == ctas - 1:
+        if tk[5] == A.ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             for i in cutlass.range(tid, P.SYNC_WORDS, THREADS):
                 if i != P.ERROR:
@@ -243,39 +239,38 @@ class PersistentStep:
         return g
 
     @cute.jit
-    def run(self, st, loc, grp, gt, ub, NA, w1, x, s1, bias, fids, ids, wts, hl, nact, act_e,
-            act_off, act_cnt, pairs, w13, w13s, act, w2, w2s, y, norm_w, yc, yn, w_up, ro, w_gu,
-            s2, acts, w_sd, so, out, T):
-        """One task of stage `st` (a CTA-uniform branch, so the bodies' barriers are safe)."""
+    def run(self, st, loc, grp, gt, ub, NA, A):
+        """One task of stage `st` (a CTA-uniform branch, so the bodies' barriers are safe); A:
+        the kernel's arguments by name."""
         if st == P.GEMV_X:
-            self.gx.body(w1, x, s1, T, loc * gt, loc * gt + gt, 1)
+            self.gx.body(A.w1, A.x, A.s1, A.T, loc * gt, loc * gt + gt, 1)
         if st == P.ROUTE:
-            self.route.body(s1, bias, fids, ids, wts, hl, T, loc // (1 + ROUTE_NPW),
-                            loc % (1 + ROUTE_NPW))
+            self.route.body(A.s1, A.bias, A.fids, A.ids, A.wts, A.hl, A.T,
+                            loc // (1 + ROUTE_NPW), loc % (1 + ROUTE_NPW))
         if st == P.SCHEDULE:
-            self.sched.body(ids, nact, act_e, act_off, act_cnt, pairs, T)
+            self.sched.body(A.ids, A.nact, A.act_e, A.act_off, A.act_cnt, A.pairs, A.T)
         if st == P.UP:
             hi = cutlass.min(grp * ub + ub, NA[0])
             for u in cutlass.range(grp * ub, hi):
-                self.up.body(w13, w13s, hl, nact, act_e, act_off, act_cnt, pairs, act, T,
-                             loc - grp * self.up.tiles, u)
+                self.up.body(A.w13, A.w13s, A.hl, A.nact, A.act_e, A.act_off, A.act_cnt,
+                             A.pairs, A.act, A.T, loc - grp * self.up.tiles, u)
         if st == P.DOWN:
             hi = cutlass.min(grp * ub + ub, NA[0])
             for u in cutlass.range(grp * ub, hi):
-                self.down.body(w2, w2s, act, nact, act_e, act_off, act_cnt, pairs, y, T,
-                               loc - grp * self.down.tiles, u)
+                self.down.body(A.w2, A.w2s, A.act, A.nact, A.act_e, A.act_off, A.act_cnt,
+                               A.pairs, A.y, A.T, loc - grp * self.down.tiles, u)
         if st == P.COMBINE:
-            self.comb.body(ids, wts, y, norm_w, yc, yn, T, loc)
+            self.comb.body(A.ids, A.wts, A.y, A.norm_w, A.yc, A.yn, A.T, loc)
         if st == P.OUT_ROUTED:
-            self.gor.body(w_up, yn, ro, T, loc * gt, loc * gt + gt, 1)
+            self.gor.body(A.w_up, A.yn, A.ro, A.T, loc * gt, loc * gt + gt, 1)
         if st == P.GEMV_SHARED:
-            self.gsh.body(w_gu, x, s2, T, loc * gt, loc * gt + gt, 1)
+            self.gsh.body(A.w_gu, A.x, A.s2, A.T, loc * gt, loc * gt + gt, 1)
         if st == P.SHARED_ACT:
-            self.sact.body(s2, acts, T, loc // ACT_NPW, loc % ACT_NPW)
+            self.sact.body(A.s2, A.acts, A.T, loc // ACT_NPW, loc % ACT_NPW)
         if st == P.OUT_SHARED:
-            self.gos.body(w_sd, acts, so, T, loc * gt, loc * gt + gt, 1)
+            self.gos.body(A.w_sd, A.acts, A.so, A.T, loc * gt, loc * gt + gt, 1)
         if st == P.FINAL_SUM:
-            self.fsum.body(ro, so, out, T, loc // SUM_NPT, loc % SUM_NPT)
+            self.fsum.body(A.ro, A.so, A.out, A.T, loc // SUM_NPT, loc % SUM_NPT)
 
 
 @cute.jit

@@ -3,10 +3,12 @@
 - sel = sigmoid(logit) + bias (f32; NaN selects as 0), top-k by repeated block argmax, ties to the
   LOWER expert id (K3_SPEC 5.2); or forced ids (-1 = dropped route).
 - weights = sigmoid(logit[id]) / sum over the valid selected ids, x routed_scaling_factor.
-- hl = bf16(latent columns of S1). (The shared experts' pointwise part is k_shared.SharedAct, on
-  the other stream.)
+- hl = bf16(latent columns of S1). (The shared experts' pointwise part is
+  k_shared_act.SharedAct, on the other stream.)
 """
-from megakernel.dev import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32, sigmoid)
+from megakernel.device import THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32
+from megakernel.pointwise import sigmoid
+from megakernel.kernel_args import INT, Args, declare
 
 
 @cute.jit
@@ -14,28 +16,29 @@ def _better(v, i, ov, oi):
     """True if candidate (ov, oi) beats (v, i): larger score, then lower id."""
     return (ov > v) | ((ov == v) & (oi < i))
 
-
 NPW = 4   # extra CTAs per token for the latent rounding, so it runs beside the top-k CTA
 
 
+@declare
 class Route:
+    ARGS = (("s1", Float32), ("bias", Float32), ("fids", Int32), ("ids", Int32), ("wts", Float32),
+            ("hl", BFloat16), ("T", INT))
+
     def __init__(self, dims, forced: bool):
         self.dm = dims
         self.forced = forced
         self.EPT = (dims.E + THREADS - 1) // THREADS   # experts per thread
 
     @cute.jit
-    def __call__(self, s1: cute.Pointer, bias: cute.Pointer, fids: cute.Pointer,
-                 ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, T: Int32,
-                 stream):
-        self.kernel(s1, bias, fids, ids, wts, hl, T).launch(
-            grid=(T, 1 + NPW, 1), block=(THREADS, 1, 1), stream=stream)
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(
+            grid=(A.T, 1 + NPW, 1), block=(THREADS, 1, 1), stream=A.stream)
 
     @cute.kernel
-    def kernel(self, s1: cute.Pointer, bias: cute.Pointer, fids: cute.Pointer,
-               ids: cute.Pointer, wts: cute.Pointer, hl: cute.Pointer, T: Int32):
+    def kernel(self, *a):             # ARGS
         t, by, _ = cute.arch.block_idx()
-        self.body(s1, bias, fids, ids, wts, hl, T, t, by)
+        self.body(*a, t, by)
 
     @cute.jit
     def body(self, s1, bias, fids, ids, wts, hl, T, t, by):

@@ -13,7 +13,8 @@ by slot), so pairs stay in token order with no atomics. O(T*k/256 + E/256 + T*k)
 O(T*k) per thread for the earlier one-thread-per-expert version (1024 threads, 49.6 us at T=64):
 a CTA of the same size as the GEMVs' fits beside the side stream's CTAs.
 """
-from megakernel.dev import cute, cutlass, Int32
+from megakernel.device import cute, cutlass, Int32
+from megakernel.kernel_args import INT, Args, declare
 from megakernel.dims import MAX_T
 
 NT = 256
@@ -29,22 +30,23 @@ def _incl_scan_warp(v, lane):
     return v
 
 
+@declare
 class Schedule:
+    ARGS = (("ids", Int32), ("nact", Int32), ("act_e", Int32), ("act_off", Int32),
+            ("act_cnt", Int32), ("pairs", Int32), ("T", INT))
+
     def __init__(self, dims):
         self.dm = dims
         self.EPT = (dims.E + NT - 1) // NT
 
     @cute.jit
-    def __call__(self, ids: cute.Pointer, nact: cute.Pointer, act_e: cute.Pointer,
-                 act_off: cute.Pointer, act_cnt: cute.Pointer, pairs: cute.Pointer,
-                 T: Int32, stream):
-        self.kernel(ids, nact, act_e, act_off, act_cnt, pairs, T).launch(
-            grid=(1, 1, 1), block=(NT, 1, 1), stream=stream)
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(grid=(1, 1, 1), block=(NT, 1, 1), stream=A.stream)
 
     @cute.kernel
-    def kernel(self, ids: cute.Pointer, nact: cute.Pointer, act_e: cute.Pointer,
-               act_off: cute.Pointer, act_cnt: cute.Pointer, pairs: cute.Pointer, T: Int32):
-        self.body(ids, nact, act_e, act_off, act_cnt, pairs, T)
+    def kernel(self, *a):             # ARGS
+        self.body(*a)
 
     @cute.jit
     def body(self, ids, nact, act_e, act_off, act_cnt, pairs, T):

@@ -54,7 +54,7 @@ PLAN_WORDS = SEGS_S + 4 * (MAX_SEGS + 1)
 
 @dataclass(frozen=True)
 class Order:
-    """Knobs of the persistent launch's plan (`python -m megakernel.tune_persistent`)."""
+    """Knobs of the persistent launch's plan (`python -m megakernel.tools.tune_persistent`)."""
     backfill: float = 0.125    # backfill while more than this share of the awaited tasks is missing
     min_backfill: int = 16     # waits on fewer tasks than this always spin (short stages)
     groups: int = 16           # expert groups per expert stage (tasks = groups x row tiles)

@@ -1,5 +1,5 @@
-"""python -m megakernel.tune_mma: the MXFP4 expert launches alone (full dims), the CUDA-core path
-against variants of the tensor-core path (k_expert_mma.py), T = 1 and 8.
+"""python -m megakernel.tools.tune_mma: the MXFP4 expert launches alone (full dims), the CUDA-core
+path against variants of the tensor-core path (k_expert_mma.py), T = 1 and 8.
 
 Every variant must give bitwise the same act, y and out as the default one (the per-(row, pair)
 order is the same whatever U / WPC / MT / PF / S), and the CUDA-core path must agree to bf16
@@ -12,7 +12,7 @@ import os
 import torch
 
 from megakernel import cache
-from megakernel.bench import draw_weights, out_log, time_events
+from megakernel.tools.bench import draw_weights, out_log, time_events
 from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 

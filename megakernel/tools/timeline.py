@@ -1,6 +1,6 @@
-"""python -m megakernel.timeline: when each launch of one step runs, from a CUPTI trace of CUDA
-graph replays (full dims; --fmt, --T, --modes for the stream settings). Prints, for one step in
-the middle of the replays, every kernel's start, end and duration relative to the step's first
+"""python -m megakernel.tools.timeline: when each launch of one step runs, from a CUPTI trace of
+CUDA graph replays (full dims; --fmt, --T, --modes for the stream settings). Prints, for one step
+in the middle of the replays, every kernel's start, end and duration relative to the step's first
 kernel, and writes $OUT/timeline_<fmt>_T<T>.txt.
 """
 import argparse
@@ -8,7 +8,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from megakernel.bench import DEV, draw_weights, out_log
+from megakernel.tools.bench import DEV, draw_weights, out_log
 from megakernel.dims import FULL
 from megakernel.moe import STAGES, LatentMoE
 
@@ -16,7 +16,7 @@ R = 6
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m megakernel.timeline")
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.timeline")
     ap.add_argument("--fmt", default="mxfp4")
     ap.add_argument("--T", type=int, default=1)
     ap.add_argument("--modes", default="start/none/0",

@@ -18,7 +18,7 @@ import torch
 
 from megakernel.dims import FULL, SMALL
 from megakernel.moe import STAGES, LatentMoE
-from megakernel.torch_moe import TorchMoE
+from megakernel.tools.torch_moe import TorchMoE
 
 DEV = torch.device("cuda")
 

@@ -1,26 +1,22 @@
-"""The shared experts' pointwise part, on the side stream: act_s = bf16(SiTU(bf16(gate), bf16(up))).
+"""The shared experts' pointwise part, on the side stream:
+act_s = bf16(SiTU(bf16(gate), bf16(up))).
 
 S2[t] = [gate Is | up Is] in f32 from the shared x-side GEMV; each is rounded to bf16 once (the
 rounding the spec puts on the gate_up projection, K3_SPEC 5.4), SiTU in f32, rounded to bf16.
 Grid (T, NPW): a few CTAs per token, so the launch is short.
 """
-from megakernel.dev import THREADS, cute, cutlass, BFloat16, Int32, situ, bf16_round
+from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
+from megakernel.pointwise import situ, bf16_round
+from megakernel.kernel_args import INT, TokenLaunch, declare
 
 NPW = 4
 
 
-class SharedAct:
-    def __init__(self, dims):
-        self.dm = dims
+@declare
+class SharedAct(TokenLaunch):
+    ARGS = (("s2", Float32), ("acts", BFloat16), ("T", INT))
 
-    @cute.jit
-    def __call__(self, s2: cute.Pointer, acts: cute.Pointer, T: Int32, stream):
-        self.kernel(s2, acts, T).launch(grid=(T, NPW, 1), block=(THREADS, 1, 1), stream=stream)
-
-    @cute.kernel
-    def kernel(self, s2: cute.Pointer, acts: cute.Pointer, T: Int32):
-        t, by, _ = cute.arch.block_idx()
-        self.body(s2, acts, T, t, by)
+    CTAS, threads = NPW, THREADS
 
     @cute.jit
     def body(self, s2, acts, T, t, by):

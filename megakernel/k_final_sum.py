@@ -4,24 +4,17 @@ ro (routed, main stream) and so (shared, side stream) are each already rounded t
 separate sum changes no bit against doing it inside either GEMV; it lets the two output GEMVs
 run side by side instead of one waiting for the other.
 """
-from megakernel.dev import THREADS, cute, cutlass, BFloat16, Float32, Int32
+from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
+from megakernel.kernel_args import INT, TokenLaunch, declare
 
 NPT = 4   # CTAs per token
 
 
-class FinalSum:
-    def __init__(self, dims):
-        self.dm = dims
+@declare
+class FinalSum(TokenLaunch):
+    ARGS = (("ro", BFloat16), ("so", BFloat16), ("out", BFloat16), ("T", INT))
 
-    @cute.jit
-    def __call__(self, ro: cute.Pointer, so: cute.Pointer, out: cute.Pointer, T: Int32, stream):
-        self.kernel(ro, so, out, T).launch(grid=(T, NPT, 1), block=(THREADS, 1, 1),
-                                           stream=stream)
-
-    @cute.kernel
-    def kernel(self, ro: cute.Pointer, so: cute.Pointer, out: cute.Pointer, T: Int32):
-        t, by, _ = cute.arch.block_idx()
-        self.body(ro, so, out, T, t, by)
+    CTAS, threads = NPT, THREADS
 
     @cute.jit
     def body(self, ro, so, out, T, t, by):

@@ -1,6 +1,6 @@
-"""python -m megakernel.tune_streams: how the shared experts' side stream should run beside the
-routed chain (moe.py: fork, gate, side_ctas_per_sm, and the side GEMVs' unroll), measured at full
-dims, bf16 and MXFP4 experts, T = 1 and 8.
+"""python -m megakernel.tools.tune_streams: how the shared experts' side stream should run beside
+the routed chain (moe.py: fork, gate, side_ctas_per_sm, and the side GEMVs' unroll), measured at
+full dims, bf16 and MXFP4 experts, T = 1 and 8.
 
 Every mode must give bitwise the output of the one-stream order (checked here on each input
 before timing). Timing as in bench.py: R steps in one CUDA graph over rotating inputs, median
@@ -12,7 +12,7 @@ import copy
 import torch
 
 from megakernel import cache
-from megakernel.bench import DEV, draw_weights, graph_us, out_log
+from megakernel.tools.bench import DEV, draw_weights, graph_us, out_log
 from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 
@@ -28,7 +28,7 @@ MODES += [("start/none/0 fused", dict(fork="start", gate="none", side_ctas_per_s
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m megakernel.tune_streams")
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_streams")
     ap.add_argument("--modes", default=",".join(m[0] for m in MODES))
     ap.add_argument("--batches", default="1,8")
     a = ap.parse_args(argv)

@@ -1,4 +1,4 @@
-"""python -m megakernel.tune_persistent: the one-launch step (k_persistent.py) against the
+"""python -m megakernel.tools.tune_persistent: the one-launch step (k_persistent.py) against the
 11-launch fork-join, side by side, full dims, over the persistent launch's knobs (plan.Order and
 CTAs per SM).
 
@@ -12,7 +12,7 @@ import copy
 import torch
 
 from megakernel import cache
-from megakernel.bench import DEV, draw_weights, graph_us, out_log
+from megakernel.tools.bench import DEV, draw_weights, graph_us, out_log
 from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 from megakernel.plan import Order
@@ -25,7 +25,7 @@ SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m megakernel.tune_persistent")
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_persistent")
     ap.add_argument("--formats", default="mxfp4,bf16")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--settings", default=",".join(s[0] for s in SETTINGS))

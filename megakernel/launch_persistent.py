@@ -1,0 +1,29 @@
+"""The whole step in ONE launch (k_persistent.py): a persistent grid of `ctas_per_sm` CTAs per
+SM drawing the 11 stages' tasks from the queues of plan.py (`order`); the same bits as the 11
+launches of launch_streams.py."""
+import torch
+
+from megakernel import cache, plan
+from megakernel.launch_streams import stream
+
+
+def task_table(moe, T, maxU):
+    """The launch's task table for this batch and order (plan.py), on the GPU (kept per T)."""
+    key = (T, moe.order)
+    t = moe._plans.get(key)
+    if t is None:
+        shape = cache.persistent_step(moe.dm, moe.fmt, False, T == 1).shape()
+        words, _, _ = plan.build(shape, T, maxU, moe.order, moe._nsm)
+        t = moe._plans[key] = torch.tensor(words, dtype=torch.int32, device=moe.device)
+    return t
+
+
+def launch(moe, named, T, forced):
+    """Enqueue the one launch over the buffers `named` (LatentMoE.buffers) on the caller's
+    stream; with moe.trace set (an int64 [tickets, 4] tensor), the tracing variant into it."""
+    tr = moe.trace is not None
+    fn = cache.compiled("persistent", moe.dm, fmt=moe.fmt, forced=forced, T1=T == 1,
+                        **({"trace": True} if tr else {}))
+    pl = task_table(moe, T, named["maxU"])
+    fn(dict(named, plan=pl, sync=moe._sync, trace=moe.trace if tr else pl,
+            ctas=moe._nsm * moe.ctas_per_sm), stream())

@@ -1,0 +1,124 @@
+"""The 11-launch step: a fork-join over two streams, or all on one stream ("serial").
+
+  main stream (high priority)                        side stream (shared experts)
+                               -- fork (start) -->   7 gemv_shared S2 = x W_shared_gate_up^T (f32)
+  0 gemv_x      S1 = x [W_router | W_down]^T (f32)   8 shared_act  act_s = bf16(SiTU(bf16 S2))
+  1 route       top-k ids/weights (or forced),
+                hl = bf16(latent)
+  2 schedule    active experts + their pairs
+  3 expert_up   ACT[p] = bf16(SiTU(hl_t W13_e^T)), each active expert's rows streamed once
+  4 expert_down Y[p]   = bf16(ACT[p] W2_e^T)
+                               -- gate (down) -->    9 out_shared  so = bf16(act_s W_sd^T)
+  5 combine     yc = bf16(sum_j w_j y_j) (slot order), yn = RMSNorm(yc)
+  6 out_routed  ro = bf16(yn W_up^T)
+                               <-- join --
+ 10 final_sum   out = bf16(f32(ro) + f32(so))
+
+Why two streams: the routed chain has latency-bound launches (route, schedule, combine) and
+launch gaps, while the shared experts' bf16 weights (264 MB at full dims) do not depend on the
+routing: streamed beside the chain they fill some of its bubbles (MXFP4, batch 1: 252 -> 205 us,
+NOTES.md). The main stream has the higher priority, a hint to the CTA scheduler that graph
+capture copies into the kernel nodes. Knobs, all measured by
+`python -m megakernel.tools.tune_streams` (none beat the defaults by more than noise at batch
+1): `fork`, where the side starts ("start": beside gemv_x, or after gemv_x / route / schedule);
+`gate`, out_shared held back until the main stream has finished expert_up ("up") or
+expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on the side GEMVs' grids (0 =
+none; their CTAs then loop over row tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
+same bits (same kernels; tested).
+
+`fuse_route=True` (batch 1 only): gemv_x runs route and schedule in its last CTA
+(k_gemv_route.py; the same bits; measured slower, so off).
+"""
+import torch
+
+from megakernel import cache
+
+STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
+          "gemv_shared", "shared_act", "out_shared", "final_sum")
+# fork point -> the main-stream launch after which the side starts (None: beside gemv_x)
+FORKS = {"start": None, "after_x": 0, "after_route": 1, "after_schedule": 2}
+GATES = ("none", "up", "down")
+FULL_GRID = 1 << 30                 # a grid cap no GEMV reaches
+# stage -> {kernel argument: buffer} where the names differ (the generic kernels: Gemv, the
+# experts); every other argument takes the buffer of its own name (LatentMoE.buffers)
+BIND = {
+    "gemv_x": dict(w="w1", y="s1", ctas="full_grid"),
+    "expert_up": dict(w="w13", ws="w13s", xin="hl", yout="act"),
+    "expert_down": dict(w="w2", ws="w2s", xin="act", yout="y"),
+    "out_routed": dict(w="w_up", x="yn", y="ro", ctas="full_grid"),
+    "gemv_shared": dict(w="w_gu", y="s2", ctas="side_grid"),
+    "out_shared": dict(w="w_sd", x="acts", y="so", ctas="side_grid"),
+}
+
+
+def stream():
+    from cuda.bindings import driver
+    return driver.CUstream(torch.cuda.current_stream().cuda_stream)
+
+
+def launches(moe, T, forced):
+    """The 11 compiled launches, in STAGES order (launch 0 = gemv_x + route + schedule when
+    fused; launches 1 and 2 are then skipped)."""
+    dm = moe.dm
+    tg = 1 if T == 1 else cache.TT_GEMV
+    te = 1 if T == 1 else cache.TT_EXPERT
+    c = cache.compiled
+    if moe.uses_mma():
+        f_up = c("expert_up_mma", dm, **cache.MMA_UP)
+        f_down = c("expert_down_mma", dm, **cache.MMA_DOWN)
+    else:
+        f_up = c("expert_up", dm, fmt=moe.fmt, TT=te)
+        f_down = c("expert_down", dm, fmt=moe.fmt, TT=te)
+    gv = lambda n: c(n, dm, TT=tg, U=cache.GEMV_UNROLL[n])  # noqa: E731
+    first = (c("gemv_route", dm, forced=forced, U=cache.GEMV_UNROLL["gemv_x"])
+             if moe.fuse_route and T == 1 else gv("gemv_x"))
+    return (first, c("route", dm, forced=forced), c("schedule", dm),
+            f_up, f_down, c("combine", dm), gv("out_routed"),
+            gv("gemv_shared"), c("shared_act", dm), gv("out_shared"), c("final_sum", dm))
+
+
+def launch(moe, named, T, forced, stages=None):
+    """Enqueue the 11 launches (module docstring) over the buffers `named`
+    (LatentMoE.buffers); `stages`: only those (indices into STAGES)."""
+    on = (lambda i: True) if stages is None else (lambda i: i in stages)  # noqa: E731
+    fns = launches(moe, T, forced)
+    fused = moe.fuse_route and T == 1
+    named = dict(named, full_grid=FULL_GRID,
+                 side_grid=moe._nsm * moe.side_ctas_per_sm if moe.side_ctas_per_sm else FULL_GRID)
+    binds = [None if fused and i == 0 else BIND.get(n) for i, n in enumerate(STAGES)]
+
+    def go(*idx):
+        for i in idx:
+            if on(i) and not (fused and i in (1, 2)):   # fused: part of launch 0
+                fns[i](named, stream(), binds[i])
+
+    if moe.streams == "serial":
+        go(0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)
+        return
+    cur = torch.cuda.current_stream()
+    main, side = moe._main, moe._side
+    main.wait_stream(cur)
+    after = FORKS[moe.fork]
+    if after is None:
+        side.wait_stream(cur)
+    with torch.cuda.stream(main):
+        for i in (0, 1, 2):
+            go(i)
+            if i == after:
+                side.wait_stream(main)
+    with torch.cuda.stream(side):
+        go(7, 8)
+    with torch.cuda.stream(main):
+        go(3)
+        if moe.gate == "up":
+            side.wait_stream(main)
+        go(4)
+        if moe.gate == "down":
+            side.wait_stream(main)
+    with torch.cuda.stream(side):
+        go(9)
+    with torch.cuda.stream(main):
+        go(5, 6)
+        main.wait_stream(side)            # join: the final sum needs both halves
+        go(10)
+    cur.wait_stream(main)

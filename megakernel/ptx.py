@@ -1,0 +1,113 @@
+"""Inline-PTX instructions the DSL does not expose as wanted (raw global / shared loads with cache
+hints, cp.async, prmt, mma.sync m16n8k16, %globaltimer, %smid), each an `@dsl_user_op` around
+`llvm.inline_asm` (CUTEDSL_NOTES)."""
+from megakernel.device import Float32, Int32, Int64, Uint32
+from cutlass.cutlass_dsl import T, dsl_user_op
+from cutlass._mlir.dialects import llvm
+
+def asm_op(ret_n, ret_t, args, asm, cons, loc=None, ip=None, side=False):
+    """Inline PTX returning `ret_n` values of llvm type `ret_t` (a struct when more than one;
+    nothing when 0). `side`: keep it in program order with the other side-effecting asm."""
+    if ret_n == 0:
+        llvm.inline_asm(None, args, asm, cons, has_side_effects=True, is_align_stack=False,
+                        asm_dialect=llvm.AsmDialect.AD_ATT)
+        return None
+    if ret_n == 1:
+        return llvm.inline_asm(ret_t, args, asm, cons, has_side_effects=side,
+                               is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT)
+    res = llvm.inline_asm(llvm.StructType.get_literal([ret_t] * ret_n), args, asm, cons,
+                          has_side_effects=side, is_align_stack=False,
+                          asm_dialect=llvm.AsmDialect.AD_ATT)
+    return [llvm.extractvalue(ret_t, res, [i], loc=loc, ip=ip) for i in range(ret_n)]
+
+
+@dsl_user_op
+def ld_v4_stream(addr, pf: int = 0, *, loc=None, ip=None):
+    """16 bytes of read-only weights at a 64-bit global address -> 4 u32; not kept in L1 (the
+    activations stay there: CUTEDSL_NOTES, L1 no-allocate gave up to 5% for MXFP4). `pf`: L2
+    prefetch size in bytes (0, 64, 128, 256)."""
+    hint = f".L2::{pf}B" if pf else ""
+    r = asm_op(4, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
+             f"ld.global.nc.L1::no_allocate{hint}.v4.u32 {{$0, $1, $2, $3}}, [$4];",
+             "=r,=r,=r,=r,l", loc, ip)
+    return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def ld_v4_cached(addr, coherent: bool = False, *, loc=None, ip=None):
+    """16 bytes of activations -> 4 u32, through L1. Written by an earlier launch: the read-only
+    path (.nc); written by this launch (`coherent`, k_persistent.py): a plain load, ordered after
+    the producer's release by the task's acquire + barrier (side-effecting, so it is not hoisted
+    above them)."""
+    nc = "" if coherent else ".nc"
+    r = asm_op(4, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
+             f"ld.global{nc}.v4.u32 {{$0, $1, $2, $3}}, [$4];", "=r,=r,=r,=r,l" +
+             (",~{memory}" if coherent else ""), loc, ip, side=coherent)
+    return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def ld_u8_stream(addr, *, loc=None, ip=None):
+    """One byte (an E8M0 scale code) -> u32, zero-extended, not kept in L1."""
+    r = asm_op(1, T.i32(), [Int64(addr).ir_value(loc=loc, ip=ip)],
+             "ld.global.nc.L1::no_allocate.u8 $0, [$1];", "=r,l", loc, ip)
+    return Uint32(r)
+
+
+@dsl_user_op
+def prmt(a, b, sel: int, *, loc=None, ip=None):
+    """Byte permute of {b, a} (PTX prmt.b32, default mode)."""
+    r = asm_op(1, T.i32(),
+               [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
+               f"prmt.b32 $0, $1, $2, {sel:#x};", "=r,r,r", loc, ip)
+    return Uint32(r)
+
+
+@dsl_user_op
+def mma_bf16_16816(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3, *, loc=None, ip=None):
+    """D = A B + C, mma.sync m16n8k16, A row-major 16x16 bf16, B 16x8 bf16, C/D f32 (PTX
+    fragment layouts: a0/a2 row g, a1/a3 row g+8, k 2t..2t+1 / 2t+8..2t+9; b0/b1 column g,
+    the same k; c0,c1 row g columns 2t,2t+1; c2,c3 row g+8; g = lane/4, t = lane%4)."""
+    args = [Uint32(a).ir_value(loc=loc, ip=ip) for a in (a0, a1, a2, a3, b0, b1)]
+    args += [Float32(c).ir_value(loc=loc, ip=ip) for c in (c0, c1, c2, c3)]
+    r = asm_op(4, T.f32(), args,
+             "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, $1, $2, $3}, "
+             "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+             "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f", loc, ip)
+    return [Float32(x) for x in r]
+
+
+@dsl_user_op
+def cp_async_16(saddr, gaddr, pf: int = 0, *, loc=None, ip=None):
+    """cp.async.cg 16 bytes global -> shared (L2 only; `pf` L2 prefetch bytes, 0 = none)."""
+    hint = f".L2::{pf}B" if pf else ""
+    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Int64(gaddr).ir_value(loc=loc, ip=ip)],
+         f"cp.async.cg.shared.global{hint} [$0], [$1], 16;", "r,l,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def cp_async_4(saddr, gaddr, *, loc=None, ip=None):
+    """cp.async.ca 4 bytes global -> shared."""
+    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Int64(gaddr).ir_value(loc=loc, ip=ip)],
+         "cp.async.ca.shared.global [$0], [$1], 4;", "r,l,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_shared_v4(saddr, *, loc=None, ip=None):
+    """16 bytes from shared memory -> 4 u32 (kept in order after cp.async.wait_group)."""
+    r = asm_op(4, T.i32(), [Int32(saddr).ir_value(loc=loc, ip=ip)],
+             "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip,
+             side=True)
+    return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def globaltimer(*, loc=None, ip=None):
+    """The GPU's global nanosecond clock (for the persistent launch's task trace)."""
+    return Int64(asm_op(1, T.i64(), [], "mov.u64 $0, %globaltimer;", "=l", loc, ip, side=True))
+
+
+@dsl_user_op
+def smid(*, loc=None, ip=None):
+    """The SM this thread runs on."""
+    return Int32(asm_op(1, T.i32(), [], "mov.u32 $0, %smid;", "=r", loc, ip, side=True))

@@ -188,13 +188,9 @@ class Session:
 
 
 def _record(case, verdict):
-    from k3diff.corpus import case_id
+    from k3diff.results import record  # the results-file format lives in k3diff/results.py
 
-    worst = verdict.worst()
-    return {"stage": case.stage, "id": case_id(case), "label": case.label(), "ok": verdict.ok,
-            "skipped": verdict.skipped, "seconds": round(verdict.seconds, 4),
-            "tie_flips": verdict.tie_flips, "forced": verdict.forced_replay,
-            "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps]}
+    return record(case, verdict)
 
 
 def _run_seed(config):
@@ -333,7 +329,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     results, failures = config._k3diff_results, config._k3diff_failures
     report_path = config.getoption("--k3diff-report")
     if report_path:
-        Path(report_path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
+        from k3diff import results as _results  # header line + case lines + saved failures
+
+        _results.write(report_path, _results.run_header(config._k3diff, config.getoption("--k3diff-shard")),
+                       results, failures)
     tr = terminalreporter
     session = config._k3diff
     tr.section("k3diff summary")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diff.report import html, plots, tables
+from k3diff.report.tables import pct
 
 
 @dataclass
@@ -68,8 +69,7 @@ def tensor_rows(cmp) -> list[tuple]:
     rows = []
     for name, pts in sorted(cmp.pairs.items()):
         mb, mn = _median([a for a, _ in pts]), _median([b for _, b in pts])
-        rows.append((name, len(pts), f"{100 * mb:.0f}%", f"{100 * mn:.0f}%", f"{100 * max(a for a, _ in pts):.0f}%",
-                     f"{100 * max(b for _, b in pts):.0f}%"))
+        rows.append((name, len(pts), pct(mb), pct(mn), pct(max(a for a, _ in pts)), pct(max(b for _, b in pts))))
     return rows
 
 
@@ -85,7 +85,7 @@ def text(cmp, top=5) -> str:
     lines.append(f"{'tensor':32} {'cases':>5} {'base med':>8} {'new med':>8} {'base max':>8} {'new max':>8}")
     lines += [f"{r[0]:32} {r[1]:5d} {r[2]:>8} {r[3]:>8} {r[4]:>8} {r[5]:>8}" for r in tensor_rows(cmp)]
     for _, delta, name, label, rb, rn in cmp.movements[:top]:
-        lines.append(f"moved {100 * delta:+.0f} pts: {name} {100 * rb:.0f}% -> {100 * rn:.0f}% ({label})")
+        lines.append(f"moved {name} {pct(rb)} -> {pct(rn)} ({label})")
     return "\n".join(lines)
 
 
@@ -108,7 +108,7 @@ def compare_report(cmp, base, new) -> str:
              f"<pre>{html.esc(tables.replay_command(cn, new.failures))}</pre>" for _, cn in cmp.new_failures]
     body.append("<h2>Largest movements</h2>")
     body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
-        (name, label, f"{100 * rb:.1f}%", f"{100 * rn:.1f}%", f"{100 * delta:+.1f} pts")
+        (name, label, pct(rb), pct(rn), f"{100 * delta:+.1f} pts" if abs(delta) < 100 else f"{delta:+.3g}x")
         for _, delta, name, label, rb, rn in cmp.movements[:20]]))
     return html.page("k3diff compare: BASE vs NEW", body,
                      meta={"k3diff-matched": cmp.matched, "k3diff-new-failures": len(cmp.new_failures)})

@@ -10,7 +10,7 @@ MAX_HEATMAPS = 12        # failures drawn with their error map; the rest are lis
 
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222}
-h1{font-size:1.4em}h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+h1{font-size:1.4em}h3{overflow-wrap:anywhere}h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 7px;
 text-align:left;vertical-align:top}th{background:#f4f4f4}.bad{color:#c00;font-weight:bold}
 code,pre{font-size:.8em;background:#f6f6f6}pre{padding:.4em;white-space:pre-wrap;word-break:break-all}
@@ -73,7 +73,7 @@ def _errors(run) -> list[str]:
         by_batch.setdefault(c["stage"], []).append((c["batch"], w, tables.failed(c)))
         if c.get("max_cache_len") is not None:
             by_len.setdefault(c["stage"], []).append((c["max_cache_len"], w, tables.failed(c)))
-    rows = [(name, len(v), f"{100 * sorted(v)[len(v) // 2]:.0f}%", f"{100 * max(v):.0f}%") for name, v in ratios.items()]
+    rows = [(name, len(v), tables.pct(sorted(v)[len(v) // 2]), tables.pct(max(v))) for name, v in ratios.items()]
     return ["<h2>Error as a share of the budget</h2>",
             img(plots.ratio_histogram(ratios), "histogram of shares of budget per stage"),
             img(plots.ratio_boxplot(ratios), "share of budget per tensor"),

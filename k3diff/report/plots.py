@@ -25,6 +25,12 @@ def _png(fig) -> str:
     return base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+def _ratio_scale(ax, top, axis="x"):
+    """Shares of budget: linear up to the bound, logarithmic above when a failure is far off."""
+    if top > 20:
+        (ax.set_xscale if axis == "x" else ax.set_yscale)("symlog", linthresh=1.0)
+
+
 def _budget_line(ax, vertical=False):
     (ax.axvline if vertical else ax.axhline)(1.0, color="#d62728", lw=1, ls="--", label="budget")
 
@@ -37,6 +43,7 @@ def ratio_boxplot(ratios: dict) -> str | None:
     names = list(ratios)
     fig, ax = plt.subplots(figsize=(8, 0.28 * len(names) + 1.2))
     ax.boxplot([ratios[n] for n in names], vert=False, whis=(0, 100), widths=0.6)
+    _ratio_scale(ax, max(max(v) for v in ratios.values()))
     ax.set_yticks(range(1, len(names) + 1), [f"{n} ({len(ratios[n])})" for n in names], fontsize=7)
     _budget_line(ax, vertical=True)
     ax.set_xlabel("max|cand - ref| / bound  (share of budget; > 1 fails)")
@@ -54,9 +61,14 @@ def ratio_histogram(ratios: dict) -> str | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(8, 3))
+    import numpy as np
+
     top = max(1.05, max(max(v) for v in by_stage.values()))
+    bins = np.linspace(0, top, 41) if top <= 20 else np.concatenate(
+        [np.linspace(0, 1, 21), np.logspace(0, np.log10(top), 21)[1:]])
     for k, (stage, values) in enumerate(sorted(by_stage.items())):
-        ax.hist(values, bins=40, range=(0, top), histtype="step", lw=1.5, color=_PALETTE[k % 10], label=stage)
+        ax.hist(values, bins=bins, histtype="step", lw=1.5, color=_PALETTE[k % 10], label=stage)
+    _ratio_scale(ax, top)
     _budget_line(ax, vertical=True)
     ax.set_xlabel("share of budget (every graded tensor of every case)")
     ax.set_ylabel("tensors")
@@ -80,6 +92,7 @@ def scatter_by_stage(points: dict, xlabel: str, logx=True) -> str | None:
         ax.scatter(*zip(*bad), s=40, marker="x", color="#d62728", label="failed")
     if logx:
         ax.set_xscale("symlog", linthresh=1)
+    _ratio_scale(ax, max(y for pts in points.values() for _, y, _ in pts), axis="y")
     _budget_line(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("worst tensor, share of budget")
@@ -113,6 +126,8 @@ def before_after(pairs: dict) -> str | None:
     for k, (name, pts) in enumerate(sorted(pairs.items())):
         ax.scatter(*zip(*pts), s=10, alpha=0.7, color=_PALETTE[k % 10], label=name if k < 20 else None)
     ax.plot([0, top], [0, top], color="#7f7f7f", lw=1)
+    _ratio_scale(ax, top)
+    _ratio_scale(ax, top, axis="y")
     ax.axhline(1.0, color="#d62728", lw=1, ls="--")
     ax.axvline(1.0, color="#d62728", lw=1, ls="--")
     ax.set_xlabel("BASE: share of budget")

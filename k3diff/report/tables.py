@@ -9,6 +9,13 @@ from collections import Counter, defaultdict
 STAGE_COLUMNS = ("stage", "cases", "fail", "skip", "cases/s", "ties", "forced", "worst tensor", "% of budget")
 
 
+def pct(ratio) -> str:
+    """A share of budget for people: 42%, or 3.1e+04x far past the bound."""
+    if ratio is None:
+        return "-"
+    return f"{100 * ratio:.0f}%" if ratio < 100 else f"{ratio:.3g}x"
+
+
 def failed(c) -> bool:
     return not c["ok"] and not c["skipped"]
 
@@ -30,7 +37,7 @@ def stage_rows(run) -> list[tuple]:
         rows.append((stage, len(cs), sum(map(failed, cs)), sum(1 for c in cs if c["skipped"]),
                      f"{len(cs) / secs:.1f}" if secs > 0 else "-", sum(c.get("tie_flips", 0) for c in cs),
                      sum(1 for c in cs if c.get("forced")), worst[0] if worst else "-",
-                     f"{100 * worst[1]:.0f}%" if worst else "-"))
+                     pct(worst[1]) if worst else "-"))
     return rows
 
 

@@ -12,7 +12,7 @@ _CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1100px;color:#222}
 h1{font-size:1.4em}h3{overflow-wrap:anywhere}h2{font-size:1.15em;border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 7px;
-text-align:left;vertical-align:top}th{background:#f4f4f4}.bad{color:#c00;font-weight:bold}
+text-align:left;vertical-align:top;overflow-wrap:anywhere}td:first-child{white-space:nowrap}th{background:#f4f4f4}.bad{color:#c00;font-weight:bold}
 code,pre{font-size:.8em;background:#f6f6f6}pre{padding:.4em;white-space:pre-wrap;word-break:break-all}
 .warn{background:#fff3cd;padding:.4em}img{max-width:100%}
 """

@@ -106,10 +106,13 @@ def heatmap(values: list, title: str) -> str | None:
     if not values or not values[0]:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 2.6 if len(values) < 8 else 4))
+    rows = len(values)
+    fig, ax = plt.subplots(figsize=(6, 1.5 if rows == 1 else 2.6 if rows < 8 else 4))
     im = ax.imshow(values, aspect="auto", interpolation="nearest", cmap="magma")
     fig.colorbar(im, ax=ax)
-    ax.set_ylabel("token (pooled)")
+    if rows == 1:
+        ax.set_yticks([])
+    ax.set_ylabel("token" if rows == 1 else "token (pooled)")
     ax.set_xlabel("element (flattened, pooled)")
     ax.set_title(title, fontsize=8)
     return _png(fig)

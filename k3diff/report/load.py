@@ -63,7 +63,7 @@ def read_file(path: Path) -> Run:
         kind = obj.get("kind") if isinstance(obj, dict) else None
         if kind == "run":
             run.headers.append(dict(obj, file=str(path)))
-        elif kind == "case" or (kind is None and isinstance(obj, dict) and "stage" in obj and "ok" in obj):
+        elif kind == "case":
             run.cases.append(obj)
         elif kind == "failure":
             run.failures.append(obj)

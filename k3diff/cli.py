@@ -29,6 +29,9 @@ def _parser():
     m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
     m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
+    # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
+    from k3diff.report import add_arguments
+    add_arguments(sub.add_parser("report", help="HTML report of results files (shards merged), or --compare BASE NEW"))
     return p
 
 
@@ -125,6 +128,9 @@ def main(argv=None) -> int:
             return _hunt(args)
         if args.command == "mutants":
             return _mutants(args)
+        if args.command == "report":  # -- report
+            from k3diff.report import run as _report
+            return _report(args)
         from k3diff.budgets import describe
         for where, rule, reason in describe():
             print(f"{where:32} {rule:36} {reason}")

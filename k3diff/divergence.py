@@ -32,6 +32,9 @@ class TensorReport:
     cand_value: float = 0.0
     ref_value: float = 0.0
     note: str = ""
+    # on a failing tensor only: |cand - ref| max-pooled to at most 64x64 (rows: tokens), for reports;
+    # never in to_dict(), so verdicts and seed files stay as they were
+    error_map: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def ratio(self) -> float:
@@ -50,6 +53,7 @@ class TensorReport:
 
     def to_dict(self) -> dict:
         d = asdict(self)
+        d.pop("error_map")
         d["where"] = list(self.where)
         return d
 
@@ -73,6 +77,16 @@ def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     bits = _MANTISSA_BITS.get(dtype, 52)
     mag = ref.abs().clamp_min(torch.finfo(dtype).tiny if dtype.is_floating_point else 1.0)
     return torch.exp2(torch.floor(torch.log2(mag)) - bits)
+
+
+def error_map(err: torch.Tensor, size: int = 64) -> list:
+    """|cand - ref| as rows (the first dim, tokens) by the rest flattened, max-pooled to at most
+    size x size, 4 significant digits: small enough for a JSON line, the worst spot still visible."""
+    e = err.detach().to(torch.float64).cpu()
+    e = e.reshape(1, -1) if e.dim() <= 1 else e.reshape(e.shape[0], -1)
+    shape = (min(size, e.shape[0]), min(size, e.shape[1]))
+    pooled = torch.nn.functional.adaptive_max_pool2d(e[None, None], shape)[0, 0]
+    return [[float(f"{v:.4g}") for v in row] for row in pooled.tolist()]
 
 
 def _unravel(flat: int, shape) -> tuple:
@@ -102,7 +116,7 @@ def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: 
         flat = int(bad.flatten().nonzero()[0])
         where = _unravel(flat, c.shape)
         return TensorReport(stage, name, False, where=where, cand_value=float(c.flatten()[flat]),
-                            ref_value=float(r.flatten()[flat]),
+                            ref_value=float(r.flatten()[flat]), error_map=error_map(bad.double()),
                             note=f"{int(bad.sum())} non-finite value(s) where the reference is finite "
                                  "(NaN made by the kernel, or an element it never wrote)")
     finite = torch.isfinite(r)
@@ -124,10 +138,12 @@ def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: 
     similarity = 0.0 if denom == 0 else 1.0 - 2.0 * float((c0 * r0).sum()) / denom
     ulps = float((err / ulp(r0, dtype)).max()) if dtype.is_floating_point else max_err
     outside = err > (atol + budget.rtol * base_err_el)
-    return TensorReport(stage, name, max_err <= bound, max_err=max_err, bound=bound, base_err=base_err,
+    ok = max_err <= bound
+    return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
                         atol=atol, similarity=similarity, worst_ulps=ulps,
                         frac_outside=float(outside.double().mean()), where=_unravel(flat, c.shape),
-                        cand_value=float(c0.flatten()[flat]), ref_value=float(r0.flatten()[flat]))
+                        cand_value=float(c0.flatten()[flat]), ref_value=float(r0.flatten()[flat]),
+                        error_map=None if ok else error_map(err))
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -142,6 +158,6 @@ def _bitwise(stage, name, cand, ref) -> TensorReport:
     if not bool(diff.any()):
         return TensorReport(stage, name, True, note="bitwise equal")
     flat = int(diff.flatten().nonzero()[0])
-    return TensorReport(stage, name, False, where=_unravel(flat, cand.shape),
+    return TensorReport(stage, name, False, where=_unravel(flat, cand.shape), error_map=error_map(diff.double()),
                         cand_value=float(cand.flatten()[flat].double()), ref_value=float(ref.flatten()[flat].double()),
                         note=f"{int(diff.sum())} element(s) differ bitwise, must be bit-exact")

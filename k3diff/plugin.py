@@ -10,7 +10,6 @@ the command to run next. The run itself lives in `k3diff.session`, shared with t
 """
 from __future__ import annotations
 
-import json
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -238,13 +237,9 @@ class _ItemRun:
 
 
 def _record(case, verdict):
-    from k3diff.corpus import case_id
+    from k3diff.results import record  # the results-file format lives in k3diff/results.py
 
-    worst = verdict.worst()
-    return {"stage": case.stage, "id": case_id(case), "label": case.label(), "ok": verdict.ok,
-            "skipped": verdict.skipped, "seconds": round(verdict.seconds, 4),
-            "tie_flips": verdict.tie_flips, "forced": verdict.forced_replay,
-            "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps]}
+    return record(case, verdict)
 
 
 class _Collector:
@@ -276,7 +271,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     results, failures = config._k3diff_results, config._k3diff_failures
     report_path = config.getoption(opt.REPORT)
     if report_path:
-        Path(report_path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in results))
+        from k3diff import results as _results  # header line + case lines + saved failures
+
+        _results.write(report_path, _results.run_header(session, config.getoption(opt.SHARD)), results, failures)
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))

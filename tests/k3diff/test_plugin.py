@@ -69,7 +69,9 @@ def _cases(project, *extra):
                                           "quick", "--k3diff-seed", "11", "-k", "fuzz", "--k3diff-report",
                                           str(report), "-p", "no:cacheprovider", *extra)
     assert result.ret == 0, result.stdout.str()
-    return [json.loads(line)["id"] for line in report.read_text().splitlines()]
+    lines = [json.loads(line) for line in report.read_text().splitlines()]
+    assert lines[0]["kind"] == "run" and lines[0]["seed"] == 11
+    return [line["id"] for line in lines if line["kind"] == "case"]
 
 
 def test_shards_are_disjoint_and_cover_the_run(project):

@@ -1,0 +1,68 @@
+"""`k3diff report`: the reviewer's evidence from results files (`pytest --k3diff --k3diff-report FILE`).
+
+    k3diff report RESULTS... [-o report.html] [--markdown FILE]   one run, or the merge of shard files
+    k3diff report --compare BASE NEW [-o compare.html]             the same cases for two candidates/commits
+
+Modules, one job each: load (read and merge), tables (the numbers), plots (PNG figures), html (the
+page), compare (BASE vs NEW). Exit status: 0 ok, 1 NEW has new failures (--compare), 2 bad input
+(one line on stderr).
+"""
+from __future__ import annotations
+
+import sys
+
+
+def add_arguments(p) -> None:
+    p.add_argument("results", nargs="*", metavar="RESULTS",
+                   help="results files (JSON lines) or folders of *.jsonl: one run or its shards")
+    p.add_argument("--compare", nargs=2, metavar=("BASE", "NEW"),
+                   help="compare two runs of the same cases (each a file or a folder of shard files)")
+    p.add_argument("-o", "--output", default=None, help="HTML file (default report.html / compare.html)")
+    p.add_argument("--markdown", default=None, metavar="FILE",
+                   help="also append the per-stage table as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)")
+
+
+def _write(path, text, mode="w") -> None:
+    try:
+        with open(path, mode) as fh:
+            fh.write(text)
+    except OSError as exc:
+        from k3diff.report.load import ReportInputError
+
+        raise ReportInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def run(args) -> int:
+    from k3diff.report import load as loader
+    from k3diff.report import tables
+
+    try:
+        if args.compare:
+            if args.results:
+                raise loader.ReportInputError("give either RESULTS... or --compare BASE NEW, not both")
+            from k3diff.report.compare import compare, compare_report, text
+
+            base, new = (loader.load([p]) for p in args.compare)
+            cmp = compare(base, new)
+            out = args.output or "compare.html"
+            _write(out, compare_report(cmp, base, new))
+            print(text(cmp))
+            print(f"wrote {out}")
+            return 1 if cmp.new_failures else 0
+        if not args.results:
+            raise loader.ReportInputError("no results file given (k3diff report RESULTS... or --compare BASE NEW)")
+        from k3diff.report.html import run_report
+
+        merged = loader.load(args.results)
+        for w in merged.warnings:
+            print(w, file=sys.stderr)
+        out = args.output or "report.html"
+        _write(out, run_report(merged))
+        if args.markdown:
+            _write(args.markdown, tables.markdown(merged), "a")
+        fails = sum(map(tables.failed, merged.cases))
+        print(f"{len(merged.cases)} cases from {len(merged.files)} file(s), {fails} failing; wrote {out}")
+        return 0
+    except loader.ReportInputError as exc:
+        print(f"k3diff report: {exc}", file=sys.stderr)
+        return 2

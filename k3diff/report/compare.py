@@ -1,0 +1,114 @@
+"""BASE versus NEW: the same cases (same seed, matched by stage and case id) judged for two
+candidates or two commits. Per tensor the share of budget before and after, the cases that newly
+fail, the largest movements; a short text summary and an HTML page."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from k3diff.report import html, plots, tables
+from k3diff.report.tables import pct
+
+
+@dataclass
+class Comparison:
+    matched: int = 0
+    only_base: int = 0
+    only_new: int = 0
+    new_failures: list = field(default_factory=list)      # (base case, new case)
+    fixed: list = field(default_factory=list)
+    pairs: dict = field(default_factory=dict)             # stage/tensor -> [(base, new)]
+    movements: list = field(default_factory=list)         # (|delta|, delta, stage/tensor, label, base, new)
+    warnings: list = field(default_factory=list)
+
+
+def _index(run) -> dict:
+    """(stage, id) -> case; a case judged twice keeps its worst verdict."""
+    out = {}
+    for c in run.cases:
+        key = (c["stage"], c["id"])
+        if key not in out or (tables.failed(c) and not tables.failed(out[key])):
+            out[key] = c
+    return out
+
+
+def _ratios(c) -> dict:
+    """tensor -> share of budget, graded tensors only (a zero bound is a bitwise check)."""
+    return {t["tensor"]: t["ratio"] for t in c.get("tensors") or ()
+            if t.get("ratio") is not None and (t.get("bound") or 0) > 0}
+
+
+def compare(base, new) -> Comparison:
+    cmp = Comparison(warnings=list(base.warnings) + list(new.warnings))
+    if base.seeds != new.seeds:
+        cmp.warnings.append(f"warning: BASE seed(s) {base.seeds} != NEW seed(s) {new.seeds}: "
+                            "few cases will match")
+    b, n = _index(base), _index(new)
+    keys = sorted(b.keys() & n.keys())
+    cmp.matched, cmp.only_base, cmp.only_new = len(keys), len(b.keys() - n.keys()), len(n.keys() - b.keys())
+    for key in keys:
+        cb, cn = b[key], n[key]
+        if tables.failed(cn) and not tables.failed(cb):
+            cmp.new_failures.append((cb, cn))
+        elif tables.failed(cb) and not tables.failed(cn):
+            cmp.fixed.append((cb, cn))
+        rb, rn = _ratios(cb), _ratios(cn)
+        for name in sorted(rb.keys() & rn.keys()):
+            cmp.pairs.setdefault(tables.tensor_name(cn["stage"], name), []).append((rb[name], rn[name]))
+            delta = rn[name] - rb[name]
+            cmp.movements.append((abs(delta), delta, f"{cn['stage']}/{name}", cn["label"], rb[name], rn[name]))
+    cmp.movements.sort(key=lambda m: -m[0])
+    return cmp
+
+
+def _median(values):
+    s = sorted(values)
+    return s[len(s) // 2] if s else None
+
+
+def tensor_rows(cmp) -> list[tuple]:
+    rows = []
+    for name, pts in sorted(cmp.pairs.items()):
+        mb, mn = _median([a for a, _ in pts]), _median([b for _, b in pts])
+        rows.append((name, len(pts), pct(mb), pct(mn), pct(max(a for a, _ in pts)), pct(max(b for _, b in pts))))
+    return rows
+
+
+TENSOR_COLUMNS = ("tensor", "cases", "BASE median", "NEW median", "BASE max", "NEW max")
+
+
+def text(cmp, top=5) -> str:
+    lines = list(cmp.warnings)
+    lines.append(f"{cmp.matched} cases matched ({cmp.only_base} only in BASE, {cmp.only_new} only in NEW); "
+                 f"{len(cmp.new_failures)} newly failing, {len(cmp.fixed)} fixed")
+    for _, cn in cmp.new_failures:
+        lines.append(f"NEW FAIL {cn['stage']}: {cn['label']}: {cn.get('failure') or cn.get('error')}")
+    lines.append(f"{'tensor':32} {'cases':>5} {'base med':>8} {'new med':>8} {'base max':>8} {'new max':>8}")
+    lines += [f"{r[0]:32} {r[1]:5d} {r[2]:>8} {r[3]:>8} {r[4]:>8} {r[5]:>8}" for r in tensor_rows(cmp)]
+    for _, delta, name, label, rb, rn in cmp.movements[:top]:
+        lines.append(f"moved {name} {pct(rb)} -> {pct(rn)} ({label})")
+    return "\n".join(lines)
+
+
+def compare_report(cmp, base, new) -> str:
+    body = [f'<p><b id="matched-cases">{cmp.matched}</b> cases matched ({cmp.only_base} only in BASE, '
+            f'{cmp.only_new} only in NEW); <b class="{"bad" if cmp.new_failures else ""}">'
+            f"{len(cmp.new_failures)}</b> newly failing, {len(cmp.fixed)} fixed</p>"]
+    body += [f'<p class="warn">{html.esc(w)}</p>' for w in cmp.warnings]
+    body.append(html.table(("", "files", "seed(s)", "backend(s)", "commit(s)"), [
+        (side, ", ".join(r.files), ", ".join(map(str, r.seeds)),
+         ", ".join(sorted({str(h.get("backend")) for h in r.headers})),
+         ", ".join(sorted({str((h.get("environment") or {}).get("git_commit"))[:12] for h in r.headers})))
+        for side, r in (("BASE", base), ("NEW", new))]))
+    body += ["<h2>Share of budget per tensor, before and after</h2>",
+             html.table(TENSOR_COLUMNS, tensor_rows(cmp)),
+             html.img(plots.before_after(cmp.pairs), "NEW vs BASE share of budget")]
+    body.append(f"<h2>Newly failing ({len(cmp.new_failures)})</h2>")
+    body += [f'<h3 class="bad">{html.esc(cn["stage"])}: {html.esc(cn["label"])}</h3>'
+             f"<p>{html.esc(cn.get('failure') or cn.get('error'))}</p>"
+             f"<pre>{html.esc(tables.replay_command(cn, new.failures))}</pre>" for _, cn in cmp.new_failures]
+    body.append("<h2>Largest movements</h2>")
+    body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
+        (name, label, pct(rb), pct(rn), f"{100 * delta:+.1f} pts" if abs(delta) < 100 else f"{delta:+.3g}x")
+        for _, delta, name, label, rb, rn in cmp.movements[:20]]))
+    return html.page("k3diff compare: BASE vs NEW", body,
+                     meta={"k3diff-matched": cmp.matched, "k3diff-new-failures": len(cmp.new_failures)})

@@ -1,0 +1,142 @@
+"""The numbers of a run: per-stage counts, coverage, the slowest cases, failures and their replay
+commands, and each tensor's share of its budget. Plain data; html.py and plots.py draw it."""
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+
+STAGE_COLUMNS = ("stage", "cases", "fail", "skip", "cases/s", "ties", "forced", "worst tensor", "% of budget")
+
+
+def pct(ratio) -> str:
+    """A share of budget for people: 42%, or 3.1e+04x far past the bound."""
+    if ratio is None:
+        return "-"
+    return f"{100 * ratio:.0f}%" if ratio < 100 else f"{ratio:.3g}x"
+
+
+def failed(c) -> bool:
+    return not c["ok"] and not c["skipped"]
+
+
+def worst_ratio(c):
+    w = c.get("worst")
+    return None if not w else w[1]
+
+
+def stage_rows(run) -> list[tuple]:
+    by_stage = defaultdict(list)
+    for c in run.cases:
+        by_stage[c["stage"]].append(c)
+    rows = []
+    for stage in sorted(by_stage):
+        cs = by_stage[stage]
+        secs = sum(c.get("seconds") or 0.0 for c in cs)
+        worst = max((c["worst"] for c in cs if c.get("worst")), key=lambda w: w[1], default=None)
+        rows.append((stage, len(cs), sum(map(failed, cs)), sum(1 for c in cs if c["skipped"]),
+                     f"{len(cs) / secs:.1f}" if secs > 0 else "-", sum(c.get("tie_flips", 0) for c in cs),
+                     sum(1 for c in cs if c.get("forced")), worst[0] if worst else "-",
+                     pct(worst[1]) if worst else "-"))
+    return rows
+
+
+def markdown(run) -> str:
+    """The per-stage table as GitHub markdown (for $GITHUB_STEP_SUMMARY)."""
+    lines = ["| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in stage_rows(run)]
+    total, fails = len(run.cases), sum(map(failed, run.cases))
+    head = (f"**k3diff**: {total} cases from {len(run.files)} results file(s), {fails} failing; "
+            f"seed {', '.join(map(str, run.seeds))}")
+    return "\n".join([head, ""] + lines + [""] + run.warnings) + "\n"
+
+
+def _bucket(n):
+    if n is None:
+        return None
+    if n == 0:
+        return "0"
+    lo = 1 << (int(n).bit_length() - 1)
+    return f"{lo}-{2 * lo - 1}"
+
+
+def coverage(run) -> dict:
+    """What the run exercised: each axis of the case space, value -> number of cases."""
+    axes = {"batch size": Counter(), "max cache length (bucket)": Counter(), "routing mode": Counter(),
+            "expert format": Counter(), "value distribution": Counter(), "preset": Counter(), "steps": Counter()}
+    for c in run.cases:
+        case = c.get("case") or {}
+        axes["batch size"][c.get("batch", case.get("batch"))] += 1
+        if c.get("max_cache_len") is not None:
+            axes["max cache length (bucket)"][_bucket(c["max_cache_len"])] += 1
+        if case.get("stage") in ("moe", "layer"):
+            axes["routing mode"][case.get("routing")] += 1
+            axes["expert format"][case.get("expert_format")] += 1
+        axes["value distribution"][case.get("value_dist")] += 1
+        axes["preset"][case.get("preset")] += 1
+        axes["steps"][case.get("steps")] += 1
+    return {axis: dict(sorted(cnt.items(), key=lambda kv: _sort_key(kv[0]))) for axis, cnt in axes.items() if cnt}
+
+
+def _sort_key(v):
+    if isinstance(v, int):
+        return (0, v, "")
+    if isinstance(v, str) and re.match(r"^\d+", v):
+        return (0, int(re.match(r"^\d+", v).group()), v)
+    return (1, 0, str(v))
+
+
+def tensor_name(stage, tensor) -> str:
+    """stage/tensor with the step of a multi-step case dropped (one distribution per tensor)."""
+    return stage + "/" + re.sub(r"@step\d+$", "", tensor)
+
+
+def tensor_ratios(run) -> dict:
+    """stage/tensor -> every graded share of budget (tensors with a zero bound are bitwise checks)."""
+    out = defaultdict(list)
+    for c in run.cases:
+        for t in c.get("tensors") or ():
+            if t.get("ratio") is not None and (t.get("bound") or 0) > 0:
+                out[tensor_name(c["stage"], t["tensor"])].append(t["ratio"])
+    return dict(sorted(out.items()))
+
+
+def slowest(run, n=10) -> list:
+    return sorted(run.cases, key=lambda c: -(c.get("seconds") or 0.0))[:n]
+
+
+def ties(run, n=20) -> list:
+    return [c for c in run.cases if c.get("tie_flips") or c.get("forced")][:n]
+
+
+def replay_command(c, failures) -> str:
+    """The saved seed's replay command when the run saved this case, else one that writes the seed."""
+    for f in failures:
+        if str(f.get("path", "")).endswith(f"-{c['id']}.json"):
+            return f["replay"]
+    seed = json.dumps({"k3diff_seed_format": 1, "case": c["case"]}, sort_keys=True)
+    name = f"{c['case']['stage']}-{c['id']}.json"
+    return f"echo '{seed}' > {name} && k3diff replay {name} --backend {c.get('backend')}"
+
+
+def failing_cases(run) -> list:
+    """Failing cases, saved seeds (the shrunk ones) first, each id once."""
+    saved = {str(f.get("path", "")).rsplit("-", 1)[-1].removesuffix(".json") for f in run.failures}
+    seen, out = set(), []
+    for c in sorted(filter(failed, run.cases), key=lambda c: (c["id"] not in saved, c["stage"])):
+        if (c["stage"], c["id"]) not in seen:
+            seen.add((c["stage"], c["id"]))
+            out.append(c)
+    return out
+
+
+def environments(run) -> list[tuple[dict, list]]:
+    """Each distinct environment and the results files (shards) that ran on it."""
+    groups = {}
+    for h in run.headers:
+        env = h.get("environment") or {}
+        key = json.dumps(env, sort_keys=True)
+        groups.setdefault(key, (env, []))[1].append(
+            f"{h.get('file', '?')} (shard {h.get('shard') or '-'}, seed {h.get('seed')}, "
+            f"backend {h.get('backend')}, profile {h.get('profile')})")
+    return list(groups.values())

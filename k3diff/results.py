@@ -1,0 +1,110 @@
+"""The results file: what `pytest --k3diff --k3diff-report FILE` writes, one JSON object a line.
+
+Line 1 is the run (`"kind": "run"`): format, seed, profile, backend, device, shard and the machine
+(`environment()`). Every other line is one judged case (`"kind": "case"`, `record()`), or one saved
+failure (`"kind": "failure"`: its seed file and replay command). `k3diff report` reads these files,
+one per shard, and merges them (`k3diff.report`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import platform
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+RESULTS_FORMAT = 1
+
+
+def _num(x, digits=6):
+    """A float for JSON: rounded, and None where it is not finite (JSON has no inf)."""
+    if x is None:
+        return None
+    x = float(x)
+    return float(f"{x:.{digits}g}") if math.isfinite(x) else None
+
+
+def _tensor(rep) -> dict:
+    return {"tensor": rep.tensor, "ok": rep.ok, "ratio": _num(rep.ratio), "max_err": _num(rep.max_err),
+            "bound": _num(rep.bound), "similarity": _num(rep.similarity), "ulps": _num(rep.worst_ulps)}
+
+
+def _error_map(verdict) -> dict | None:
+    """The error map of the worst failing tensor (the compare step made one for failures only)."""
+    failing = [r for r in verdict.reports if not r.ok and r.error_map is not None]
+    if not failing:
+        return None
+    rep = max(failing, key=lambda r: r.ratio)
+    what = f"elements flagged (1): {rep.note}" if rep.note else "|cand - ref|, max-pooled"
+    return {"tensor": rep.tensor, "what": what, "values": rep.error_map}
+
+
+def record(case, verdict) -> dict:
+    """One case and its verdict, everything a report plots or lists."""
+    from k3diff.corpus import case_id
+
+    worst = verdict.worst()
+    failures = [] if verdict.ok or verdict.skipped else verdict.failures()
+    return {
+        "kind": "case", "stage": case.stage, "id": case_id(case), "label": case.label(),
+        "case": case.to_dict(), "batch": case.batch,
+        "max_cache_len": max(case.cache_lens) if case.cache_lens else None,
+        "ok": verdict.ok, "skipped": verdict.skipped, "error": verdict.error,
+        "seconds": round(verdict.seconds, 4), "tie_flips": verdict.tie_flips,
+        "forced": verdict.forced_replay, "backend": verdict.backend,
+        "tensors": [_tensor(r) for r in verdict.reports],
+        "routing_ok": None if verdict.routing is None else verdict.routing.ok,
+        "failure": failures[0] if failures else None,
+        "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps],
+        "error_map": None if verdict.ok else _error_map(verdict),
+    }
+
+
+def _version(module: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:  # not installed: absent from the report rather than an error
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                              cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def environment() -> dict:
+    """The machine and software a run used."""
+    import torch
+
+    import k3diff
+
+    cuda = torch.cuda.is_available()
+    return {
+        "k3diff": k3diff.__version__, "git_commit": _git_commit(), "python": platform.python_version(),
+        "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "hostname": socket.gethostname(), "platform": platform.platform(),
+        "cutlass_dsl": _version("nvidia-cutlass-dsl"),
+    }
+
+
+def run_header(session, shard: str | None) -> dict:
+    return {"kind": "run", "format": RESULTS_FORMAT, "seed": session.seed, "profile": session.profile_name,
+            "backend": session.backend_name, "device": session.device, "shard": shard,
+            "argv": sys.argv[1:], "environment": environment()}
+
+
+def write(path, header: dict, cases: list, failures: list = ()) -> None:
+    """The results file of one pytest run (one shard): header, cases, saved failures."""
+    lines = [header] + [dict(c, kind="case") for c in cases]
+    lines += [dict(f, kind="failure") for f in {f["path"]: f for f in failures}.values()]
+    Path(path).write_text("".join(json.dumps(line, sort_keys=True) + "\n" for line in lines))

@@ -1,0 +1,225 @@
+"""Results files and `k3diff report`: the record format, load/merge/compare, bad input, and a
+simulated nightly (2 shards x 2 xdist workers on the CPU) merged into one self-contained HTML page."""
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import torch
+
+from k3diff.budgets import DEFAULT
+from k3diff.case import Case
+from k3diff.divergence import TensorReport, compare
+from k3diff.report import compare as report_compare
+from k3diff.report.load import ReportInputError, load
+from k3diff.results import RESULTS_FORMAT, environment, record
+from k3diff.runner import Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = "from k3diff.suite import test_batch_invariance, test_fuzz, test_seed  # noqa\n"
+
+
+# ---------------------------------------------------------------- the record format
+
+def _verdict(case, ratio, ok=True, seconds=0.1):
+    reports = [TensorReport(case.stage, "out", ok, max_err=ratio * 0.01, bound=0.01, similarity=1e-5, worst_ulps=3.0),
+               TensorReport(case.stage, "kv_cache.untouched", True, note="bitwise equal")]
+    if not ok:
+        reports[0].error_map = [[0.0, ratio * 0.01], [0.001, 0.0]]
+    return Verdict(case, "torch-blocked", reports=reports, seconds=seconds)
+
+
+def test_error_map_only_on_failing_tensors_and_never_in_the_verdict_dict():
+    ref = torch.linspace(-1, 1, 300 * 80, dtype=torch.float64).reshape(300, 80)
+    budget = DEFAULT
+    passing = compare("moe", "out", ref.to(torch.bfloat16), ref, ref.to(torch.bfloat16), budget, torch.bfloat16)
+    assert passing.ok and passing.error_map is None
+    bad = ref.clone()
+    bad[7, 3] += 0.5
+    failing = compare("moe", "out", bad, ref, ref.to(torch.bfloat16), budget, torch.bfloat16)
+    assert not failing.ok
+    assert len(failing.error_map) == 64 and len(failing.error_map[0]) == 64
+    assert max(map(max, failing.error_map)) == pytest.approx(0.5, rel=1e-3)
+    assert "error_map" not in failing.to_dict() and "error_map" not in passing.to_dict()
+
+
+def test_record_has_the_case_every_tensor_and_the_worst_error_map():
+    case = Case("mla", batch=2, cache_lens=(5, 9))
+    good = record(case, _verdict(case, 0.4))
+    assert good["kind"] == "case" and good["case"] == case.to_dict() and good["batch"] == 2
+    assert good["max_cache_len"] == 9 and good["ok"] and good["error_map"] is None
+    assert [t["tensor"] for t in good["tensors"]] == ["out", "kv_cache.untouched"]
+    assert good["tensors"][0]["ratio"] == pytest.approx(0.4) and good["tensors"][1]["ratio"] == 0.0
+    bad = record(case, _verdict(case, 3.0, ok=False))
+    assert not bad["ok"] and bad["error_map"]["tensor"] == "out" and bad["failure"].startswith("FAIL mla/out")
+    json.dumps(bad, allow_nan=False)          # strict JSON: no inf or NaN in a record
+
+
+def test_environment_names_the_software():
+    env = environment()
+    assert env["torch"] == torch.__version__ and env["python"] and env["hostname"]
+    assert env["k3diff"]
+
+
+def _write_run(path, seed, cases, shard=None, backend="torch-blocked"):
+    header = {"kind": "run", "format": RESULTS_FORMAT, "seed": seed, "profile": "quick", "backend": backend,
+              "shard": shard, "environment": {"torch": "x", "git_commit": "abc"}}
+    path.write_text("".join(json.dumps(line) + "\n" for line in [header] + cases))
+    return path
+
+
+def _cases(ratios, failing=()):
+    out = []
+    for k, ratio in enumerate(ratios):
+        case = Case("moe", batch=k + 1, seed=k)
+        out.append(record(case, _verdict(case, ratio, ok=k not in failing)))
+    return out
+
+
+# ---------------------------------------------------------------- load, merge, compare
+
+def test_merge_keeps_every_case_and_warns_once_on_seed_disagreement(tmp_path):
+    a = _write_run(tmp_path / "a.jsonl", 5, _cases([0.1, 0.2]), "1/2")
+    b = _write_run(tmp_path / "b.jsonl", 5, _cases([0.3, 0.4, 0.5]), "2/2")
+    run = load([a, b])
+    assert len(run.cases) == 5 and len(run.headers) == 2 and run.warnings == []
+    c = _write_run(tmp_path / "c.jsonl", 6, _cases([0.3]))
+    odd = load([a, c])
+    assert len(odd.warnings) == 1 and "disagree on the seed" in odd.warnings[0]
+    assert len(load([tmp_path]).cases) == 6          # a folder: every *.jsonl under it
+
+
+def test_compare_finds_new_failures_and_movements(tmp_path):
+    base = load([_write_run(tmp_path / "base.jsonl", 5, _cases([0.1, 0.2, 0.3]))])
+    new = load([_write_run(tmp_path / "new.jsonl", 5, _cases([0.1, 0.9, 3.0], failing={2}))])
+    cmp = report_compare.compare(base, new)
+    assert cmp.matched == 3 and len(cmp.new_failures) == 1 and not cmp.fixed
+    assert cmp.movements[0][2] == "moe/out" and cmp.movements[0][1] == pytest.approx(2.7)
+    assert sorted(cmp.pairs["moe/out"]) == [(0.1, 0.1), (0.2, 0.9), (0.3, 3.0)]
+    assert "1 newly failing" in report_compare.text(cmp)
+
+
+def _cli(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "k3diff.cli", *map(str, args)], cwd=cwd or ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def _main(capsys, *args):
+    """`k3diff ...` in this process (a subprocess pays for importing torch on every call)."""
+    from k3diff.cli import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_compare_exit_codes_and_summary(tmp_path, capsys):
+    base = _write_run(tmp_path / "base.jsonl", 5, _cases([0.1, 0.2]))
+    same = _write_run(tmp_path / "same.jsonl", 5, _cases([0.1, 0.25]))
+    worse = _write_run(tmp_path / "worse.jsonl", 5, _cases([0.1, 2.0], failing={1}))
+    code, out, err = _main(capsys, "report", "--compare", base, same, "-o", tmp_path / "c1.html")
+    assert code == 0, err
+    assert "2 cases matched" in out and "0 newly failing" in out
+    code, out, err = _main(capsys, "report", "--compare", base, worse, "-o", tmp_path / "c2.html")
+    assert code == 1 and "NEW FAIL moe" in out
+    page = (tmp_path / "c2.html").read_text()
+    assert 'name="k3diff-new-failures" content="1"' in page and "data:image/png;base64," in page
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "no such results file"),
+    ("", "no case in this results file"),
+    ("hello\n", "not a k3diff results file"),
+    ('{"kind": "run", "seed": 1}\n', "no case in this results file"),
+    ('{"something": 1}\n', "not a k3diff results line"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, content, message):
+    path = tmp_path / "r.jsonl"
+    if content is not None:
+        path.write_text(content)
+    for args in (["report", path], ["report", "--compare", path, path]):
+        code, out, err = _main(capsys, *args, "-o", tmp_path / "x.html")
+        assert code == 2, out + err
+        assert len(err.strip().splitlines()) == 1 and message in err, err
+    with pytest.raises(ReportInputError, match=message):
+        load([path])
+
+
+def test_bad_input_from_the_command_line_has_no_traceback(tmp_path):
+    done = _cli("report", tmp_path / "missing.jsonl", "-o", tmp_path / "x.html")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"k3diff report: {tmp_path / 'missing.jsonl'}: no such results file"
+
+
+# ---------------------------------------------------------------- a simulated nightly
+
+class _Page(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.images, self.external, self.meta, self._in_total, self.total = [], [], {}, False, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.images.append(a.get("src", ""))
+        for key in ("src", "href"):
+            if a.get(key) and not a[key].startswith(("data:", "#")):
+                self.external.append(a[key])
+        if tag == "meta" and "name" in a:
+            self.meta[a["name"]] = a.get("content")
+        self._in_total = a.get("id") == "total-cases"
+
+    def handle_data(self, data):
+        if self._in_total:
+            self.total, self._in_total = int(data), False
+
+
+def _plugin_args():
+    """-p k3diff.plugin only where the pytest11 entry point does not load it already (both: an error)."""
+    eps = importlib.metadata.entry_points(group="pytest11")
+    return [] if any(ep.value == "k3diff.plugin" for ep in eps) else ["-p", "k3diff.plugin"]
+
+
+def simulate_nightly(where: Path, seed=123, shards=2, workers=2, select="moe or mla", backend="torch-blocked"):
+    """What .github/workflows/nightly.yml does, on the CPU: every shard with its results and JUnit."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "test_suite.py").write_text(SUITE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(where), os.environ.get("PYTHONPATH", "")]))
+    env.pop("CI", None)
+    files = []
+    for i in range(1, shards + 1):
+        results, junit = where / f"results-{i}.jsonl", where / f"junit-{i}.xml"
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", *_plugin_args(), "test_suite.py", "--k3diff", "--k3diff-profile", "quick",
+             "--k3diff-backend", backend, "--k3diff-shard", f"{i}/{shards}", "-n", str(workers),
+             "--k3diff-seed", str(seed), "--k3diff-report", str(results), "--junitxml", str(junit),
+             "--k3diff-save", "seeds", "-k", select, "-q", "-p", "no:cacheprovider"],
+            cwd=where, env=env, capture_output=True, text=True, timeout=600)
+        assert results.exists() and junit.exists(), done.stdout[-3000:] + done.stderr[-3000:]
+        files.append((results, done.returncode))
+    return files
+
+
+def test_simulated_nightly_merges_shards_into_one_self_contained_page(tmp_path):
+    files = simulate_nightly(tmp_path / "run")
+    assert all(rc == 0 for _, rc in files)
+    counts = [sum(1 for line in f.read_text().splitlines() if json.loads(line)["kind"] == "case") for f, _ in files]
+    assert all(counts), counts
+    headers = [json.loads(f.read_text().splitlines()[0]) for f, _ in files]
+    assert [h["shard"] for h in headers] == ["1/2", "2/2"] and {h["seed"] for h in headers} == {123}
+    out, md = tmp_path / "report.html", tmp_path / "summary.md"
+    done = _cli("report", *(f for f, _ in files), "-o", out, "--markdown", md)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""                       # the shards agree on the seed: no warning
+    page = _Page()
+    page.feed(out.read_text())
+    assert page.total == sum(counts) and page.meta["k3diff-cases"] == str(sum(counts))
+    pngs = [src for src in page.images if src.startswith("data:image/png;base64,")]
+    assert len(pngs) >= 4 and len(pngs) == len(page.images)
+    assert page.external == []
+    assert "| moe |" in md.read_text() and "| mla |" in md.read_text()

@@ -7,7 +7,7 @@ rule, so a reviewer sees how far from the line a result is, not only which side.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 

@@ -104,6 +104,17 @@ def pytest_configure(config):
             config.pluginmanager.register(_XdistHooks(), "k3diff-xdist")
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` with k3diff on a GPU: one worker per visible GPU (CUDA_VISIBLE_DEVICES respected),
+    since each worker takes GPU worker%count."""
+    if not config.getoption(opt.ENABLE) or config.getoption(opt.DEVICE) == "cpu":
+        return None
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else None
+
+
 class _XdistHooks:
     def pytest_configure_node(self, node):
         node.workerinput["k3diff_seed"] = node.config._k3diff.seed
@@ -175,6 +186,7 @@ class _ItemRun:
 
     def _on_case(self, case, verdict, stage=None):
         record = _record(case, verdict)
+        record["device"] = self.session.device          # under xdist: this worker's GPU
         if stage:
             record["stage"] = stage
         self.item.user_properties.append((_REPORT_KEY, record))
@@ -279,6 +291,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
     for line in summary_lines(results):
         tr.write_line(line)
+    devices = defaultdict(int)
+    for r in results:
+        devices[r.get("device", session.device)] += 1
+    if len(devices) > 1:
+        tr.write_line("cases per device: " + ", ".join(f"{d} {n}" for d, n in sorted(devices.items())))
     for f in {f["path"]: f for f in failures}.values():
         tr.write_line(f"FAILED {f['headline']}")
         tr.write_line(f"   replay: {f['replay']}")

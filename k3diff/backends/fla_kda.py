@@ -55,7 +55,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import time
 
 import torch
 
@@ -261,7 +260,7 @@ class FlaKdaBackend(TorchBlockedBackend):
     An MLA layer of the `layer` stage therefore runs torch-blocked's MLA: only KDA layers judge FLA.
     """
     name = "fla"
-    # Conservative until a GPU measurement sets them (scripts/gpu_adapters.sh, tools/adapter_probe.py):
+    # Conservative until a GPU measurement sets them (scripts/gpu_adapters.sh, scripts/adapter_probe.py):
     # autotuned Triton configs may differ run to run, and the live-row compaction changes the
     # kernels' grid with the batch.
     deterministic = False
@@ -293,27 +292,6 @@ class FlaKdaBackend(TorchBlockedBackend):
                           inputs["state_idx"])
         for name, buf in out.items():
             buf.copy_(res[name])
-
-    # ---- timing (tools/adapter_probe.py) ----
-    def bench(self, cfg, prepared, inputs, iters: int = 50) -> float:
-        """Mean seconds of one kda decode step (projections included) on cloned inputs."""
-        return _bench(lambda st: run_kda(cfg, prepared["kda"], st["x"], st["conv_state"],
-                                         st["recurrent_state"], st["state_idx"]), inputs, iters)
-
-
-def _bench(step, inputs: dict, iters: int) -> float:
-    state = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()}
-    with torch.no_grad(), exact_f32_matmul():
-        for _ in range(3):
-            step(state)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            step(state)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / iters
 
 
 BACKEND = FlaKdaBackend()

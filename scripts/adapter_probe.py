@@ -38,7 +38,7 @@ def kda_case(batch: int, pad: int, seed: int) -> Case:
 
 def mla_case(batch: int, long_len: int, seed: int) -> Case:
     g = torch.Generator().manual_seed(seed)
-    lens = [int(v) for v in torch.randint(0, long_len, (batch,), generator=g)]
+    lens = [int(v) for v in torch.randint(0, max(long_len, 1), (batch,), generator=g)]
     lens[0] = 0
     if batch > 1:
         lens[-1] = long_len

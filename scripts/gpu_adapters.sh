@@ -9,6 +9,7 @@
 #                                      its top-level sources: the MLA JIT needs no subfolder there)
 # Writes to $OUT (at most 8 files): adapters.log, fla_kda_cases.jsonl, flashinfer_mla_cases.jsonl,
 # fla_probe.json, flashinfer_probe.json. Each step has a time limit, so the logs always come back.
+# PART=fla or PART=flashinfer runs one half (default: both, the fla half first).
 # EXTRA=1 also runs (when time is left): fla in its other slot/layout modes, flashinfer with
 # FlashInfer's own backend choice ("auto": FA3 on Hopper), and the `layer` stage of both.
 set -uo pipefail
@@ -40,14 +41,21 @@ for name, mod in (("fla", fla_kda), ("flashinfer", flashinfer_mla)):
 EOF
 nvcc --version | tail -1
 
-PYTEST="python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-seed $SEED -q -p no:cacheprovider"
+# -p k3diff.plugin unless an installed k3diff already registers the plugin (pytest11 entry point)
+PLUGIN="-p k3diff.plugin"
+python3 -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.name == 'k3diff' for e in m.entry_points(group='pytest11')) else 1)" && PLUGIN=""
+PYTEST="python3 -m pytest $PLUGIN tests/differential --k3diff --k3diff-seed $SEED -q -p no:cacheprovider"
 
+PART=${PART:-all}
+if [ "$PART" = all ] || [ "$PART" = fla ]; then
 step "1. fla: pytest --k3diff -k kda (ci profile)"
 run 170 $PYTEST --k3diff-backend fla -k kda --k3diff-profile ci --k3diff-report "$OUT/fla_kda_cases.jsonl" 2>&1 | tail -25
 
 step "2. fla: determinism / batch invariance / decode-step time vs torch-blocked"
 run 80 python3 scripts/adapter_probe.py --backend fla --stage kda --out "$OUT/fla_probe.json"
+fi
 
+if [ "$PART" = all ] || [ "$PART" = flashinfer ]; then
 step "3. flashinfer: JIT build of the MLA kernel (first use), then pytest --k3diff -k mla (ci profile)"
 run 240 python3 - <<'EOF'
 import time, torch
@@ -66,12 +74,13 @@ run 200 $PYTEST --k3diff-backend flashinfer -k mla --k3diff-profile ci --k3diff-
 
 step "4. flashinfer: determinism / batch invariance / decode-step time vs torch-blocked"
 run 80 python3 scripts/adapter_probe.py --backend flashinfer --stage mla --out "$OUT/flashinfer_probe.json"
+fi
 
 if [ "${EXTRA:-0}" = 1 ]; then
   step "5. fla, public API on gathered slots, FLA's [K, V] state layout (quick)"
-  K3DIFF_FLA_SLOTS=gather K3DIFF_FLA_STATE=kv run 60 $PYTEST --k3diff-backend fla -k "fuzz and kda" 2>&1 | tail -4
+  run 60 env K3DIFF_FLA_SLOTS=gather K3DIFF_FLA_STATE=kv $PYTEST --k3diff-backend fla -k "fuzz and kda" 2>&1 | tail -4
   step "6. flashinfer with FlashInfer's own backend choice (auto; quick)"
-  K3DIFF_FLASHINFER_MLA_BACKEND=auto run 120 $PYTEST --k3diff-backend flashinfer -k "fuzz and mla" 2>&1 | tail -4
+  run 120 env K3DIFF_FLASHINFER_MLA_BACKEND=auto $PYTEST --k3diff-backend flashinfer -k "fuzz and mla" 2>&1 | tail -4
   step "7. layer stage (quick): KDA layers through fla, MLA layers through flashinfer"
   run 60 $PYTEST --k3diff-backend fla -k "fuzz and layer" 2>&1 | tail -4
   run 60 $PYTEST --k3diff-backend flashinfer -k "fuzz and layer" 2>&1 | tail -4

@@ -119,10 +119,11 @@ class TorchBlockedBackend(Backend):
         x_attn = attn_res(prefix, delta, blocks, p["attn_res.norm"], p["attn_res.proj"], p["input_norm"],
                           n=nb, write_idx=i // Bk if writes else -1, eps=eps, eps_out=eps)
         if cfg.is_kda_layer(i):
-            a = run_kda(cfg, self._need(p, "kda", i), x_attn, inputs["conv_state"],
-                        inputs["recurrent_state"], inputs["state_idx"])["out"]
+            a = self.run_kda_attention(cfg, self._need(p, "kda", i), x_attn, inputs["conv_state"],
+                                       inputs["recurrent_state"], inputs["state_idx"])["out"]
         else:
-            a = run_mla(cfg, self._need(p, "mla", i), x_attn, inputs["kv_cache"], inputs["cache_lens"])["out"]
+            a = self.run_mla_attention(cfg, self._need(p, "mla", i), x_attn, inputs["kv_cache"],
+                                       inputs["cache_lens"])["out"]
         if writes:
             prefix.copy_(a)            # prefix restarts at the attention output
             dlt = None
@@ -136,6 +137,14 @@ class TorchBlockedBackend(Backend):
             d = self._need(p, "dense", i)
             new_delta = glu_mlp(cfg, x_mlp, d["gu"], d["down"])
         return {"delta": new_delta, "x_attn": x_attn, "attn_out": a, "x_mlp": x_mlp}
+
+    # the layer's attention, one hook per kind: a backend that composes this layer wiring with
+    # another attention implementation (k3diff/backends/fla_kda.py, flashinfer_mla.py) overrides one
+    def run_kda_attention(self, cfg, p, x, conv_state, rec_state, state_idx) -> dict:
+        return run_kda(cfg, p, x, conv_state, rec_state, state_idx)
+
+    def run_mla_attention(self, cfg, p, x, kv_cache, cache_lens) -> dict:
+        return run_mla(cfg, p, x, kv_cache, cache_lens)
 
     @staticmethod
     def _need(p: dict, part: str, i: int) -> dict:

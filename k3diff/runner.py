@@ -55,6 +55,10 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     if stage not in getattr(candidate, "stages", (stage,)):
         verdict.skipped = f"backend {name!r} does not implement stage {stage!r}"
         return verdict
+    unsupported = getattr(candidate, "supports", lambda cfg, stage: None)(case.config(), stage)
+    if unsupported:
+        verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
+        return verdict
     start = time.perf_counter()
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)

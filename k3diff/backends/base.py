@@ -7,6 +7,9 @@ A backend is any object with these attributes and methods (subclassing `Backend`
     batch_invariant: bool    # a token's outputs do not depend on the other tokens in the batch
     available() -> str | None
         None when it can run here, else a one-line reason (no GPU, no CuTe DSL, ...).
+    supports(cfg, stage) -> str | None        (optional)
+        None when the backend runs cases of these dims, else a one-line reason (a library kernel
+        that takes only some head widths, say); such cases are reported as skipped, never passed.
     provides(stage) -> set[str]
         Names from k3diff.stages.OUTPUTS[stage] this backend writes (must include the final one);
         the framework compares exactly these.

@@ -202,11 +202,21 @@ class FlashInferMlaBackend(TorchBlockedBackend):
     """`mla` with FlashInfer's attention; `layer` = torch-blocked's layer wiring (AttnRes, KDA, MoE)
     with this MLA. A KDA layer of the `layer` stage therefore runs torch-blocked's KDA."""
     name = "flashinfer"
-    # Conservative until a GPU measurement sets them (scripts/gpu_adapters.sh, scripts/adapter_probe.py):
-    # the plan (split-KV chunking, scheduling) depends on the batch's lengths.
-    deterministic = False
+    # Measured on the H200 (scripts/gpu_adapters.sh -> scripts/adapter_probe.py, flashinfer 0.7.4, FA2
+    # plan, page size 1; 2026-11-30): two runs on identical inputs are bitwise equal at B = 1, 8,
+    # 64, 128 (deterministic); a token alone vs inside a batch differs by up to 2e-3 in attn_latent
+    # at B = 8..128 (the plan's split-KV chunking depends on the batch's lengths: not invariant).
+    deterministic = True
     batch_invariant = False
     stages = ("mla", "layer")
+
+    def supports(self, cfg, stage) -> str | None:
+        """FlashInfer's MLA kernels take latent widths that are multiples of 128 and rope widths
+        that are multiples of 64 (K3: 512 and 64); other dims are not a case this library runs."""
+        if stage in ("mla", "layer") and (cfg.kv_lora_rank % 128 or cfg.qk_rope_dim % 64):
+            return (f"flashinfer MLA needs kv_lora_rank % 128 == 0 and qk_rope_dim % 64 == 0 "
+                    f"(got {cfg.kv_lora_rank}, {cfg.qk_rope_dim})")
+        return None
 
     def __init__(self):
         self.attend = FlashInferAttention()

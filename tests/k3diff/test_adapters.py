@@ -22,6 +22,7 @@ from k3diff import backends
 from k3diff.backends import fla_kda, flashinfer_mla
 from k3diff.backends.fla_kda import FlaKdaBackend
 from k3diff.backends.flashinfer_mla import FlashInferMlaBackend
+from k3diff.case import Case
 from k3diff.runner import check_case
 from k3diff.search import find_failure
 from k3diff.strategies import Space, cases
@@ -38,7 +39,8 @@ def test_registered_and_loadable(name, cls, stage):
     b = backends.load(name)
     assert isinstance(b, cls) and b.name == name
     assert stage in b.stages and "layer" in b.stages
-    assert not b.deterministic and not b.batch_invariant      # conservative until measured on a GPU
+    # set from the H200 measurement (scripts/gpu_adapters.sh): deterministic, not batch invariant
+    assert b.deterministic and not b.batch_invariant
 
 
 @pytest.mark.parametrize("mod,lib,extra", [(fla_kda, "fla", "fla"), (flashinfer_mla, "flashinfer", "flashinfer")])
@@ -303,6 +305,8 @@ def test_fla_layer_uses_fla_kda(monkeypatch):
 @pytest.mark.parametrize("page", ["1", "4"])
 def test_flashinfer_adapter_plumbing_vs_reference(monkeypatch, page):
     FakeMlaWrapper.plans.clear()
+    # the stand-in wrapper has no width limit: the CPU dims (R = 32) exercise the plumbing
+    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage: None)
     monkeypatch.setattr(flashinfer_mla, "_flashinfer", lambda: (FakeMlaWrapper, FakeMetadata))
     monkeypatch.setenv("K3DIFF_FLASHINFER_PAGE", page)
     _judge_all("mla", FlashInferMlaBackend(), examples=6, seed=11)
@@ -311,9 +315,21 @@ def test_flashinfer_adapter_plumbing_vs_reference(monkeypatch, page):
 
 def test_flashinfer_layer_uses_flashinfer(monkeypatch):
     FakeMlaWrapper.plans.clear()
+    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage: None)
     monkeypatch.setattr(flashinfer_mla, "_flashinfer", lambda: (FakeMlaWrapper, FakeMetadata))
     _judge_all("layer", FlashInferMlaBackend(), examples=2, seed=5, kind="mla")
     assert FakeMlaWrapper.plans
+
+
+def test_flashinfer_declares_its_width_limits():
+    from reference.config import preset
+
+    b = FlashInferMlaBackend()
+    assert b.supports(preset("small"), "mla") is None                   # R 512, rope 64: runs
+    reason = b.supports(preset("tiny"), "mla")
+    assert reason and "kv_lora_rank" in reason
+    v = check_case(Case(stage="mla", batch=1, cache_lens=(3,)), b, device="cpu")
+    assert v.skipped and "does not run this case" in v.skipped
 
 
 # ================================================================ the real libraries (GPU)

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 DEFAULT_TIMEOUT = 600.0     # generous: the first call of a kernel may compile it
+STARTUP_TIMEOUT = 600.0     # a fresh child importing torch and loading the backend (not a case)
 CRASH, HANG = "crash:", "hang:"
 STICKY = re.compile(r"illegal memory access|device-side assert|CUDA error|unspecified launch failure|"
                     r"misaligned address|illegal instruction|CUDA_ERROR", re.IGNORECASE)
@@ -65,6 +66,7 @@ def _child_main(conn, spec: str, threads: int | None, device: str) -> None:
     except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
         conn.send(("raise", _picklable(exc)))
         return
+    conn.send(("ready", None))
     from k3diff.invariance import check_batch_invariance
     from k3diff.runner import check_case
 
@@ -145,6 +147,23 @@ class IsolatedChecker:
         child.close()
         self._proc, self._conn = proc, parent
         self.started += 1
+        # the per-case clock starts once the backend is loaded: startup is not the case's time
+        from k3diff.backends.base import BackendError
+
+        try:
+            if not parent.poll(max(STARTUP_TIMEOUT, self.timeout)):
+                raise BackendError(f"backend {self.spec!r}: the candidate process did not start within "
+                                   f"{max(STARTUP_TIMEOUT, self.timeout):g} s")
+            tag, payload = parent.recv()
+        except (EOFError, OSError):
+            proc.join(5)
+            code = proc.exitcode
+            self._kill()
+            raise BackendError(f"backend {self.spec!r}: the candidate process died while loading the backend "
+                               f"({_signal_name(code)})") from None
+        if tag == "raise":
+            self._kill()
+            raise payload
 
     def _kill(self):
         proc, conn = self._proc, self._conn

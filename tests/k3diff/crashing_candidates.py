@@ -108,3 +108,15 @@ class RaisesInInit(TorchBlockedBackend):
 class RaisesInAvailable(TorchBlockedBackend):
     def available(self):
         raise OSError("driver query failed")
+
+
+class BatchDependent(TorchBlockedBackend):
+    """Declares batch invariance but a token's output changes when it has neighbours."""
+    name = "crashing_candidates:BatchDependent"
+    stages = ("moe",)
+    batch_invariant = True
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        super().run(stage, cfg, prepared, inputs, out)
+        if inputs["x"].shape[0] > 1:
+            out["out"].mul_(1.0078125)

@@ -18,11 +18,13 @@ shrinking (shrinking a crash would relaunch the crash dozens of times).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import re
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -121,6 +123,27 @@ def _picklable(exc: BaseException) -> BaseException:
 
 # ------------------------------------------------------------------ the parent
 
+@contextlib.contextmanager
+def _main_not_reimported():
+    """The child needs nothing from the caller's __main__ (its target lives here), and spawn would
+    re-run a script's top level in the child (a script without a __main__ guard would recurse):
+    hide __main__'s origin while the child starts."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__["__spec__"] = None
+            main.__dict__.pop("__file__", None)
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__file__" not in saved:
+                main.__dict__.pop("__file__", None)
+            if "__spec__" not in saved:
+                main.__dict__.pop("__spec__", None)
+
+
 class IsolatedChecker:
     """Judges cases in a child process; `check(case)` and `check_invariance(case, position)` return
     a Verdict like `check_case` does, with crash/hang verdicts where the child could not answer."""
@@ -143,7 +166,8 @@ class IsolatedChecker:
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_child_main, args=(child, self.spec, self.threads, self.device),
                            name="k3diff-candidate", daemon=True)
-        proc.start()
+        with _main_not_reimported():
+            proc.start()
         child.close()
         self._proc, self._conn = proc, parent
         self.started += 1

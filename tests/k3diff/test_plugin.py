@@ -66,10 +66,13 @@ def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
 
 
 def test_xdist_merges_one_summary_and_loses_no_seed(project):
-    result = project.runpytest_subprocess(*BROKEN, "-n", "2")
+    report = project.path / "r.jsonl"
+    result = project.runpytest_subprocess(*BROKEN, "-n", "2", "--k3diff-report", str(report))
     assert result.ret == 1
     out = result.stdout.str()
     assert out.count("k3diff summary") == 1
+    records = [json.loads(line) for line in report.read_text().splitlines()]     # the controller wrote them
+    assert records and any(not r["ok"] for r in records)
     replays = set(re.findall(r"replay: k3diff replay (seeds/\S+\.json)", out))
     on_disk = {f"seeds/{p.name}" for p in _seeds(project.path)}
     assert replays and replays == on_disk

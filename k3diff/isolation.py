@@ -18,6 +18,7 @@ shrinking (shrinking a crash would relaunch the crash dozens of times).
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import multiprocessing
@@ -27,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 DEFAULT_TIMEOUT = 600.0     # generous: the first call of a kernel may compile it
@@ -123,6 +125,17 @@ def _picklable(exc: BaseException) -> BaseException:
 
 # ------------------------------------------------------------------ the parent
 
+_LIVE: "weakref.WeakSet[IsolatedChecker]" = weakref.WeakSet()
+
+
+@atexit.register
+def _kill_children():
+    """Children are not daemons (a backend may need worker processes of its own), so none may
+    outlive an interpreter that exits without closing its checker."""
+    for checker in list(_LIVE):
+        checker._kill()
+
+
 @contextlib.contextmanager
 def _main_not_reimported():
     """The child needs nothing from the caller's __main__ (its target lives here), and spawn would
@@ -156,6 +169,7 @@ class IsolatedChecker:
         self.threads = threads
         self._proc = self._conn = None
         self.started = 0                    # children started (1 + crashes/hangs)
+        _LIVE.add(self)
 
     @property
     def inflight_path(self) -> Path:
@@ -165,7 +179,7 @@ class IsolatedChecker:
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         proc = ctx.Process(target=_child_main, args=(child, self.spec, self.threads, self.device),
-                           name="k3diff-candidate", daemon=True)
+                           name="k3diff-candidate", daemon=False)   # a backend may start its own workers
         with _main_not_reimported():
             proc.start()
         child.close()

@@ -220,12 +220,13 @@ class _ItemRun:
         _write_report(self.item.config, record)     # here: no-op on an xdist worker (no file)
 
     def _guard(self, run):
+        from k3diff.backends import BackendError
         from k3diff.case import CaseError
         from k3diff.sizing import CaseTooLarge
 
         try:
             return run()
-        except (CaseTooLarge, CaseError) as exc:
+        except (CaseTooLarge, CaseError, BackendError) as exc:
             pytest.fail(str(exc), pytrace=False)
 
     def fuzz(self, stage, chunk):

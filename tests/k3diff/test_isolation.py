@@ -103,3 +103,10 @@ def test_fuzzing_a_crashing_candidate_saves_the_crash_unshrunk_and_replay_reprod
     assert replay.returncode == 1, replay.stderr
     assert "crash:" in replay.stdout.splitlines()[0]
     assert "reproduced the recorded outcome (FAIL: crash)" in replay.stdout
+
+
+def test_hunt_is_isolated_too(tmp_path):
+    done = _cli(tmp_path, "hunt", "--backend", "crashing_candidates:Abort", "--stage", "moe", "--examples", "40",
+                "--seed", "7")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "crash: the candidate process died (signal SIGABRT)" in done.stdout

@@ -1,6 +1,7 @@
 """Crash and hang isolation (k3diff.isolation): a candidate that aborts, segfaults, exits, reports a
 sticky CUDA error or never returns fails the case; the next case runs in a fresh child."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ BAD, GOOD = Case("moe", batch=3), Case("moe", batch=1)
 
 
 def _checker(name, tmp_path, timeout=None):
-    sys.path.insert(0, str(HERE)) if str(HERE) not in sys.path else None
+    if str(HERE) not in sys.path:        # the child gets this process's sys.path
+        sys.path.insert(0, str(HERE))
     return IsolatedChecker(f"crashing_candidates:{name}", name, device="cpu", timeout=timeout, inflight_dir=tmp_path)
 
 
@@ -52,9 +54,9 @@ def test_hang_is_killed_after_the_timeout(tmp_path):
 
 
 def _cli(cwd, *args):
-    env = {"PYTHONPATH": f"{ROOT}:{HERE}", "PATH": "/usr/bin:/bin"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}:{HERE}"}
     return subprocess.run([sys.executable, "-m", "k3diff.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**__import__("os").environ, **env})
+                          timeout=600, env=env)
 
 
 def _seed(tmp_path, case=None, **extra):

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 
 from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
 CASE_VERSION = 1
+SEED_LIMIT = 1 << 63
 
 ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie")
 VALUE_DISTS = ("plain", "outliers", "large", "tiny")
@@ -78,6 +80,21 @@ class Case:
             if not ok:
                 raise CaseError(f"invalid case: {why}")
 
+        for name in ("batch", "n_slots", "layer_idx", "weight_seed", "seed", "steps"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and not isinstance(v, bool), f"{name} must be an integer, got {v!r}")
+        for name in ("cache_lens", "state_idx"):
+            bad = [v for v in getattr(self, name) if not (isinstance(v, int) and not isinstance(v, bool))]
+            need(not bad, f"{name} must hold integers, got {bad[0]!r}" if bad else "")
+        for name in ("weight_seed", "seed"):
+            need(0 <= getattr(self, name) < SEED_LIMIT, f"{name} must lie in [0, 2**63), got {getattr(self, name)}")
+        need(0 <= self.n_slots <= 1 << 20, f"n_slots must lie in [0, 2**20], got {self.n_slots}")
+        need(0 <= self.layer_idx < 1 << 20, f"layer_idx must be >= 0, got {self.layer_idx}")
+        need(self.batch <= 1 << 20, f"batch {self.batch} is absurdly large")
+        need(self.steps <= 1 << 10, f"steps {self.steps} is absurdly large")
+        for k, v in self.overrides:
+            need(isinstance(v, (int, float, bool, list, tuple)) and not (isinstance(v, float) and not math.isfinite(v)),
+                 f"override {k}={v!r} is not a finite number")
         need(self.stage in STAGES, f"unknown stage {self.stage!r} (stages: {', '.join(STAGES)})")
         need(self.preset in PRESETS, f"unknown preset {self.preset!r}")
         need(self.routing in ROUTING_MODES, f"unknown routing mode {self.routing!r}")
@@ -134,7 +151,7 @@ class Case:
             d = dict(d)
             d["overrides"] = tuple((str(k), v) for k, v in d.get("overrides", ()))
             for key in ("cache_lens", "state_idx"):
-                d[key] = tuple(int(v) for v in d.get(key, ()))
+                d[key] = tuple(d.get(key, ()))
             return cls(**d).validate()
         except CaseError:
             raise

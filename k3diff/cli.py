@@ -1,6 +1,12 @@
-"""`k3diff replay FILE` (verdict and metrics of one seed) and `k3diff show FILE` (its case).
+"""`k3diff replay FILE|DIR` (verdict and metrics of seeds) and `k3diff show FILE` (its case).
 
-Exit status: 0 pass, 1 the candidate fails, 2 bad input (the one-line reason on stderr).
+Exit status: 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 2 the command
+was wrong: a bad seed file, an unknown or broken backend, a device that is not here (the one-line
+reason on stderr). `replay DIR` replays every seed under the folder: 2 if any seed could not be
+read (the others are still replayed), else 1 if any case fails, else 0.
+
+Candidates run in a child process (`--isolate off` to run them here), so a crash or hang of the
+kernel is reported as a failing verdict ("crash: ..."/"hang: ...", exit 1), never a dead CLI.
 """
 from __future__ import annotations
 
@@ -12,11 +18,12 @@ import sys
 def _parser():
     p = argparse.ArgumentParser(prog="k3diff", description="k3diff seed tools")
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("replay", help="re-run one seed file and print its verdict")
+    r = sub.add_parser("replay", help="re-run a seed file (or every seed under a folder) and print its verdict")
     r.add_argument("file")
     r.add_argument("--backend", default=None, help="candidate (default: the one recorded in the seed)")
     r.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     r.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    _isolation_args(r)
     s = sub.add_parser("show", help="describe the case of a seed file")
     s.add_argument("file")
     sub.add_parser("budgets", help="print the error-budget table")
@@ -26,6 +33,7 @@ def _parser():
     h.add_argument("--examples", type=int, default=40, help="examples per stage")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--device", default=None)
+    _isolation_args(h)
     m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
     m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
@@ -35,32 +43,74 @@ def _parser():
     return p
 
 
+def _isolation_args(p):
+    from k3diff.isolation import DEFAULT_TIMEOUT
+
+    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"per-case limit in seconds; past it the case is a hang (default {DEFAULT_TIMEOUT:g})")
+    p.add_argument("--isolate", choices=["on", "off"], default="on",
+                   help="judge in a child process so a crash or hang cannot take k3diff down (default on)")
+
+
 def _replay(args) -> int:
+    from pathlib import Path
+
+    from k3diff.corpus import CorpusError, seed_files
+
+    paths = seed_files(args.file)
+    checkers = {}
+    if not Path(args.file).is_dir():
+        try:
+            return _replay_one(args, paths[0], checkers)
+        finally:
+            for checker, _ in checkers.values():
+                checker.close()
+    if not paths:
+        raise CorpusError(f"{args.file}: no seed files (*.json) under this folder")
+    status = 0
+    try:
+        for path in paths:
+            print(f"== {path}")
+            try:
+                status = max(status, _replay_one(args, path, checkers))
+            except CorpusError as exc:
+                print(f"k3diff: {exc}", file=sys.stderr)
+                status = 2
+    finally:
+        for checker, _ in checkers.values():
+            checker.close()
+    return status
+
+
+def _replay_one(args, path, checkers) -> int:
     from k3diff import backends
     from k3diff.corpus import load
-    from k3diff.runner import check_case
-    from k3diff.session import load_available, pick_device
+    from k3diff.session import compare_with_record, load_available, make_checker, pick_device, replay_record
 
-    case, record = load(args.file)
+    case, record = load(path)
     name = args.backend or record.get("backend") or backends.default_name()
-    verdict = check_case(case, load_available(name), device=pick_device(args.device))
+    device = pick_device(args.device)
+    if name not in checkers:
+        backend = load_available(name)
+        checkers[name] = (make_checker(name, backend, device=device, isolate=args.isolate == "on",
+                                       timeout=args.timeout), backend)
+    checker, backend = checkers[name]
+    verdict = replay_record(checker, case, record)
     now = verdict.to_dict()
     if args.json:
         print(json.dumps(now, indent=1, sort_keys=True))
     else:
-        print(verdict.headline())
+        position = getattr(verdict, "position", None)
+        print(("" if position is None else f"batch invariance (position {position}): ") + verdict.headline())
         for rep in verdict.reports:
             print("  " + rep.line())
         if verdict.routing is not None:
             print("  " + verdict.routing.line())
         for note in verdict.notes:
             print("  note: " + note)
-    recorded = record.get("verdict")
-    if recorded is not None and name == record.get("backend"):
-        same = json.dumps(recorded, sort_keys=True) == json.dumps(now, sort_keys=True)
-        print("reproduced the recorded verdict bit for bit" if same
-              else "verdict DIFFERS from the one recorded in the seed file")
-    return 0 if verdict.ok else 1
+    for line in compare_with_record(verdict, record, name, backend):
+        print(line)
+    return 0 if verdict.ok or verdict.skipped else 1
 
 
 def _show(args) -> int:
@@ -85,14 +135,35 @@ def _show(args) -> int:
 
 
 def _hunt(args) -> int:
-    from k3diff.mutants import first_failure
-    from k3diff.session import choose_space, load_available, pick_device
+    import time
+
+    from k3diff.isolation import is_fatal
+    from k3diff.search import Stop, find_failure
+    from k3diff.session import choose_space, load_available, make_checker, pick_device
+    from k3diff.strategies import cases
 
     backend = load_available(args.backend)
     device = pick_device(args.device)
     stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
-    verdict, count, seconds, stage = first_failure(backend, stages, examples_per_stage=args.examples,
-                                                   seed=args.seed, space=choose_space(device), device=device)
+    checker = make_checker(args.backend, backend, device=device, isolate=args.isolate == "on", timeout=args.timeout)
+
+    def judge(case):
+        verdict = checker.check(case)
+        if is_fatal(verdict):
+            raise Stop(verdict)
+        return verdict
+
+    count, start, verdict, stage = 0, time.perf_counter(), None, ""
+    try:
+        for stage in stages:
+            verdict, n = find_failure(cases(stage, choose_space(device)), judge, examples=args.examples,
+                                      seed=args.seed, shrink=False)
+            count += n
+            if verdict is not None:
+                break
+    finally:
+        checker.close()
+    seconds = time.perf_counter() - start
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
         return 0
@@ -116,6 +187,7 @@ def main(argv=None) -> int:
     from k3diff.backends.base import BackendError
     from k3diff.case import CaseError
     from k3diff.corpus import CorpusError
+    from k3diff.session import UsageProblem
     from k3diff.sizing import CaseTooLarge
 
     args = _parser().parse_args(argv)
@@ -135,7 +207,7 @@ def main(argv=None) -> int:
         for where, rule, reason in describe():
             print(f"{where:32} {rule:36} {reason}")
         return 0
-    except (CorpusError, CaseError, BackendError, CaseTooLarge) as exc:
+    except (CorpusError, CaseError, BackendError, CaseTooLarge, UsageProblem) as exc:
         print(f"k3diff: {exc}", file=sys.stderr)
         return 2
 

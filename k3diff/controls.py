@@ -79,10 +79,12 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
         for k, v in inputs.items():
             run_inputs.setdefault(k, v)
         out = _alloc(stage, cfg, run_inputs, provides, device, fill)
+        allocated = dict(out)
         backend.run(stage, cfg, prepared, run_inputs, out)
         if device.type == "cuda":
             torch.cuda.synchronize()
-        return run_inputs, out
+        _check_buffers(stage, allocated, out, verdict)
+        return run_inputs, allocated
 
     run_inputs, out = one_run("nan" if controls.poison else "stale")
     if controls.check_inputs:
@@ -117,6 +119,26 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
         if name in run_inputs:
             result[name] = run_inputs[name]
     return result
+
+
+def _check_buffers(stage, allocated: dict, out: dict, verdict) -> None:
+    """The output contract (backends/base.py): every output written into the buffer the framework
+    allocated, with its dtype and shape. A rebound or reallocated entry fails the case (the buffer
+    the framework judges is the allocated one, still poisoned)."""
+    for name, buf in allocated.items():
+        got = out.get(name)
+        if got is buf:
+            continue
+        if not torch.is_tensor(got):
+            why = "was removed from `out`" if got is None else f"was replaced by a {type(got).__name__}"
+        elif got.dtype != buf.dtype or tuple(got.shape) != tuple(buf.shape):
+            why = (f"was replaced by a new tensor {str(got.dtype).replace('torch.', '')}"
+                   f"{list(got.shape)}; required {str(buf.dtype).replace('torch.', '')}{list(buf.shape)}")
+        else:
+            why = "was replaced by a new tensor (write into the allocated buffer)"
+        note = f"contract: out[{name!r}] {why}"
+        if not any(r.note == note for r in verdict.reports):
+            verdict.reports.append(TensorReport(stage, name, False, note=note))
 
 
 def _spread(a: torch.Tensor, b: torch.Tensor) -> float:

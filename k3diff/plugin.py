@@ -6,10 +6,17 @@ nothing when k3diff is off; one run seed drawn on the controller and handed to x
 (the xdist hook is registered only when xdist is present); the seed and profile in the report
 header; every case's result carried on its test report (user_properties), so xdist workers send
 them back; one summary at the end, on the controller, with the replay command of every failure and
-the command to run next. The run itself lives in `k3diff.session`, shared with the CLI.
+the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
+hang isolation in `k3diff.isolation`.
+
+Exit status: 0 all passed; 1 a candidate failed (a failing, crashing or hanging case); 4 (pytest's
+usage-error code) the command was wrong: an unknown or broken backend, a backend that breaks the
+contract, a device that is not here, an unwritable --k3diff-save/--k3diff-report, a shard without
+a seed, an unreadable seed file under --k3diff-replay. Each is one line on stderr.
 """
 from __future__ import annotations
 
+import json
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -29,6 +36,11 @@ _MUTANT_KEY = "k3diff_mutant"
 
 def pytest_addoption(parser):
     opt.add_options(parser, PROFILES)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config, parser, args):
+    opt.fix_rootdir(early_config, parser, args)
 
 
 def _parse_shard(text):
@@ -77,13 +89,26 @@ def _worker_device(config):
 
 def _make_session(config):
     from k3diff.backends import BackendError
-    from k3diff.session import Session
+    from k3diff.session import Session, UsageProblem, check_output_dir, open_report
 
+    timeout = config.getoption(opt.TIMEOUT)
+    if timeout is not None and not timeout > 0:
+        raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds, got {timeout}")
     try:
-        return Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
-                       seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
-                       preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)))
-    except BackendError as exc:
+        check_output_dir(config.getoption(opt.SAVE), opt.SAVE)
+        report = config.getoption(opt.REPORT)
+        if report and not hasattr(config, "workerinput"):
+            config._k3diff_report = open_report(report)
+        session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
+                          seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
+                          preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
+                          isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout)
+        if config._k3diff_report is not None:
+            from k3diff.results import run_header  # line 1 of the results file: the run and the machine
+
+            _write_report(config, run_header(session, config.getoption(opt.SHARD)))
+        return session
+    except (BackendError, UsageProblem) as exc:
         raise pytest.UsageError(str(exc)) from None
 
 
@@ -95,7 +120,10 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
     config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
     config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
-    config._k3diff = None
+    config._k3diff = config._k3diff_report = None
+    if config._k3diff_shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
+        raise pytest.UsageError(f"{opt.SHARD} needs {opt.SEED} N: every shard must draw the same run "
+                                f"(e.g. {opt.SHARD} {config.getoption(opt.SHARD)} {opt.SEED} 1234)")
     if config.getoption(opt.ENABLE) or config.getoption(opt.MUTANTS):
         _run_seed(config)
         config._k3diff = _make_session(config)
@@ -113,6 +141,22 @@ def pytest_xdist_auto_num_workers(config):
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else None
+
+
+def pytest_unconfigure(config):
+    session = getattr(config, "_k3diff", None)
+    if session is not None:
+        session.close()
+    if getattr(config, "_k3diff_report", None) is not None:
+        config._k3diff_report.close()
+
+
+def _write_report(config, record):
+    """One JSON line per case, as it arrives (a killed run keeps what it did)."""
+    sink = getattr(config, "_k3diff_report", None)
+    if sink is not None:
+        sink.write(json.dumps(record, sort_keys=True) + "\n")
+        sink.flush()
 
 
 class _XdistHooks:
@@ -190,14 +234,16 @@ class _ItemRun:
         if stage:
             record["stage"] = stage
         self.item.user_properties.append((_REPORT_KEY, record))
+        _write_report(self.item.config, record)     # here: no-op on an xdist worker (no file)
 
     def _guard(self, run):
+        from k3diff.backends import BackendError
         from k3diff.case import CaseError
         from k3diff.sizing import CaseTooLarge
 
         try:
             return run()
-        except (CaseTooLarge, CaseError) as exc:
+        except (CaseTooLarge, CaseError, BackendError) as exc:
             pytest.fail(str(exc), pytrace=False)
 
     def fuzz(self, stage, chunk):
@@ -209,20 +255,22 @@ class _ItemRun:
         on_case = lambda case, verdict: self._on_case(case, verdict, f"{stage}-inv")  # noqa: E731
         verdict = self._guard(lambda: self.session.fuzz_invariance(stage, on_case))
         if verdict is not None:
-            details = "\n".join("  " + line for line in verdict.failures())
-            pytest.fail(f"batch invariance: {verdict.headline()}\n{details}", pytrace=False)
+            self._fail_with_seed(verdict, prefix=f"batch invariance (position {verdict.position}): ")
 
     def replay(self, path):
         from k3diff.corpus import CorpusError
 
+        from k3diff.session import compare_with_record
+
         try:
-            verdict = self._guard(lambda: self.session.replay(path, self._on_case))
+            verdict, record = self._guard(lambda: self.session.replay(path, self._on_case))
         except CorpusError as exc:
             pytest.fail(str(exc), pytrace=False)
         if verdict.skipped:
             pytest.skip(verdict.skipped)
         if not verdict.ok:
-            self._fail_with_seed(verdict, path)
+            notes = compare_with_record(verdict, record, self.session.backend_name, self.session.backend)
+            self._fail_with_seed(verdict, path, extra=notes)
 
     def hunt_mutant(self, name):
         from k3diff.mutants import BY_NAME
@@ -235,17 +283,18 @@ class _ItemRun:
             pytest.fail(f"mutant {name} ({BY_NAME[name].description}) survived {result.examples} examples",
                         pytrace=False)
 
-    def _fail_with_seed(self, verdict, existing=None):
+    def _fail_with_seed(self, verdict, existing=None, prefix="", extra=()):
         from k3diff.corpus import replay_command
 
         if existing:
             path, command = existing, replay_command(existing, self.session.backend_name)
         else:
             path, command = self.session.save_failure(verdict)
+        headline = prefix + verdict.headline()
         self.item.user_properties.append((_FAILURE_KEY, {
-            "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": verdict.headline()}))
-        details = "\n".join("  " + line for line in verdict.failures())
-        pytest.fail(f"{verdict.headline()}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
+            "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline}))
+        details = "\n".join("  " + line for line in list(verdict.failures()) + list(verdict.notes) + list(extra))
+        pytest.fail(f"{headline}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
 
 
 def _record(case, verdict):
@@ -265,9 +314,14 @@ class _Collector:
             return
         sinks = {_REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
                  _MUTANT_KEY: self.config._k3diff_mutants}
+        from_worker = getattr(report, "node", None) is not None    # xdist: written here as it arrives
         for key, value in report.user_properties:
             if key in sinks:
                 sinks[key].append(value)
+            if key == _REPORT_KEY and from_worker:
+                _write_report(self.config, value)
+            elif key == _FAILURE_KEY:                                   # a saved seed, wherever it ran
+                _write_report(self.config, dict(value, kind="failure"))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -281,11 +335,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in table([HuntResult(**r) for r in sorted(config._k3diff_mutants, key=lambda r: r["mutant"])]):
             tr.write_line(line)
     results, failures = config._k3diff_results, config._k3diff_failures
-    report_path = config.getoption(opt.REPORT)
-    if report_path:
-        from k3diff import results as _results  # header line + case lines + saved failures
-
-        _results.write(report_path, _results.run_header(session, config.getoption(opt.SHARD)), results, failures)
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
@@ -303,6 +352,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if failures:
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")
+    elif any(not r["ok"] and not r["skipped"] for r in results) or exitstatus not in (0, 5):
+        tr.write_line("next: the run failed (see the errors above); no seed was recorded for it")
     elif results:
         tr.write_line(f"next: all cases passed; this run again: `{rerun}`; a bigger budget: "
                       f"{opt.PROFILE} nightly -n auto")
@@ -312,15 +363,30 @@ def summary_lines(results):
     by_stage = defaultdict(list)
     for r in results:
         by_stage[r["stage"]].append(r)
-    lines = [f"{'stage':9} {'cases':>6} {'fail':>5} {'skip':>5} {'cases/s':>8} {'ties':>5} {'forced':>6}  worst (tensor, % of budget)"]
+    # cases: distinct cases judged; fail: distinct failing cases (not Hypothesis's shrink attempts,
+    # which re-judge variants of one failure: those are in `runs`, every call made)
+    columns = [("stage", "9", lambda rs: rs[0]["stage"]),
+               ("cases", ">6", lambda rs: len({r["id"] for r in rs})),
+               ("runs", ">5", len),
+               ("fail", ">5", lambda rs: len({r["id"] for r in rs if not r["ok"] and not r["skipped"]})),
+               ("crash", ">5", lambda rs: len({r["id"] for r in rs if (r.get("error") or "").startswith(
+                   ("crash:", "hang:"))})),
+               ("skip", ">5", lambda rs: len({r["id"] for r in rs if r["skipped"]})),
+               ("cases/s", ">8", _rate),
+               ("ties", ">5", lambda rs: sum(r["tie_flips"] for r in rs)),
+               ("forced", ">6", lambda rs: sum(1 for r in rs if r["forced"])),
+               ("worst (tensor, % of budget)", "", _worst)]
+    lines = [" ".join(f"{name:{fmt}}" for name, fmt, _ in columns)]
     for stage in sorted(by_stage):
-        rs = by_stage[stage]
-        secs = sum(r["seconds"] for r in rs)
-        fails = sum(1 for r in rs if not r["ok"] and not r["skipped"])
-        skips = sum(1 for r in rs if r["skipped"])
-        worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
-        worst_text = f"{worst[0]} {100 * worst[1]:.0f}%" if worst else "-"
-        rate = len(rs) / secs if secs > 0 else float("inf")
-        lines.append(f"{stage:9} {len(rs):6d} {fails:5d} {skips:5d} {rate:8.1f} "
-                     f"{sum(r['tie_flips'] for r in rs):5d} {sum(1 for r in rs if r['forced']):6d}  {worst_text}")
+        lines.append(" ".join(f"{fn(by_stage[stage]):{fmt}}" for _, fmt, fn in columns))
     return lines
+
+
+def _rate(rs):
+    secs = sum(r["seconds"] for r in rs)
+    return f"{len(rs) / secs if secs > 0 else float('inf'):.1f}"
+
+
+def _worst(rs):
+    worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
+    return f"{worst[0]} {100 * worst[1]:.0f}%" if worst else "-"

@@ -8,6 +8,16 @@ workers agree on them.
 from __future__ import annotations
 
 
+class Stop(BaseException):
+    """Raised by a judge to end the search at once with `verdict`, without shrinking (a crash or a
+    hang: re-running it dozens of times to shrink it would only crash again). A BaseException, so
+    Hypothesis does not treat it as a failure to shrink."""
+
+    def __init__(self, verdict):
+        super().__init__(verdict.headline())
+        self.verdict = verdict
+
+
 def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = True):
     """Draw up to `examples` values of `strategy`, calling judge(value) -> verdict on each.
     Returns (failing verdict or None, number of values judged). With shrink, the verdict returned
@@ -31,6 +41,8 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
 
     try:
         one()
+    except Stop as stop:
+        return stop.verdict, state["count"]
     except Exception:   # the failure above, or Hypothesis's Flaky for a stateful candidate
         if state["failure"] is None:
             raise

@@ -15,26 +15,91 @@ PROFILES = {
 }
 
 
+class UsageProblem(ValueError):
+    """The command was wrong (a bad device, output path, option combination): one line for the
+    user; pytest turns it into a UsageError (exit 4), `k3diff` into exit 2."""
+
+
 def pick_device(requested: str | None = None) -> str:
-    """The device named, else cuda when present."""
-    if requested:
-        return requested
+    """The device named (checked: it must exist here), else cuda when present."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if not requested:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(requested)
+    except (RuntimeError, ValueError):
+        raise UsageProblem(f"device {requested!r} is not a device name (cpu, cuda, cuda:N)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise UsageProblem(f"device {requested!r}: k3diff runs on cpu or cuda")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageProblem(f"device {requested!r} requested but no CUDA device is usable here "
+                               f"(torch {torch.__version__}, CUDA {torch.version.cuda}); use cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise UsageProblem(f"device {requested!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+    return requested
+
+
+def check_output_dir(path, what: str) -> None:
+    """A folder k3diff will write into: created now (with its parents) and probed with a real
+    write, so a bad path fails before any case runs rather than losing a failing seed later."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
+
+
+def open_report(path):
+    """The JSON-lines report, opened (truncated) before any case runs; one line per case, flushed."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        raise UsageProblem(f"report {path}: is a folder; give a file name")
+    try:
+        return open(path, "w", buffering=1)
+    except OSError as exc:
+        raise UsageProblem(f"report {path}: cannot write ({exc.strerror or exc})") from None
 
 
 def load_available(name: str | None):
-    """The backend `name` (None: the default), loaded and able to run here; else BackendError
-    with one line saying why."""
+    """The backend `name` (None: the default), loaded, able to run here and keeping the contract
+    (k3diff/backends/base.py); else BackendError with one line saying why."""
     from k3diff import backends
 
     name = name or backends.default_name()
     backend = backends.load(name)
-    reason = backend.available()
+    try:
+        reason = backend.available()
+    except Exception as exc:  # noqa: BLE001 - a broken available() is the backend's bug, one line
+        raise backends.BackendError(f"backend {name!r}: available() raised "
+                                    f"{f'{type(exc).__name__}: {exc}'.splitlines()[0][:300]}") from None
     if reason is not None:
         raise backends.BackendError(f"backend {name!r} cannot run here: {reason}")
+    backends.check_contract(backend, name)
     return backend
+
+
+def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_dir=None):
+    """Where cases are judged: a child process (default) or this one. An object that is not
+    loadable by name (a MutantBackend instance) always runs here."""
+    from k3diff.isolation import InProcessChecker, IsolatedChecker
+
+    if isolate and isinstance(spec, str):
+        import torch
+
+        return IsolatedChecker(spec, getattr(backend, "name", spec), device=device, timeout=timeout,
+                               inflight_dir=inflight_dir, threads=torch.get_num_threads())
+    return InProcessChecker(backend, device=device)
 
 
 def choose_space(device: str, preset: str | None = None):
@@ -54,9 +119,10 @@ def sub_seed(seed: int, *parts) -> int:
 
 class Session:
     """What every k3diff check in this process shares. Each operation calls `on_case(case,
-    verdict)` for every case it judges, so a caller can record them as they happen."""
+    verdict)` for every case it judges, so a caller can record them as they happen. Cases are
+    judged in a child process unless `isolate` is False (k3diff.isolation)."""
 
-    def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir):
+    def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir, isolate=True, timeout=None):
         from k3diff import backends
 
         self.backend_name = backend_name or backends.default_name()
@@ -67,20 +133,28 @@ class Session:
         self.profile = PROFILES[profile]
         self.space = choose_space(device, preset)
         self.save_dir = save_dir
+        self.isolate = isolate
+        self.checker = make_checker(self.backend_name, self.backend, device=device, isolate=isolate,
+                                    timeout=timeout, inflight_dir=save_dir)
+
+    def close(self):
+        self.checker.close()
 
     def check(self, case):
-        from k3diff.runner import check_case
-
-        return check_case(case, self.backend, device=self.device)
+        return self.checker.check(case)
 
     def fuzz(self, stage, chunk, on_case):
-        """Fuzz one chunk of a stage; the shrunk failing verdict, or None."""
-        from k3diff.search import find_failure
+        """Fuzz one chunk of a stage; the shrunk failing verdict (a crash or hang: the first, not
+        shrunk, and the chunk ends there), or None."""
+        from k3diff.isolation import is_fatal
+        from k3diff.search import Stop, find_failure
         from k3diff.strategies import cases
 
         def judge(case):
             verdict = self.check(case)
             on_case(case, verdict)
+            if is_fatal(verdict):
+                raise Stop(verdict)
             return verdict
 
         verdict, _ = find_failure(cases(stage, self.space), judge,
@@ -89,17 +163,21 @@ class Session:
         return verdict
 
     def fuzz_invariance(self, stage, on_case):
-        """A token alone versus inside a batch; the shrunk failing verdict, or None."""
+        """A token alone versus inside a batch; the shrunk failing verdict, or None. The verdict's
+        `position` attribute is the token's position (recorded in its seed file)."""
         from hypothesis import strategies as st
 
-        from k3diff.invariance import check_batch_invariance
-        from k3diff.search import find_failure
+        from k3diff.isolation import is_fatal
+        from k3diff.search import Stop, find_failure
         from k3diff.strategies import cases
 
         def judge(drawn):
             case, position = drawn
-            verdict = check_batch_invariance(case, self.backend, position, device=self.device)
+            verdict = self.checker.check_invariance(case, position)
+            verdict.position = position
             on_case(case, verdict)
+            if is_fatal(verdict):
+                raise Stop(verdict)
             return verdict
 
         strategy = st.tuples(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
@@ -108,20 +186,66 @@ class Session:
         return verdict
 
     def replay(self, path, on_case):
-        """The verdict of one seed file (CorpusError if it cannot be read)."""
+        """(verdict, record) of one seed file, judged now (CorpusError if it cannot be read)."""
         from k3diff.corpus import load
 
-        case, _ = load(path)
-        verdict = self.check(case)
+        case, record = load(path)
+        verdict = replay_record(self.checker, case, record)
         on_case(case, verdict)
-        return verdict
+        return verdict, record
 
     def save_failure(self, verdict):
-        """Write the failing case as a seed file; (path, replay command)."""
-        from k3diff.corpus import replay_command, save
+        """Write the failing case as a seed file; (path, replay command). A folder that became
+        unwritable mid-run never loses the seed: it goes to a temporary folder, named in the path."""
+        import tempfile
 
-        path = save(verdict.case, verdict.to_dict(), self.save_dir, self.backend_name)
+        from k3diff.corpus import environment, replay_command, save
+
+        position = getattr(verdict, "position", None)
+        check = {"kind": "case"} if position is None else {"kind": "invariance", "position": int(position)}
+        env = environment(self.backend)
+        try:
+            path = save(verdict.case, verdict.to_dict(), self.save_dir, self.backend_name, check=check,
+                        environment=env)
+        except OSError as exc:
+            fallback = tempfile.mkdtemp(prefix="k3diff-seeds-")
+            path = save(verdict.case, verdict.to_dict(), fallback, self.backend_name, check=check, environment=env)
+            verdict.notes.append(f"could not write to {self.save_dir} ({exc.strerror or exc}); seed saved in {fallback}")
         return path, replay_command(path, self.backend_name)
+
+
+def replay_record(checker, case, record):
+    """Judge a seed's case now, with the check it records (a whole case, or batch invariance at the
+    recorded position)."""
+    check = record.get("check") or {"kind": "case"}
+    if check.get("kind") == "invariance":
+        verdict = checker.check_invariance(case, check["position"])
+        verdict.position = check["position"]
+        return verdict
+    return checker.check(case)
+
+
+def compare_with_record(verdict, record, backend_name, backend=None) -> list[str]:
+    """Lines a replay prints after its verdict: whether the outcome (pass/fail and the failing
+    tensor names, not stale numbers) matches the recorded one, and one line of environment drift."""
+    from k3diff.corpus import environment, environment_drift, outcome
+
+    lines = []
+    recorded = record.get("verdict")
+    if isinstance(recorded, dict) and backend_name == record.get("backend"):
+        was_ok, was_names = outcome(recorded)
+        now_ok, now_names = outcome(verdict.to_dict())
+        if (was_ok, was_names) == (now_ok, now_names):
+            lines.append(f"reproduced the recorded outcome ({'pass' if now_ok else 'FAIL'}"
+                         + (f": {', '.join(now_names)}" if now_names else "") + ")")
+        else:
+            lines.append(f"outcome DIFFERS from the recording: recorded {'pass' if was_ok else 'FAIL'}"
+                         f"{' (' + ', '.join(was_names) + ')' if was_names else ''}, now "
+                         f"{'pass' if now_ok else 'FAIL'}{' (' + ', '.join(now_names) + ')' if now_names else ''}")
+    drift = environment_drift(record.get("environment") or {}, environment(backend))
+    if drift:
+        lines.append("warning: " + drift)
+    return lines
 
 
 def hunt_mutant(name: str, *, examples: int, seed: int | None):

@@ -120,6 +120,15 @@ class K3Config:
             if not ok:
                 raise ConfigError(f"K3Config.{fld}: {why}")
 
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in ("int", "float", "bool"):
+                need(not isinstance(v, bool) or f.type == "bool", f.name, f"must be a number, got {v!r}")
+                need(isinstance(v, (int, float)), f.name, f"must be a number, got {v!r}")
+            if f.type == "int":
+                need(isinstance(v, int), f.name, f"must be an integer, got {v!r}")
+            if f.type == "float":
+                need(math.isfinite(v), f.name, f"must be finite, got {v!r}")
         for fld in ("hidden", "n_layers", "vocab", "attn_res_block_size", "mla_heads", "q_lora_rank",
                     "kv_lora_rank", "qk_nope_dim", "v_head_dim", "kda_heads", "kda_head_dim",
                     "conv_width", "n_experts", "top_k", "n_group", "topk_group", "moe_intermediate",

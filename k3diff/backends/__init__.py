@@ -44,11 +44,46 @@ def _load_target(target: str):
 
 
 def _instantiate(obj, label: str):
-    backend = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run")) else obj
+    try:
+        backend = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run")) else obj
+    except Exception as exc:  # a backend whose constructor raises: one line, not a traceback
+        raise BackendError(f"backend {label!r} failed to construct: {_one_line(exc)}") from None
     missing = [m for m in ("run", "available", "provides", "prepare") if not hasattr(backend, m)]
     if missing:
         raise BackendError(f"backend {label!r} lacks {', '.join(missing)} (see k3diff/backends/base.py)")
     return backend
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def check_contract(backend, label: str) -> None:
+    """The strict contract (base.py): every stage a backend claims must provide its final outputs,
+    else it would 'pass' every case with nothing compared. BackendError (one line) otherwise."""
+    from k3diff.stages import OUTPUTS, STAGES
+
+    stages = getattr(backend, "stages", STAGES)
+    unknown = [s for s in stages if s not in OUTPUTS]
+    if unknown:
+        raise BackendError(f"backend {label!r} claims unknown stage(s) {', '.join(map(repr, unknown))}; "
+                           f"stages are {', '.join(STAGES)}")
+    for stage in stages:
+        try:
+            provided = set(backend.provides(stage))
+        except Exception as exc:
+            raise BackendError(f"backend {label!r}: provides({stage!r}) raised {_one_line(exc)}") from None
+        finals = [spec.name for spec in OUTPUTS[stage] if spec.final]
+        missing = [n for n in finals if n not in provided]
+        if missing:
+            raise BackendError(f"backend {label!r}: provides({stage!r}) lacks the final output "
+                               f"{', '.join(map(repr, missing))} (k3diff.stages); a backend must write its "
+                               "stage's final output, or drop the stage from `stages`")
+        extra = sorted(provided - {spec.name for spec in OUTPUTS[stage]})
+        if extra:
+            raise BackendError(f"backend {label!r}: provides({stage!r}) names unknown output(s) "
+                               f"{', '.join(map(repr, extra))} (k3diff.stages.OUTPUTS)")
 
 
 def load(spec: str):
@@ -78,4 +113,4 @@ def default_name() -> str:
     return "torch-blocked"
 
 
-__all__ = ["Backend", "BackendError", "load", "names", "default_name"]
+__all__ = ["Backend", "BackendError", "check_contract", "load", "names", "default_name"]

@@ -11,16 +11,29 @@ A backend is any object with these attributes and methods (subclassing `Backend`
         None when the backend runs cases of these dims, else a one-line reason (a library kernel
         that takes only some head widths, say); such cases are reported as skipped, never passed.
     provides(stage) -> set[str]
-        Names from k3diff.stages.OUTPUTS[stage] this backend writes (must include the final one);
-        the framework compares exactly these.
+        Names from k3diff.stages.OUTPUTS[stage] this backend writes; the framework compares exactly
+        these. It MUST include the stage's final output(s) (TensorSpec.final) for every stage in
+        `stages`, and name nothing else: else the backend is refused at load with one line
+        (BackendError: `k3diff` exit 2, pytest UsageError), rather than passing every case with
+        nothing compared.
     prepare(cfg, stage, weights) -> object
         Packing/compilation, once per weight set. `weights` must not be modified.
     run(stage, cfg, prepared, inputs, out) -> None
         One decode step. Writes every tensor in `out` (buffers allocated by the framework, poisoned
         before each call) and updates in place the state inputs listed in k3diff.stages.STATE.
-        It must not modify any other input.
+        It must not modify any other input. Write INTO the buffers: after each run the framework
+        checks that every `out` entry is still the buffer it allocated, with the dtype and shape of
+        k3diff.stages (a backend that rebinds `out[name]` to a new tensor, e.g. a float64 result
+        where bf16 is required, fails the case with a "contract:" report line).
+    stages: tuple[str, ...]   (optional; default all four) the stages it implements.
+    version: str              (optional) recorded in seed files; replay warns when it differs.
 
 `device` is chosen by the framework (inputs arrive on it); a backend must not move them.
+
+Isolation: k3diff runs the backend in a child process it loads by its spec string (a registered
+name or `module:object`), so the object must be importable from a fresh interpreter; a crash
+(segfault, abort, a sticky CUDA error) or a hang (`--k3diff-timeout`) becomes a "crash:" or
+"hang:" verdict with the case saved as a seed, and the next case runs in a fresh child.
 """
 from __future__ import annotations
 

@@ -1,0 +1,122 @@
+"""Candidates that crash or hang on one batch size, for the isolation tests (k3diff.isolation).
+
+Each wraps the correct `torch-blocked` candidate and misbehaves only on one batch size, so a fuzz
+run meets the bad case among good ones. Loaded by name (`crashing_candidates:Abort`) in a fresh
+child process, like any `module:object` backend.
+"""
+import ctypes
+import os
+import time
+
+import torch
+
+from k3diff.backends.blocked import TorchBlockedBackend
+
+BAD_BATCH = 3
+
+
+class _OnBatch(TorchBlockedBackend):
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        if inputs["x"].shape[0] == BAD_BATCH:
+            self.misbehave()
+        return super().run(stage, cfg, prepared, inputs, out)
+
+
+class Abort(_OnBatch):
+    """SIGABRT, as a failed assert in C++ would."""
+    name = "crashing_candidates:Abort"
+
+    def misbehave(self):
+        os.abort()
+
+
+class Segfault(_OnBatch):
+    """A read of address 0: SIGSEGV, as an out-of-bounds host pointer would."""
+    name = "crashing_candidates:Segfault"
+
+    def misbehave(self):
+        ctypes.string_at(0)
+
+
+class Exit(_OnBatch):
+    """The process just goes away (os._exit), as a kernel library calling exit() would."""
+    name = "crashing_candidates:Exit"
+
+    def misbehave(self):
+        os._exit(3)
+
+
+class Hang(_OnBatch):
+    """Never returns, as a kernel spinning on a flag nobody sets would."""
+    name = "crashing_candidates:Hang"
+
+    def misbehave(self):
+        while True:
+            time.sleep(1)
+
+
+class StickyError(_OnBatch):
+    """Raises what a CUDA runtime reports after an out-of-bounds access (CPU stand-in)."""
+    name = "crashing_candidates:StickyError"
+
+    def misbehave(self):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+class CudaIllegalAddress(_OnBatch):
+    """A real out-of-bounds device access on batch 3 (for the GPU lane; unavailable without CUDA):
+    an index far past the end of a CUDA tensor in a gather, which the device reports as a
+    device-side assert / illegal memory access, leaving the context unusable."""
+    name = "crashing_candidates:CudaIllegalAddress"
+
+    def available(self):
+        return None if torch.cuda.is_available() else "needs a CUDA device"
+
+    def misbehave(self):
+        x = torch.zeros(16, device="cuda")
+        idx = torch.full((16,), 1 << 40, dtype=torch.int64, device="cuda")
+        x[idx] = 1.0                     # out of bounds: device-side assert
+        torch.cuda.synchronize()
+
+
+class ReallocatesOutput(TorchBlockedBackend):
+    """Breaks the output contract: rebinds out['out'] to a new float64 tensor."""
+    name = "crashing_candidates:ReallocatesOutput"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        super().run(stage, cfg, prepared, inputs, out)
+        out["out"] = out["out"].double()
+
+
+class NoFinalOutput(TorchBlockedBackend):
+    """Breaks the provides contract: does not write the stage's final output."""
+    name = "crashing_candidates:NoFinalOutput"
+    stages = ("moe",)
+
+    def provides(self, stage):
+        return {"router_logits"}
+
+
+class RaisesInInit(TorchBlockedBackend):
+    def __init__(self):
+        raise RuntimeError("cannot open /dev/nvidia0")
+
+
+class RaisesInAvailable(TorchBlockedBackend):
+    def available(self):
+        raise OSError("driver query failed")
+
+
+class BatchDependent(TorchBlockedBackend):
+    """Declares batch invariance but a token's output changes when it has neighbours."""
+    name = "crashing_candidates:BatchDependent"
+    stages = ("moe",)
+    batch_invariant = True
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        super().run(stage, cfg, prepared, inputs, out)
+        if inputs["x"].shape[0] > 1:
+            out["out"].mul_(1.0078125)

@@ -26,6 +26,8 @@ def _parser():
     h.add_argument("--examples", type=int, default=40, help="examples per stage")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--device", default=None)
+    h.add_argument("--preset", default=None, choices=("tiny", "small", "full"),
+                   help="dims to fuzz around (default: tiny on cpu, small on a GPU)")
     m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
     m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
@@ -89,7 +91,8 @@ def _hunt(args) -> int:
     device = pick_device(args.device)
     stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
     verdict, count, seconds, stage = first_failure(backend, stages, examples_per_stage=args.examples,
-                                                   seed=args.seed, space=choose_space(device), device=device)
+                                                   seed=args.seed, space=choose_space(device, args.preset, backend),
+                                                   device=device)
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
         return 0

@@ -239,12 +239,14 @@ class _ItemRun:
 
 def _record(case, verdict):
     from k3diff.corpus import case_id
+    from k3diff.coverage import coverage_fields
 
     worst = verdict.worst()
     return {"stage": case.stage, "id": case_id(case), "label": case.label(), "ok": verdict.ok,
             "skipped": verdict.skipped, "seconds": round(verdict.seconds, 4),
             "tie_flips": verdict.tie_flips, "forced": verdict.forced_replay,
-            "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps]}
+            "worst": None if worst is None else [worst.tensor, worst.ratio, worst.similarity, worst.worst_ulps],
+            **coverage_fields(case)}
 
 
 class _Collector:
@@ -281,6 +283,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
     for line in summary_lines(results):
+        tr.write_line(line)
+    from k3diff.coverage import coverage_lines
+    for line in coverage_lines(results, session.space.boundaries):
         tr.write_line(line)
     for f in {f["path"]: f for f in failures}.values():
         tr.write_line(f"FAILED {f['headline']}")

@@ -101,7 +101,9 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
 
 
 def baseline_tree(rev: str) -> Path:
-    """A detached worktree of `rev` (made once, reused)."""
+    """A detached worktree of `rev` (made once, reused); `rev` may also be a directory holding a tree."""
+    if Path(rev).is_dir() and (Path(rev) / "k3diff").is_dir():
+        return Path(rev).resolve()
     sha = subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
     path = Path(tempfile.gettempdir()) / f"k3diff-base-{sha}"
@@ -121,6 +123,8 @@ def main(argv=None) -> int:
     p.add_argument("--compare-with", default=DEFAULT_BASE, metavar="REV",
                    help=f"baseline git revision (default {DEFAULT_BASE}; 'none': current code only)")
     p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--keep-preset", default=None, metavar="NAME",
+                   help="keep only the drawn cases of this preset (e.g. full: the full-dims half of the full space)")
     p.add_argument("--profile", default=None, metavar="PREFIX",
                    help="write a cProfile of the current side per stage to PREFIX-<stage>.prof")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -141,7 +145,10 @@ def main(argv=None) -> int:
           f"{args.cases} cases per stage; invariance on every {INVARIANCE_EVERY}th; baseline "
           f"{args.compare_with if base else 'none'}", flush=True)
     for stage in stages:
-        drawn = draw_cases(stage, args.cases, args.preset, args.device, args.seed, backend)
+        drawn = draw_cases(stage, args.cases * (3 if args.keep_preset else 1), args.preset, args.device,
+                           args.seed, backend)
+        if args.keep_preset:
+            drawn = [d for d in drawn if d["preset"] == args.keep_preset][:args.cases]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(drawn, f)
         prof = f"{args.profile}-{stage}.prof" if args.profile else None

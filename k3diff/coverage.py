@@ -59,7 +59,7 @@ def coverage_lines(records, boundaries=()) -> list[str]:
     bounds = dict(boundaries or ())
     by_stage = defaultdict(list)
     for r in records:
-        if isinstance(r, dict) and KEY in r:
+        if isinstance(r, dict) and KEY in r and not r.get("skipped"):   # a skipped case ran nothing
             by_stage[r["stage"]].append(r)
     lines, missed = [], []
     for stage in sorted(by_stage):

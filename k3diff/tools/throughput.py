@@ -100,17 +100,19 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
     raise RuntimeError(f"worker in {root} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
 
 
-def baseline_tree(rev: str) -> Path:
-    """A detached worktree of `rev` (made once, reused); `rev` may also be a directory holding a tree."""
+def baseline_tree(rev: str) -> tuple[Path, bool]:
+    """(a tree of `rev`, whether it was made here): `rev` may be a directory holding a tree, else a
+    detached git worktree of it is added under the temp dir (and removed after the run)."""
     if Path(rev).is_dir() and (Path(rev) / "k3diff").is_dir():
-        return Path(rev).resolve()
+        return Path(rev).resolve(), False
     sha = subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout.strip()
     path = Path(tempfile.gettempdir()) / f"k3diff-base-{sha}"
-    if not (path / "k3diff").is_dir():
-        subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True,
-                       capture_output=True)
-    return path
+    if (path / "k3diff").is_dir():
+        return path, False
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True,
+                   capture_output=True)
+    return path, True
 
 
 def main(argv=None) -> int:
@@ -138,7 +140,15 @@ def main(argv=None) -> int:
 
     backend_name = args.backend or backends.default_name()
     backend = load_available(backend_name)
-    base = None if args.compare_with in ("none", "") else baseline_tree(args.compare_with)
+    base, made = (None, False) if args.compare_with in ("none", "") else baseline_tree(args.compare_with)
+    try:
+        return _bench(args, backend_name, backend, base)
+    finally:
+        if made:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+
+
+def _bench(args, backend_name, backend, base) -> int:
     stages = [s for s in args.stages.split(",") if s]
     rows, mismatches = [], 0
     print(f"backend {backend_name} on {args.device}; preset {args.preset or 'default'}; "

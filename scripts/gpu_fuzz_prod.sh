@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 12, "fuzz where production runs", on one H200 (CuTe DSL available), from the project root:
-#     bash scripts/gpu_fuzz_prod.sh            # every step (~10 min; each step has its own timeout)
+#     bash scripts/gpu_fuzz_prod.sh            # every step, < 600 s (step timeouts T_SUITE 270, T_HUNT 120, T_BENCH 70 s)
 #     bash scripts/gpu_fuzz_prod.sh suite      # one step: suite | planted | bench
 # Logs go to $OUT. Steps:
 #   suite    `pytest --k3diff --k3diff-preset full -k moe --k3diff-profile ci` against the megakernel:
@@ -33,7 +33,7 @@ nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv | tee "$OUT/gp
 if want suite; then
   step "suite: k3diff --k3diff-preset full -k moe --k3diff-profile ci vs megakernel"
   start=$SECONDS
-  timeout 330 python3 -m pytest $PLUG tests/differential --k3diff --k3diff-preset full -k moe --k3diff-profile ci \
+  timeout ${T_SUITE:-270} python3 -m pytest $PLUG tests/differential --k3diff --k3diff-preset full -k moe --k3diff-profile ci \
     --k3diff-backend $MK --k3diff-seed $SEED --k3diff-report "$OUT/full_cases.jsonl" -q -p no:cacheprovider \
     > "$OUT/full_moe_full.txt" 2>&1
   echo "exit $? after $((SECONDS - start)) s" >> "$OUT/full_moe_full.txt"
@@ -55,10 +55,10 @@ if want planted; then
   rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel tests /tmp/planted/
   sed -i 's/^\( *\)bi = tid + j \* THREADS$/\1bi = tid + j * THREADS - 1/' /tmp/planted/megakernel/k_route.py
   diff megakernel/k_route.py /tmp/planted/megakernel/k_route.py | tee "$OUT/planted.txt"
-  (cd /tmp/planted && PYTHONPATH=/tmp/planted timeout 200 python3 -m k3diff.cli hunt --backend $MK \
+  (cd /tmp/planted && PYTHONPATH=/tmp/planted timeout ${T_HUNT:-120} python3 -m k3diff.cli hunt --backend $MK \
     --stage moe --examples 80 --seed $SEED --preset full 2>&1 | head -8 | tee -a "$OUT/planted.txt")
   echo "--- for contrast, the default small space (E = 112):" | tee -a "$OUT/planted.txt"
-  (cd /tmp/planted && PYTHONPATH=/tmp/planted timeout 90 python3 -m k3diff.cli hunt --backend $MK \
+  (cd /tmp/planted && PYTHONPATH=/tmp/planted timeout 45 python3 -m k3diff.cli hunt --backend $MK \
     --stage moe --examples 30 --seed $SEED --preset small 2>&1 | head -4 | tee -a "$OUT/planted.txt")
   rm -rf /tmp/planted
 fi
@@ -66,8 +66,8 @@ fi
 if want bench; then
   step "bench: moe cases/s on cuda, small (vs c9944a8) and full dims"
   git worktree prune 2>/dev/null
-  timeout 150 python3 -m k3diff.tools.throughput --device cuda --backend $MK --preset small --stages moe \
+  timeout ${T_BENCH:-70} python3 -m k3diff.tools.throughput --device cuda --backend $MK --preset small --stages moe \
     --cases 200 --compare-with $BASE 2>&1 | tail -4 | tee "$OUT/bench_small.txt"
-  timeout 150 python3 -m k3diff.tools.throughput --device cuda --backend $MK --preset full --keep-preset full \
+  timeout ${T_BENCH:-70} python3 -m k3diff.tools.throughput --device cuda --backend $MK --preset full --keep-preset full \
     --stages moe --cases 20 --compare-with none 2>&1 | tail -4 | tee "$OUT/bench_full.txt"
 fi

@@ -34,6 +34,8 @@ def _parser():
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--device", default=None)
     _isolation_args(h)
+    h.add_argument("--preset", default=None, choices=("tiny", "small", "full"),
+                   help="dims to fuzz around (default: tiny on cpu, small on a GPU)")
     m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
     m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
@@ -156,7 +158,7 @@ def _hunt(args) -> int:
     count, start, verdict, stage = 0, time.perf_counter(), None, ""
     try:
         for stage in stages:
-            verdict, n = find_failure(cases(stage, choose_space(device)), judge, examples=args.examples,
+            verdict, n = find_failure(cases(stage, choose_space(device, args.preset, backend)), judge, examples=args.examples,
                                       seed=args.seed, shrink=False)
             count += n
             if verdict is not None:

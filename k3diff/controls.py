@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from k3diff import weight_guard
 from k3diff.budgets import Budget
 from k3diff.divergence import TensorReport, compare
 from k3diff.stages import STATE, dims, output_specs, resolve_shape
@@ -72,7 +73,7 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
     '_before' the states as they were (for the untouched-rows checks). Findings go into `verdict`."""
     device = next(v.device for v in inputs.values() if torch.is_tensor(v))
     pristine = _snapshot(inputs)
-    weights_before = _snapshot(weights) if controls.check_inputs else {}
+    weights_before = weight_guard.remember(weights) if controls.check_inputs else {}
 
     def one_run(fill):
         run_inputs = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in pristine.items()}
@@ -90,7 +91,7 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
     if controls.check_inputs:
         bad = _changed(pristine, run_inputs, STATE[stage])
         if weights_before:
-            bad += [f"weight {k}" for k in _changed(weights_before, weights, ())]
+            bad += [f"weight {k}" for k in weight_guard.changed(weights_before, weights)]
         if bad:
             verdict.reports.append(TensorReport(stage, "inputs", False,
                                                 note=f"modified input(s) it does not own: {', '.join(bad)}"))

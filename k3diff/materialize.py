@@ -1,6 +1,7 @@
 """Case -> (config, weights, inputs), deterministically, plus the routing modes.
 
-Weights depend only on (dims, weight seed, expert format, layer) and are cached: drawing millions of
+Weights depend only on (dims, weight seed, expert format, where drawn) and are cached (LRU, by
+count and by bytes: one full-dims set at a time on a GPU): drawing millions of
 numbers for every Hypothesis example would make the fuzzer crawl. Inputs, caches and states are
 drawn fresh for every case from `case.seed`. Routing modes are applied by `k3diff.routing.apply_routing`
 to copies of the small router tensors, never to the cached weights.
@@ -17,21 +18,97 @@ from reference import materialize as ref_mat
 
 _WEIGHT_CACHE: OrderedDict = OrderedDict()
 _WEIGHT_CACHE_SIZE = 8
+_VIEWS: OrderedDict = OrderedDict()     # (weight key, config) -> views of a cached set
+# bytes of weights kept across cases (a full-dims bf16 MoE weight set is 59 GB): on a GPU 45% of its
+# memory, so one full-dims set and the case's working memory fit together; on the CPU 8 GiB
+_CPU_CACHE_BYTES = 8 << 30
+_GPU_CACHE_SHARE = 0.45
+
+
+def draw_on(case: Case, device) -> str:
+    """Where the case's weights are drawn: on the device for the `full` preset on a GPU (30 G
+    numbers would take many minutes on the CPU), else on the CPU. The rule reads only the case and
+    the device type, so a full-dims case replays bit for bit on the same kind of device (its
+    weights differ from a CPU draw, which the seed file's device records)."""
+    return "device" if case.preset == "full" and torch.device(device).type == "cuda" else "cpu"
+
+
+def weight_key(case: Case, device) -> tuple:
+    """The weights depend only on their names and shapes (the dims), the weight seed and where they
+    are drawn -- not on top-k, scaling or grouping, so those share one cached set."""
+    cfg = case.config()
+    layer = case.layer_idx if case.stage == "layer" else None
+    shapes = tuple(sorted((n, tuple(s), str(dt)) for n, (s, dt) in
+                          ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer).items()))
+    return (case.stage, shapes, case.weight_seed, draw_on(case, device), str(device))
+
+
+def weight_bytes(case: Case) -> int:
+    cfg = case.config()
+    layer = case.layer_idx if case.stage == "layer" else None
+    total = 0
+    for shape, dt in ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer).values():
+        n = 1
+        for s in shape:
+            n *= s
+        total += n * torch.empty((), dtype=dt).element_size()
+    return total
+
+
+def _cache_budget(device) -> int:
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(_GPU_CACHE_SHARE * torch.cuda.get_device_properties(dev).total_memory)
+    return _CPU_CACHE_BYTES
+
+
+def _cached_bytes() -> int:
+    return sum(sum(t.numel() * t.element_size() for t in w.values()) for w in _WEIGHT_CACHE.values())
+
+
+def evict_weights(keep_bytes: int = 0) -> None:
+    """Drop least recently used weight sets until at most `keep_bytes` are cached, and the backends'
+    prepared copies of them (k3diff.runner keeps those by weight set)."""
+    dropped = False
+    while _WEIGHT_CACHE and _cached_bytes() > keep_bytes:
+        _WEIGHT_CACHE.popitem(last=False)
+        dropped = True
+    if dropped:
+        for vkey in [k for k in _VIEWS if k[0] not in _WEIGHT_CACHE]:
+            del _VIEWS[vkey]
+        import sys
+        runner = sys.modules.get("k3diff.runner")
+        if runner is not None:
+            runner._PREPARED.clear()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def weights_for(case: Case, device) -> dict:
+    """The case's weights: one drawn set per weight_key, handed out per config as fresh views of
+    the same storage (backends prepare per (backend, weight tensors); a top-k or scaling change
+    must get its own prepared object, e.g. kernels compiled for that k)."""
     cfg = case.config()
-    key = (cfg, case.stage, case.weight_seed, case.expert_format,
-           case.layer_idx if case.stage == "layer" else None, str(device))
+    key = weight_key(case, device)
     if key in _WEIGHT_CACHE:
         _WEIGHT_CACHE.move_to_end(key)
-        return _WEIGHT_CACHE[key]
-    w = ref_mat.make_weights(cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
-                             layer_idx=case.layer_idx if case.stage == "layer" else None, device=device)
-    _WEIGHT_CACHE[key] = w
-    while len(_WEIGHT_CACHE) > _WEIGHT_CACHE_SIZE:
-        _WEIGHT_CACHE.popitem(last=False)
-    return w
+    else:
+        evict_weights(max(0, _cache_budget(device) - weight_bytes(case)))
+        _WEIGHT_CACHE[key] = ref_mat.make_weights(
+            cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
+            layer_idx=case.layer_idx if case.stage == "layer" else None, device=device,
+            draw_on=draw_on(case, device))
+        while len(_WEIGHT_CACHE) > _WEIGHT_CACHE_SIZE:
+            _WEIGHT_CACHE.popitem(last=False)
+        for old in [k for k in _VIEWS if k[0] not in _WEIGHT_CACHE]:
+            del _VIEWS[old]
+    vkey = (key, cfg)
+    if vkey not in _VIEWS:
+        _VIEWS[vkey] = {n: t.view(t.shape) for n, t in _WEIGHT_CACHE[key].items()}
+        while len(_VIEWS) > 2 * _WEIGHT_CACHE_SIZE:
+            _VIEWS.popitem(last=False)
+    _VIEWS.move_to_end(vkey)
+    return _VIEWS[vkey]
 
 
 def inputs_for(case: Case, device, step: int = 0) -> dict:

@@ -17,7 +17,7 @@ REPORT = "--k3diff-report"
 TIMEOUT = "--k3diff-timeout"
 ISOLATE = "--k3diff-isolate"
 
-PRESETS = ("tiny", "small")
+PRESETS = ("tiny", "small", "full")
 DEFAULT_SAVE = str(Path("corpora") / "failures")
 
 
@@ -42,7 +42,8 @@ def add_options(parser, profiles) -> None:
     group.addoption(DEVICE, default=None, metavar="DEV",
                     help="cpu or cuda (default: cuda when present; xdist workers take GPU worker%%count)")
     group.addoption(PRESET, default=None, choices=list(PRESETS),
-                    help="model dims to fuzz around (default: tiny on cpu, small on a GPU)")
+                    help="model dims to fuzz around (default: tiny on cpu, small on a GPU; full: the real K3 "
+                         "MoE dims mixed with small, see k3diff/strategies.py)")
     group.addoption(MUTANTS, action="store_true", default=False,
                     help="run k3diff against each planted bug of k3diff.mutants and print the mutation score")
     group.addoption(REPORT, default=None, metavar="FILE",

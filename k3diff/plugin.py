@@ -298,9 +298,10 @@ class _ItemRun:
 
 
 def _record(case, verdict):
+    from k3diff.coverage import coverage_fields
     from k3diff.results import record  # the results-file format lives in k3diff/results.py
 
-    return record(case, verdict)
+    return dict(record(case, verdict), **coverage_fields(case))
 
 
 class _Collector:
@@ -339,6 +340,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
     for line in summary_lines(results):
+        tr.write_line(line)
+    from k3diff.coverage import coverage_lines
+    for line in coverage_lines(results, session.space.boundaries):
         tr.write_line(line)
     devices = defaultdict(int)
     for r in results:

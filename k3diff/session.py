@@ -102,13 +102,16 @@ def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_
     return InProcessChecker(backend, device=device)
 
 
-def choose_space(device: str, preset: str | None = None):
-    """The strategy space: the preset named, else `small` dims on a GPU and `tiny` on the CPU."""
-    from k3diff.strategies import CPU_SPACE, GPU_SPACE
+def choose_space(device: str, preset: str | None = None, backend=None):
+    """The strategy space: the preset named (tiny, small, full), else `small` dims on a GPU and
+    `tiny` on the CPU; with the backend's declared boundaries (k3diff.strategies.with_boundaries)."""
+    from k3diff.strategies import CPU_SPACE, GPU_SPACE, SPACES, with_boundaries
 
     if preset is None:
-        return GPU_SPACE if str(device).startswith("cuda") else CPU_SPACE
-    return {CPU_SPACE.preset: CPU_SPACE, GPU_SPACE.preset: GPU_SPACE}[preset]
+        space = GPU_SPACE if str(device).startswith("cuda") else CPU_SPACE
+    else:
+        space = SPACES[preset]
+    return with_boundaries(space, backend)
 
 
 def sub_seed(seed: int, *parts) -> int:
@@ -131,7 +134,7 @@ class Session:
         self.seed = seed
         self.profile_name = profile
         self.profile = PROFILES[profile]
-        self.space = choose_space(device, preset)
+        self.space = choose_space(device, preset, self.backend)
         self.save_dir = save_dir
         self.isolate = isolate
         self.checker = make_checker(self.backend_name, self.backend, device=device, isolate=isolate,

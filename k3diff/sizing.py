@@ -1,4 +1,23 @@
-"""Refuse a case that cannot fit before drawing a single tensor, with one line saying why."""
+"""Refuse a case that cannot fit before drawing a single tensor, with one line saying why.
+
+The memory plan of one case (what `estimate_bytes` adds up):
+  - the weights, once, in their stored dtypes (cached across cases; for a moe/layer case the
+    routed experts dominate: E x 3 I r x 2 bytes in bf16, x 0.53 in MXFP4);
+  - the backend's packed copies of the non-expert weights and the controls' copies of the small
+    weights (k3diff.weight_guard keeps a copy of tensors < 256 MB and a fingerprint of larger ones,
+    so the experts are never duplicated);
+  - the float64 reference's transients: it converts one weight at a time (the largest non-expert
+    matrix, or one routed expert's W13 and W2 -- only the experts the case routes to, one by one),
+    plus float64 activations;
+  - the drawing transients when the weights are drawn on the device (one expert in float32);
+  - the working copies of inputs, states and outputs of the reference, the baseline and the
+    candidate (its two runs), in float64 at worst.
+
+A full-dims moe case (d 7168, r 3584, I 3072, E 896) at batch 256: weights 59.2 GB with bf16
+experts (15.7 GB MXFP4) + ~0.5 GB non-expert bf16 weights held twice + ~0.7 GB float64 transients +
+~0.2 GB activations: about 61 GB (bf16) or 18 GB (MXFP4), comfortably inside one H200 (139 GiB);
+the weight cache keeps at most 45% of the GPU (k3diff.materialize), i.e. one full-dims bf16 set.
+"""
 from __future__ import annotations
 
 import torch
@@ -7,21 +26,37 @@ from k3diff.case import Case
 
 # the reference works in float64 and three backends hold their own copies of inputs and states
 _WORKING_COPIES = 6
+_MXFP4_BYTES = 0.5 + 1 / 32        # a packed nibble plus one E8M0 scale per 32 weights
 
 
 class CaseTooLarge(RuntimeError):
     pass
 
 
-def estimate_bytes(case: Case) -> int:
+def _moe_bytes(cfg, fmt: str, T: int, draw_on_device: bool) -> int:
+    d, E, I, r, Is = cfg.hidden, cfg.n_experts, cfg.moe_intermediate, cfg.latent_dim, cfg.shared_intermediate
+    per_expert = 3 * I * r
+    experts = E * per_expert * (2 if fmt == "bf16" else _MXFP4_BYTES)
+    dense = 2 * (E * d + 2 * r * d + 3 * Is * d) + 4 * E + 2 * r
+    total = experts + 2 * dense                                   # + packed / guard copies
+    # float64 transients: the largest single matrix converted at once (x2: operand and product)
+    total += 8 * max(2 * per_expert, 2 * Is * d, (E + r) * d)
+    if draw_on_device:
+        total += 4 * 2 * I * r * 2                                 # one expert's float32 draw + quantise
+    total += _WORKING_COPIES * T * 8 * (2 * Is + E + r + cfg.top_k * r)   # activations, f64
+    return int(total)
+
+
+def estimate_bytes(case: Case, device=None) -> int:
     cfg = case.config()
     d, T = cfg.hidden, case.batch
     total = 0
+    dev_draw = device is not None and case.preset == "full" and torch.device(device).type == "cuda"
     if case.stage in ("moe", "layer"):
-        per_expert = 3 * cfg.moe_intermediate * cfg.latent_dim
-        expert_bytes = per_expert * (2 if case.expert_format == "bf16" else 0.53)
-        total += cfg.n_experts * expert_bytes
-        total += 2 * (cfg.n_experts * d + 2 * cfg.latent_dim * d + 3 * cfg.shared_intermediate * d)
+        if case.stage == "moe" or cfg.is_moe_layer(case.layer_idx):
+            total += _moe_bytes(cfg, case.expert_format, T, dev_draw)
+        else:
+            total += 2 * 3 * d * cfg.dense_intermediate * 2 + 8 * 2 * cfg.dense_intermediate * d
     kind = case.attention_kind
     if kind == "mla":
         H = cfg.mla_heads
@@ -55,7 +90,14 @@ def available_bytes(device) -> int:
 
 
 def check_fits(case: Case, device) -> None:
-    need, have = estimate_bytes(case), available_bytes(device)
+    """CaseTooLarge (one line) if the case cannot fit; cached weight sets of other cases are given
+    back first when that makes room."""
+    need, have = estimate_bytes(case, device), available_bytes(device)
+    if need > have:
+        from k3diff import materialize
+
+        materialize.evict_weights(0)
+        have = available_bytes(device)
     if need > have:
         raise CaseTooLarge(f"case too large for {device}: needs about {need / 2**30:.1f} GiB, "
                            f"{have / 2**30:.1f} GiB free ({case.label()})")

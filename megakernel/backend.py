@@ -24,6 +24,9 @@ class MegakernelBackend:
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
     # other tokens (checked on the GPU in tests/megakernel/test_gpu.py)
     batch_invariant = True
+    # sizes where the kernels change path (megakernel/dims.py says where each comes from); k3diff
+    # draws cases on and around them and names the ones a run never crossed
+    from megakernel.dims import BOUNDARIES as boundaries
 
     def available(self) -> str | None:
         try:

@@ -27,6 +27,25 @@ class Dims:
 
 MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared memory)
 
+# Sizes at which the kernels change code path, published to k3diff as the backend's `boundaries`
+# (k3diff/backends/base.py): the fuzzer draws on and around each (n-1, n, n+1; 32 for r and I).
+# Literal copies, so this module imports no cutlass; where each comes from:
+#   batch      1: T == 1 runs token tiles of 1, T > 1 tiles of TT_GEMV = 8 (x-side / out GEMVs) and
+#                 TT_EXPERT = 4 (CUDA-core expert kernels) -- cache.py; 4, 8: a tile full / one over;
+#                 8 is also the mma kernels' N (pairs per pass, k_expert_mma.py); MAX_T = 256 the limit
+#   n_experts  256, 512: experts per thread EPT = ceil(E / 256) in k_route.Route and k_schedule.Schedule
+#                 (256 threads): E = 257 is the first case with a second expert per thread, 513 a third
+#   top_k      1 (no renormalisation partner), 16 (K3's k; lanes 0..k-1 of warp 0 renormalise)
+#   latent_dim, moe_intermediate: the MXFP4 tensor-core path needs r % 128 == 0 and I % 128 == 0
+#                 (cache.mma_ok), else the CUDA-core kernels; around 128 and the presets' widths
+BOUNDARIES = {
+    "batch": (1, 4, 8, MAX_T),
+    "n_experts": (256, 512),
+    "top_k": (1, 16),
+    "latent_dim": (128, 512, 3584),
+    "moe_intermediate": (128, 256, 3072),
+}
+
 FULL = Dims(d=7168, r=3584, E=896, k=16, I=3072, Is=6144)
 SMALL = Dims(d=1024, r=512, E=112, k=16, I=256, Is=512)
 

@@ -129,8 +129,8 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
         if kind in ("packed", "scale"):
             continue                                   # made together with their expert draws below
         if kind in ("expert",):
-            out[name] = torch.stack([_expert_draw(seed, base, e, shape[1:], gdev).to(torch.bfloat16)
-                                     for e in range(shape[0])]).to(device)
+            out[name] = _fill_experts(shape, torch.bfloat16, device,
+                                      lambda e: _expert_draw(seed, base, e, shape[1:], gdev).to(torch.bfloat16))
             continue
         g = _gen(seed, "w", base, device=gdev)
         fan_in = shape[-1]
@@ -149,10 +149,24 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
             continue
         E, N, K2 = shapes[full][0]
         base = f"experts.{w}"
-        packed, scale = zip(*(mxfp4.quantize(_expert_draw(seed, base, e, (N, 2 * K2), gdev)) for e in range(E)))
-        out[full] = torch.stack(packed).to(device)
-        out[full.replace("_packed", "_scale")] = torch.stack(scale).to(device)
+        sname = full.replace("_packed", "_scale")
+        packed = torch.empty(shapes[full][0], dtype=torch.uint8, device=device)
+        scale = torch.empty(shapes[sname][0], dtype=torch.uint8, device=device)
+        for e in range(E):
+            p, sc = mxfp4.quantize(_expert_draw(seed, base, e, (N, 2 * K2), gdev))
+            packed[e].copy_(p)
+            scale[e].copy_(sc)
+        out[full], out[sname] = packed, scale
     return {n: out[n] for n in shapes}
+
+
+def _fill_experts(shape, dtype, device, draw_one) -> torch.Tensor:
+    """Expert e's weight written straight into its slot of the [E, ...] result: the bits of
+    stacking the draws, without holding every expert twice (a full-dims bf16 set is 59 GB)."""
+    out = torch.empty(shape, dtype=dtype, device=device)
+    for e in range(shape[0]):
+        out[e].copy_(draw_one(e))
+    return out
 
 
 def _expert_draw(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:

@@ -28,6 +28,16 @@ A backend is any object with these attributes and methods (subclassing `Backend`
     stages: tuple[str, ...]   (optional; default all four) the stages it implements.
     version: str              (optional) recorded in seed files; replay warns when it differs.
 
+Optional:
+
+    boundaries: dict[str, tuple[int, ...]]
+        Sizes at which the backend's code changes path, by case dimension: "batch", "cache_len",
+        "n_experts", "top_k", "latent_dim", "moe_intermediate", "hidden" (e.g. the megakernel's
+        {"batch": (1, 4, 8, 256), "n_experts": (256, 512), ...}: token tiles, experts per thread
+        of a 256-thread CTA). The strategies draw on and around each size (n-1, n, n+1, or +-32
+        for dims that must stay multiples of 32) with high probability, and the coverage table of
+        the summary names every declared boundary a run did not cross (k3diff/coverage.py).
+
 `device` is chosen by the framework (inputs arrive on it); a backend must not move them.
 
 Isolation: k3diff runs the backend in a child process it loads by its spec string (a registered
@@ -45,6 +55,7 @@ class Backend:
     deterministic = True
     batch_invariant = False
     stages = ("moe", "mla", "kda", "layer")
+    boundaries: dict = {}
 
     def available(self) -> str | None:
         return None

@@ -1,0 +1,1 @@
+"""Developer tools of k3diff (throughput benchmark)."""

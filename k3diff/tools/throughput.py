@@ -1,0 +1,191 @@
+"""Cases per second, stage by stage, of the current code against a baseline revision, on the SAME cases.
+
+    python -m k3diff.tools.throughput --stages moe,mla,kda,layer --cases 100
+    python -m k3diff.tools.throughput --device cuda --preset small --stages moe --cases 200
+    python -m k3diff.tools.throughput --device cuda --preset full --stages moe --cases 20 --compare-with none
+    python -m k3diff.tools.throughput --profile /tmp/prof --stages moe     # cProfile of the current code
+
+The cases are drawn once, by the current code's strategies (the space of `--preset`), and written to
+a JSON file; each side then runs in its own subprocess with its own PYTHONPATH: the current tree,
+and a detached git worktree of `--compare-with` (default c9944a8; `none` skips it). A case is
+judged as a fuzzing session judges it: `check_case` with the controls on (poisoned outputs, inputs
+and weights checked, run twice), and the batch-invariance check on every 8th case of batch >= 2
+(the session's share). Both sides print their Verdict.to_dict() per case; the tool asserts they are
+identical (numerics never change for speed) and prints the table side by side.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_BASE = "c9944a8"
+HERE = Path(__file__).resolve()
+ROOT = HERE.parents[2]
+INVARIANCE_EVERY = 8
+
+
+def draw_cases(stage: str, n: int, preset: str | None, device: str, seed: int, backend=None) -> list[dict]:
+    """n cases of `stage` as the fuzzer draws them (Hypothesis, fixed seed)."""
+    from k3diff.search import find_failure
+    from k3diff.session import choose_space
+    from k3diff.strategies import cases
+
+    try:
+        space = choose_space(device, preset, backend)
+    except TypeError:                       # a session without the backend argument
+        space = choose_space(device, preset)
+    got = []
+
+    class _Pass:
+        ok, skipped = True, None
+
+    def judge(case):
+        got.append(case.to_dict())
+        return _Pass()
+
+    find_failure(cases(stage, space), judge, examples=n, seed=seed, shrink=False)
+    return got[:n]
+
+
+def _worker(args) -> int:
+    """Runs inside the side's own interpreter (its own k3diff); prints one JSON line."""
+    import torch
+
+    from k3diff.case import Case
+    from k3diff.invariance import check_batch_invariance
+    from k3diff.runner import check_case
+    from k3diff.session import load_available
+
+    cases = [Case.from_dict(d) for d in json.loads(Path(args.cases_file).read_text())]
+    backend = load_available(args.backend)
+    verdicts, invariance = [], []
+    prof = None
+    if args.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    sync = (lambda: torch.cuda.synchronize()) if args.device.startswith("cuda") else (lambda: None)
+    sync()
+    start = time.perf_counter()
+    for i, case in enumerate(cases):
+        verdicts.append(check_case(case, backend, device=args.device).to_dict())
+        if i % INVARIANCE_EVERY == 0 and case.batch >= 2:
+            invariance.append(check_batch_invariance(case, backend, i, device=args.device).to_dict())
+    sync()
+    seconds = time.perf_counter() - start
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(args.profile)
+    print("K3DIFF-THROUGHPUT " + json.dumps({"seconds": seconds, "cases": len(cases),
+                                             "verdicts": verdicts, "invariance": invariance}))
+    return 0
+
+
+def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: str | None) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(root))
+    cmd = [sys.executable, str(HERE), "--worker", "--cases-file", cases_file, "--backend", backend,
+           "--device", device]
+    if profile:
+        cmd += ["--profile", profile]
+    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        if line.startswith("K3DIFF-THROUGHPUT "):
+            return json.loads(line.split(" ", 1)[1])
+    raise RuntimeError(f"worker in {root} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+
+
+def baseline_tree(rev: str) -> tuple[Path, bool]:
+    """(a tree of `rev`, whether it was made here): `rev` may be a directory holding a tree, else a
+    detached git worktree of it is added under the temp dir (and removed after the run)."""
+    if Path(rev).is_dir() and (Path(rev) / "k3diff").is_dir():
+        return Path(rev).resolve(), False
+    sha = subprocess.run(["git", "rev-parse", "--short=12", rev], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    path = Path(tempfile.gettempdir()) / f"k3diff-base-{sha}"
+    if (path / "k3diff").is_dir():
+        return path, False
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), sha], cwd=ROOT, check=True,
+                   capture_output=True)
+    return path, True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m k3diff.tools.throughput", description=__doc__.split("\n")[0])
+    p.add_argument("--stages", default="moe,mla,kda,layer")
+    p.add_argument("--cases", type=int, default=100, help="cases per stage")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--preset", default=None, help="tiny | small | full (default: the device's)")
+    p.add_argument("--backend", default=None, help="candidate (default: the session's default)")
+    p.add_argument("--compare-with", default=DEFAULT_BASE, metavar="REV",
+                   help=f"baseline git revision (default {DEFAULT_BASE}; 'none': current code only)")
+    p.add_argument("--seed", type=int, default=12)
+    p.add_argument("--keep-preset", default=None, metavar="NAME",
+                   help="keep only the drawn cases of this preset (e.g. full: the full-dims half of the full space)")
+    p.add_argument("--profile", default=None, metavar="PREFIX",
+                   help="write a cProfile of the current side per stage to PREFIX-<stage>.prof")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--cases-file", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        return _worker(args)
+
+    from k3diff import backends
+    from k3diff.session import load_available
+
+    backend_name = args.backend or backends.default_name()
+    backend = load_available(backend_name)
+    base, made = (None, False) if args.compare_with in ("none", "") else baseline_tree(args.compare_with)
+    try:
+        return _bench(args, backend_name, backend, base)
+    finally:
+        if made:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+
+
+def _bench(args, backend_name, backend, base) -> int:
+    stages = [s for s in args.stages.split(",") if s]
+    rows, mismatches = [], 0
+    print(f"backend {backend_name} on {args.device}; preset {args.preset or 'default'}; "
+          f"{args.cases} cases per stage; invariance on every {INVARIANCE_EVERY}th; baseline "
+          f"{args.compare_with if base else 'none'}", flush=True)
+    for stage in stages:
+        drawn = draw_cases(stage, args.cases * (3 if args.keep_preset else 1), args.preset, args.device,
+                           args.seed, backend)
+        if args.keep_preset:
+            drawn = [d for d in drawn if d["preset"] == args.keep_preset][:args.cases]
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(drawn, f)
+        prof = f"{args.profile}-{stage}.prof" if args.profile else None
+        new = _run_side(ROOT, f.name, backend_name, args.device, prof)
+        old = _run_side(base, f.name, backend_name, args.device, None) if base else None
+        same = "-"
+        if old is not None:
+            same_v = json.dumps(old["verdicts"], sort_keys=True) == json.dumps(new["verdicts"], sort_keys=True)
+            same_i = json.dumps(old["invariance"], sort_keys=True) == json.dumps(new["invariance"], sort_keys=True)
+            same = "yes" if same_v and same_i else "NO"
+            if same == "NO":
+                mismatches += 1
+                for a, b, d in zip(old["verdicts"], new["verdicts"], drawn):
+                    if json.dumps(a, sort_keys=True) != json.dumps(b, sort_keys=True):
+                        print(f"  verdict differs on {json.dumps(d)}", file=sys.stderr)
+                        break
+        fails = sum(1 for v in new["verdicts"] if not v["ok"] and not v["skipped"])
+        rows.append((stage, len(drawn), fails, old and old["cases"] / old["seconds"],
+                     new["cases"] / new["seconds"], same))
+        os.unlink(f.name)
+    print(f"{'stage':7} {'cases':>6} {'fail':>5} {'before/s':>9} {'after/s':>9} {'speedup':>8}  bitwise-same verdicts")
+    for stage, n, fails, before, after, same in rows:
+        b = f"{before:9.1f}" if before else f"{'-':>9}"
+        s = f"{after / before:7.2f}x" if before else f"{'-':>8}"
+        print(f"{stage:7} {n:6d} {fails:5d} {b} {after:9.1f} {s}  {same}")
+    return 1 if mismatches else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

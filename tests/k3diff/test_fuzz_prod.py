@@ -1,0 +1,170 @@
+"""Issue 12: the full preset, kernel-declared boundaries, the coverage table, the weight cache and
+guard, and the reference touching only the experts a case routes to."""
+from collections import Counter
+
+import pytest
+import torch
+
+from k3diff import materialize, sizing, weight_guard
+from k3diff.case import Case
+from k3diff.coverage import coverage_fields, coverage_lines
+from k3diff.search import find_failure
+from k3diff.session import choose_space
+from k3diff.strategies import CPU_SPACE, FULL_SPACE, cases, near_values, with_boundaries
+
+
+class _Declares:
+    name = "declares"
+    boundaries = {"batch": (8,), "n_experts": (16,), "top_k": (3,), "latent_dim": (64,)}
+
+
+def _draw(stage, space, n, seed=5):
+    got = []
+
+    class _Pass:
+        ok, skipped = True, None
+
+    def judge(case):
+        got.append(case)
+        return _Pass()
+
+    find_failure(cases(stage, space), judge, examples=n, seed=seed, shrink=False)
+    return got
+
+
+def test_strategies_draw_on_and_around_declared_boundaries():
+    space = with_boundaries(CPU_SPACE, _Declares())
+    assert dict(space.boundaries)["batch"] == (8,)
+    drawn = _draw("moe", space, 200)
+    assert len(drawn) >= 150
+    batches = Counter(c.batch for c in drawn)
+    experts = Counter(c.config().n_experts for c in drawn)
+    topk = Counter(c.config().top_k for c in drawn)
+    latent = Counter(c.config().latent_dim for c in drawn)
+    for v in (7, 8, 9):
+        assert batches[v] >= 3, batches
+    for v in (15, 16, 17):
+        assert experts[v] >= 2, experts
+    for v in (2, 3, 4):
+        assert topk[v] >= 3, topk
+    for v in (32, 64, 96):
+        assert latent[v] >= 2, latent
+    # about 2/3 of the batches sit on or next to the boundary
+    assert sum(batches[v] for v in (7, 8, 9)) > len(drawn) / 3
+
+
+def test_near_values_keep_granularity_and_range():
+    space = with_boundaries(CPU_SPACE, _Declares())
+    assert near_values(space, "batch", 1, 256) == [7, 8, 9]
+    assert near_values(space, "latent_dim", 32, 256) == [32, 64, 96]
+    assert near_values(space, "batch", 1, 8) == [7, 8]
+    assert near_values(CPU_SPACE, "batch", 1, 256) == []
+
+
+def test_a_bad_boundaries_attribute_is_refused():
+    class Bad:
+        boundaries = {"warp_size": (32,)}
+
+    with pytest.raises(ValueError, match="unknown boundary dimension"):
+        with_boundaries(CPU_SPACE, Bad())
+
+
+def test_megakernel_declares_its_paths_and_the_full_space_reaches_them():
+    from megakernel.backend import MegakernelBackend
+
+    b = MegakernelBackend.boundaries
+    assert 256 in b["n_experts"] and 512 in b["n_experts"] and 256 in b["batch"] and 8 in b["batch"]
+    space = choose_space("cuda", "full", MegakernelBackend())
+    assert space.preset == "full" and space.boundaries
+    drawn = _draw("moe", space, 120, seed=3)
+    presets = Counter(c.preset for c in drawn)
+    assert presets["full"] >= 20 and presets["small"] >= 20, presets
+    experts = {c.config().n_experts for c in drawn}
+    assert {256, 257} <= experts and any(e > 512 for e in experts), experts
+    assert max(c.config().top_k for c in drawn) == 16
+    assert {c.expert_format for c in drawn} == {"bf16", "mxfp4"}
+    assert {c.config().routed_scaling_factor for c in drawn} == {1.0, 2.5}
+    assert max(c.batch for c in drawn) <= 256 and 256 in {c.batch for c in drawn}
+    full = [c for c in drawn if c.preset == "full"]
+    assert all(c.config().hidden == 7168 and c.config().latent_dim == 3584 for c in full)
+    assert {c.weight_seed for c in drawn} == {0}
+
+
+def test_full_preset_validates_and_its_sizing_is_sane(monkeypatch):
+    for fmt, lo, hi in (("bf16", 55e9, 70e9), ("mxfp4", 14e9, 22e9)):
+        case = Case(stage="moe", preset="full", batch=256, expert_format=fmt).validate()
+        need = sizing.estimate_bytes(case, "cuda")
+        assert lo < need < hi, (fmt, need)
+        assert need < 139 * 2**30
+    small = Case(stage="moe", preset="tiny", batch=3).validate()
+    assert sizing.estimate_bytes(small) < 50e6
+    monkeypatch.setattr(sizing, "available_bytes", lambda device: 32 << 30)
+    with pytest.raises(sizing.CaseTooLarge) as exc:
+        sizing.check_fits(Case(stage="moe", preset="full", expert_format="bf16"), "cpu")
+    assert "\n" not in str(exc.value) and "GiB" in str(exc.value)
+
+
+def test_full_weights_are_drawn_on_the_gpu_only():
+    assert materialize.draw_on(Case(stage="moe", preset="full"), "cuda") == "device"
+    assert materialize.draw_on(Case(stage="moe", preset="full"), "cpu") == "cpu"
+    assert materialize.draw_on(Case(stage="moe", preset="small"), "cuda") == "cpu"
+
+
+def test_coverage_names_a_boundary_never_crossed():
+    recs = []
+    for b, e in ((1, 12), (2, 16), (3, 17)):
+        case = Case(stage="moe", batch=b, overrides=(("n_experts", e),), routing="hot").validate()
+        recs.append({"stage": "moe", "tie_flips": 1, **coverage_fields(case)})
+    lines = coverage_lines(recs, (("batch", (2, 8)), ("n_experts", (16,)), ("cache_len", (64,))))
+    text = "\n".join(lines)
+    assert "coverage moe (3 cases): batch 1..3" in text and "tie flips 3" in text
+    assert "batch 2 [<=>]" in text and "n_experts 16 [<=>]" in text
+    never = [line for line in lines if line.startswith("never crossed")][0]
+    assert "moe batch 8 (seen: <)" in never and "n_experts" not in never and "cache_len" not in never
+    assert "routing  hot 3" in text
+    assert coverage_lines([], ()) == []
+
+
+def test_weight_cache_shares_storage_across_topk_but_not_tensor_identity():
+    a = Case(stage="moe", overrides=(("top_k", 2),)).validate()
+    b = Case(stage="moe", overrides=(("top_k", 3),)).validate()
+    wa, wb = materialize.weights_for(a, "cpu"), materialize.weights_for(b, "cpu")
+    assert wa["experts.w13"].data_ptr() == wb["experts.w13"].data_ptr()
+    assert wa["experts.w13"] is not wb["experts.w13"]
+    assert materialize.weights_for(a, "cpu") is wa
+
+
+def test_weight_guard_sees_a_modified_weight_small_or_large(monkeypatch):
+    w = {"a": torch.randn(10).to(torch.bfloat16), "b": torch.randn(300, 7)}
+    token = weight_guard.remember(w)
+    assert weight_guard.changed(token, w) == []
+    w["a"][3] = -w["a"][3]
+    assert weight_guard.changed(token, w) == ["a"]
+    monkeypatch.setattr(weight_guard, "LARGE", 16)
+    token = weight_guard.remember({"b": w["b"]})
+    w["b"][100, 2] = torch.nextafter(w["b"][100, 2], torch.tensor(9.0))
+    assert weight_guard.changed(token, {"b": w["b"]}) == ["b"]
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+@pytest.mark.parametrize("mode", ["exact", "faithful"])
+def test_reference_touches_only_the_routed_experts(fmt, mode):
+    """Unrouted experts replaced by NaN: the reference's results are bitwise the same."""
+    import reference
+
+    case = Case(stage="moe", batch=5, expert_format=fmt, routing="forced", seed=4).validate()
+    cfg, weights, inputs = materialize.materialize(case, "cpu")
+    full = reference.run_stage("moe", cfg, weights, inputs, mode=mode)
+    used = set(inputs["forced_ids"].flatten().tolist()) - {-1}
+    poisoned = dict(weights)
+    for name in [n for n in weights if n.startswith("experts.")]:
+        t = weights[name].clone()
+        for e in range(cfg.n_experts):
+            if e not in used:
+                t[e] = float("nan") if t.is_floating_point() else 0xFF
+        poisoned[name] = t
+    part = reference.run_stage("moe", cfg, poisoned, inputs, mode=mode)
+    for k, v in full.items():
+        if torch.is_tensor(v):
+            assert torch.equal(v, part[k]) or (v.is_floating_point() and torch.equal(v.isnan(), part[k].isnan())
+                                               and torch.equal(v.nan_to_num(), part[k].nan_to_num())), k

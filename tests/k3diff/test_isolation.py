@@ -98,7 +98,7 @@ def test_fuzzing_a_crashing_candidate_saves_the_crash_unshrunk_and_replay_reprod
     record = json.loads(seeds[0].read_text())
     assert record["case"]["batch"] == 3 and record["verdict"]["error"].startswith("crash:")
     records = [json.loads(line) for line in report.read_text().splitlines()]
-    crashed = [r for r in records if (r["error"] or "").startswith("crash:")]
+    crashed = [r for r in records if r.get("kind") == "case" and (r["error"] or "").startswith("crash:")]
     assert len(crashed) == 1            # judged once: never shrunk
     assert not list((pytester.path / "seeds").glob(".inflight-*"))
     replay = _cli(pytester.path, "replay", str(seeds[0]))

@@ -71,8 +71,10 @@ def test_xdist_merges_one_summary_and_loses_no_seed(project):
     assert result.ret == 1
     out = result.stdout.str()
     assert out.count("k3diff summary") == 1
-    records = [json.loads(line) for line in report.read_text().splitlines()]     # the controller wrote them
-    assert records and any(not r["ok"] for r in records)
+    lines = [json.loads(line) for line in report.read_text().splitlines()]       # the controller wrote them
+    records = [r for r in lines if r["kind"] == "case"]
+    assert lines[0]["kind"] == "run" and records and any(not r["ok"] for r in records)
+    assert {r["path"] for r in lines if r["kind"] == "failure"}          # the saved seeds, listed too
     replays = set(re.findall(r"replay: k3diff replay (seeds/\S+\.json)", out))
     on_disk = {f"seeds/{p.name}" for p in _seeds(project.path)}
     assert replays and replays == on_disk

@@ -59,18 +59,24 @@ class TensorReport:
 
 
 def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
-    """FlashAttention's atol, 2 * max|(ref + c - c) - ref| computed in the output dtype, with c = 0.3
-    as there for data of magnitude <= 1 and c = 0.3 * max|ref| above, so the floor is the rounding
-    noise at the data's own magnitude (large-magnitude cases would otherwise get a floor far
-    below one ulp of their values)."""
+    """The rounding noise of `dtype` at the data's own magnitude: FlashAttention's atol,
+    2 * max|(ref + c - c) - ref| computed in the output dtype, with c = 0.3 * max|ref| at EVERY
+    magnitude (FlashAttention's c = 0.3 assumes data of magnitude ~1; kept as max(1, .) it gave
+    outputs of magnitude 1e-3 a floor of ~8e-3, wide enough for an all-zeros output to pass).
+
+    Never below one ulp at the data's magnitude (eps * max|ref|: on lucky data the measured floor
+    can be 0), nor below the dtype's smallest normal number (a kernel that flushes subnormal
+    results to zero, as GPUs do by default, is not wrong). All-zero reference data (max|ref| = 0)
+    gets that smallest normal as its floor: zeros pass, any normal-range value fails."""
     if not dtype.is_floating_point or ref.numel() == 0:
         return 0.0
+    fi = torch.finfo(dtype)
     r = torch.nan_to_num(ref.to(dtype), nan=0.0, posinf=0.0, neginf=0.0)
-    top = max(1.0, float(r.abs().max().to(torch.float64)))
-    c = 0.3 * top
-    measured = 2.0 * float(((r + c) - c - r).abs().max().to(torch.float64))
-    # never below one ulp at the data's magnitude: on lucky data the measured floor can be 0
-    return max(measured, torch.finfo(dtype).eps * top)
+    top = float(r.abs().max().to(torch.float64))
+    c = torch.tensor(0.3 * top, dtype=torch.float64).to(dtype)   # c itself in the output dtype
+    moved = ((r + c) - c - r).abs().max().to(torch.float64)
+    measured = 2.0 * float(torch.nan_to_num(moved, nan=0.0, posinf=0.0))  # r + c may overflow at the top
+    return max(measured, fi.eps * top, fi.tiny)
 
 
 def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

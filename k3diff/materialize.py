@@ -135,16 +135,29 @@ def materialize(case: Case, device="cpu"):
     if case.stage == "moe":
         weights, inputs = apply_routing(case, cfg, weights, inputs)
     if "state_idx" in inputs:
-        poison_unused_slots(inputs)
+        poison_unused_slots(inputs, case.seed)
     return cfg, weights, inputs
 
 
-def poison_unused_slots(inputs: dict) -> None:
-    """State slots no row of this step owns (the null slot 0 included) hold NaN, so a kernel that
-    reads a padding row's or a neighbour's slot shows it at once; they must stay bitwise as they are."""
+def poison_unused_slots(inputs: dict, seed: int = 0) -> None:
+    """State slots no row of this step owns (the null slot 0 included) hold finite sentinels drawn
+    from the case seed (`reference.materialize.finite_sentinels`: random sign, |v| in [2^100, 2^128)),
+    and must stay bitwise as they are.
+
+    Why finite and not NaN: the bug to catch here is a WRITE (a kernel that runs padding rows
+    against slot 0, or updates a slot nobody owns). A plain NaN let a kernel that writes a canonical
+    NaN back pass the bitwise check, and a NaN pushed through the update (S * decay + ...) keeps its
+    payload on CPUs, so even a random-payload NaN could come back bit-identical. A finite value moved
+    by any arithmetic, or replaced by any NaN, shows bitwise. A READ stays visible too: a live row
+    that reads a wrong slot takes the huge values into its new state (compared under the error rule)
+    and its outputs, and null rows must output exactly 0 whatever they read."""
     live = inputs["state_idx"][inputs["state_idx"] > 0].to(torch.int64)
     for name in ("conv_state", "recurrent_state"):
         state = inputs[name]
         unused = torch.ones(state.shape[0], dtype=torch.bool, device=state.device)
         unused[live] = False
-        state[unused] = float("nan")
+        n = int(unused.sum())
+        if n:
+            gen = torch.Generator().manual_seed(ref_mat._seed(seed, "unused_slot_sentinel", name))
+            fill = ref_mat.finite_sentinels((n,) + tuple(state.shape[1:]), state.dtype, gen)
+            state[unused] = fill.to(state.device)

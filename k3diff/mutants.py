@@ -246,6 +246,51 @@ def _previous_output(backend, stage, before, inputs, out):
         backend.memory[key] = fresh
 
 
+SMALL = 1e-2      # "small data": the final output's max|.| below this (value_dist tiny, ~1e-3)
+
+
+def _final(stage):
+    return "delta" if stage == "layer" else "out"
+
+
+def _on_small(fn):
+    """Tamper with the final output only when it is small: a kernel that wins only on tiny data."""
+    def tamper(backend, stage, before, inputs, out):
+        o = out[_final(stage)]
+        if o.numel() and float(o.float().abs().max()) < SMALL:
+            o.copy_(fn(o))
+    return tamper
+
+
+def _tiny_cases(case) -> bool:
+    return case.value_dist == "tiny"
+
+
+def _half_scale(backend, stage, before, inputs, out):
+    o = out[_final(stage)]
+    o.copy_(o * 0.5)
+
+
+def _nan_into_unused_slots(backend, stage, before, inputs, out):
+    """A canonical NaN written into every state slot no row owns (the null slot included)."""
+    if "state_idx" not in inputs:
+        return
+    live = inputs["state_idx"][inputs["state_idx"] > 0].to(torch.int64)
+    for name in ("conv_state", "recurrent_state"):
+        unused = torch.ones(inputs[name].shape[0], dtype=torch.bool, device=inputs[name].device)
+        unused[live] = False
+        inputs[name][unused] = float("nan")
+
+
+def _nan_into_free_cache_rows(backend, stage, before, inputs, out):
+    """A canonical NaN written into every free MLA cache row (rows > L_b)."""
+    if "kv_cache" not in inputs:
+        return
+    cap = inputs["kv_cache"].shape[1]
+    free = torch.arange(cap, device=inputs["kv_cache"].device).view(1, cap) > inputs["cache_lens"].view(-1, 1)
+    inputs["kv_cache"][free] = float("nan")
+
+
 MUTANTS = [
     Mutant("selection_without_bias", "routing", ("moe",), "experts chosen by sigmoid(logit) alone",
            weights=_on_keys("router.bias", _zero)),
@@ -289,6 +334,23 @@ MUTANTS = [
            tamper=_one_token_unwritten),
     Mutant("previous_case_output", "anti-cheat", ("moe", "mla"), "returns the previous case's result",
            tamper=_previous_output),
+    Mutant("zeros_when_small", "numerics", ("moe", "mla", "kda"),
+           f"writes zeros for the final output when max|out| < {SMALL:g} (wins only on tiny data)",
+           tamper=_on_small(torch.zeros_like), case_filter=_tiny_cases),
+    Mutant("half_scale_on_tiny", "numerics", ("moe", "mla", "kda"),
+           f"final output scaled by 0.5 when max|out| < {SMALL:g}",
+           tamper=_on_small(lambda o: o * 0.5), case_filter=_tiny_cases),
+    Mutant("sign_flip_on_tiny", "numerics", ("moe", "mla", "kda"),
+           f"final output negated when max|out| < {SMALL:g}",
+           tamper=_on_small(torch.neg), case_filter=_tiny_cases),
+    Mutant("half_scale_output", "numerics", ("moe", "mla", "kda", "layer"), "final output scaled by 0.5",
+           tamper=_half_scale),
+    Mutant("writes_nan_to_unused_slot", "anti-cheat", ("kda",),
+           "writes a canonical NaN into every KDA state slot no row owns",
+           tamper=_nan_into_unused_slots),
+    Mutant("writes_nan_to_free_cache_rows", "anti-cheat", ("mla",),
+           "writes a canonical NaN into every free MLA cache row (> L_b)",
+           tamper=_nan_into_free_cache_rows),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 
@@ -304,16 +366,19 @@ class HuntResult:
     headline: str = ""
 
 
-def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space, device="cpu"):
+def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space, device="cpu",
+                  case_filter=None):
     """Fuzz `backend` until k3diff flags it; no shrinking, since only the time to the first catch
-    matters here. Returns (verdict or None, examples run, seconds, stage)."""
+    matters here. `case_filter` keeps only the cases where the bug can show (a mutant's).
+    Returns (verdict or None, examples run, seconds, stage)."""
     from k3diff.runner import check_case
     from k3diff.search import find_failure
     from k3diff.strategies import cases
 
     count, start = 0, time.perf_counter()
     for stage in stages:
-        verdict, n = find_failure(cases(stage, space), lambda case: check_case(case, backend, device=device),
+        strategy = cases(stage, space) if case_filter is None else cases(stage, space).filter(case_filter)
+        verdict, n = find_failure(strategy, lambda case: check_case(case, backend, device=device),
                                   examples=examples_per_stage, seed=seed, shrink=False)
         count += n
         if verdict is not None:
@@ -324,7 +389,8 @@ def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space,
 def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
     verdict, count, seconds, stage = first_failure(MutantBackend(mutant), mutant.stages,
                                                    examples_per_stage=examples_per_stage, seed=seed,
-                                                   space=space, device=device)
+                                                   space=space, device=device,
+                                                   case_filter=mutant.case_filter)
     if verdict is None:
         return HuntResult(mutant.name, mutant.area, False, count, seconds)
     first = verdict.failures()[0] if verdict.failures() else verdict.headline()

@@ -19,11 +19,21 @@ expert_format="mxfp4", ~15 GB). ``draw_on="device"`` draws with a generator on `
 CUDA) instead: fast, deterministic on that device type, but NOT bit-identical to the CPU draws --
 record it in the case.
 
-Inputs (activations RMS ~ 1; value_dist scales x / prefix / delta / blocks):
-  plain, outliers (a few fixed channels x100), large (x30), tiny (x1e-3).
-MLA caches hold NaN in every row >= L_b (the row the step writes and the free rows), so an
-out-of-bounds read shows up. KDA slot 0 is the null slot; state_idx defaults to a shuffled
-distinct set of slots >= 1. Layer blocks hold NaN in the slots the layer must not read.
+Inputs (activations RMS ~ 1): plain, outliers (a few fixed channels x100), large (x30),
+tiny (x1e-3). The value distribution reaches every input a stage reads: x / prefix / delta / blocks,
+and also the MLA cache contents (kv_c | k_pe rows < L_b), the KDA conv state (raw q/k/v history)
+and the KDA recurrent state, all scaled by the same factor (`VALUE_DISTS`; outliers keeps states
+and caches at scale 1). So "tiny" gives the KDA q/k L2 norms sums of squares comparable to their
+epsilon (where its placement matters) and "large" gives large cached keys and values.
+
+Untouched memory holds sentinels drawn from the seed (`nan_sentinels`), never plain NaN: MLA
+caches in every row >= L_b (the row the step writes and the free rows), layer blocks in the slots
+the layer must not read. They are quiet NaNs with random non-canonical payloads: a NaN poisons
+every read (even one a softmax weights by 0, where 0 * NaN is still NaN, while a huge finite value
+could vanish behind a -inf score), and the random payload makes a write show bitwise, a canonical
+NaN included (a kernel "clearing" the rows with NaN no longer passes the bitwise check).
+KDA slots no row owns get `finite_sentinels` instead (k3diff.materialize; see there why).
+KDA slot 0 is the null slot; state_idx defaults to a shuffled distinct set of slots >= 1.
 """
 from __future__ import annotations
 
@@ -174,6 +184,38 @@ def _expert_draw(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
     return _randn(tuple(shape), _gen(seed, "w", base, e, device=gdev)) / math.sqrt(shape[-1])
 
 
+# canonical NaN bit patterns CPUs and GPUs produce (quiet, payload 0 or all ones, either sign):
+# sentinel payloads avoid them, so a kernel writing "a NaN" into untouched memory shows bitwise
+_CANONICAL_NAN_PAYLOADS = (0x00, 0x3F)
+
+
+def nan_sentinels(shape, gen: torch.Generator) -> torch.Tensor:
+    """bf16 quiet NaNs with random sign and a random payload (1..62 in the 6 low mantissa bits),
+    drawn from `gen`: every read yields NaN, every write (a canonical NaN included) shows bitwise."""
+    sign = torch.randint(0, 2, tuple(shape), generator=gen, dtype=torch.int32)
+    payload = torch.randint(1, 0x3F, tuple(shape), generator=gen, dtype=torch.int32)
+    bits = (sign << 15) | 0x7FC0 | payload
+    bits = torch.where(bits >= 0x8000, bits - 0x10000, bits)          # as a signed int16
+    return bits.to(torch.int16).view(torch.bfloat16)
+
+
+def finite_sentinels(shape, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
+    """Distinct-looking huge finite values sign * 2^e * (1 + m), e uniform in [100, 126], m
+    uniform in [0, 1), drawn from `gen` in `dtype` (bf16 or f32: both reach 2^127). Any write shows
+    bitwise (even a canonical NaN or a value passed through arithmetic); a read blows up whatever
+    it enters (|v| >= 2^100: products with O(1) weights overflow or dwarf every real value)."""
+    shape = tuple(shape)
+    sign = torch.randint(0, 2, shape, generator=gen).to(torch.float64) * 2 - 1
+    e = torch.randint(100, 127, shape, generator=gen).to(torch.float64)
+    m = torch.rand(shape, generator=gen, dtype=torch.float64)
+    return (sign * torch.exp2(e) * (1 + m)).to(dtype)
+
+
+def state_scale(value_dist: str) -> float:
+    """The factor the value distribution applies to caches and states (outliers: 1)."""
+    return VALUE_DISTS[value_dist]
+
+
 def _activations(shape, gen, scale: float, value_dist: str, outliers: torch.Tensor) -> torch.Tensor:
     t = _randn(shape, gen) * scale * VALUE_DISTS[value_dist]
     if value_dist == "outliers":
@@ -205,7 +247,7 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         if layer_idx > 0:
             inp["delta"] = act("delta", (T, d), 0.5)
         n_valid = -(-layer_idx // cfg.attn_res_block_size)
-        blocks = torch.full((T, cfg.n_blocks, d), float("nan"), dtype=torch.bfloat16)
+        blocks = nan_sentinels((T, cfg.n_blocks, d), _gen(seed, "in", "blocks_sentinel"))
         blocks[:, :n_valid] = act("blocks", (T, n_valid, d), 2.0)
         if n_valid:
             blocks[:, 0] = act("embedding", (T, d), 1.0)
@@ -227,8 +269,9 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         if cap > cfg.max_cache_len:
             raise ConfigError(f"cache_capacity={cap} exceeds K3Config.max_cache_len={cfg.max_cache_len}")
         check_cache_lens(cfg, lens.tolist(), cap)
-        cache = torch.full((T, cap, cfg.mla_cache_dim), float("nan"), dtype=torch.bfloat16)
-        filled = _randn((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache")).to(torch.bfloat16)
+        cache = nan_sentinels((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache_sentinel"))
+        filled = (_randn((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache"))
+                  * state_scale(value_dist)).to(torch.bfloat16)
         rows = torch.arange(cap).view(1, cap) < lens.view(T, 1)
         cache[rows] = filled[rows]
         inp["kv_cache"], inp["cache_lens"] = cache, lens
@@ -247,7 +290,9 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         if any(i >= S for i in live) or len(set(live)) != len(live):
             raise ConfigError(f"state_idx must hold distinct slots in [1, n_slots={S}) (or <= 0 for null rows)")
         P3, H, D = 3 * cfg.kda_proj, cfg.kda_heads, cfg.kda_head_dim
-        inp["conv_state"] = _randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state")).to(torch.bfloat16)
-        inp["recurrent_state"] = 0.5 * _randn((S, H, D, D), _gen(seed, "in", "recurrent_state"))
+        sc = state_scale(value_dist)
+        inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state")) * sc
+                             ).to(torch.bfloat16)
+        inp["recurrent_state"] = 0.5 * sc * _randn((S, H, D, D), _gen(seed, "in", "recurrent_state"))
         inp["state_idx"] = idx
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}

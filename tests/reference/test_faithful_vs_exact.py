@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from reference import make_inputs, make_weights, preset, run_stage
+from reference.materialize import state_scale
 
 NEAR_TIE = 1e-5          # §11: rows whose k-th/(k+1)-th sel gap is below this may pick other ids
 
@@ -63,7 +64,9 @@ def test_kda(preset_name, value_dist):
     e, f = run_stage("kda", cfg, w, x, "exact"), run_stage("kda", cfg, w, x, "faithful")
     for k in ("out", "conv_out", "decay", "beta", "core", "normed"):
         assert_close_cos(k, f[k], e[k])
-    torch.testing.assert_close(f["recurrent_state"].double(), e["recurrent_state"], rtol=3e-2, atol=3e-2)
+    # §11's atol is for states of magnitude ~1; the value distribution scales the state (x30 for large)
+    atol = 3e-2 * state_scale(value_dist)
+    torch.testing.assert_close(f["recurrent_state"].double(), e["recurrent_state"], rtol=3e-2, atol=atol)
     within_one_bf16_ulp(f["conv_state"], e["conv_state"])      # f32-then-bf16 vs direct rounding
 
 

@@ -88,7 +88,10 @@ def _worker(args) -> int:
 
 
 def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: str | None) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(root))
+    # the side's tree first, then whatever the caller's path held (site dirs of carried packages,
+    # e.g. CuTe DSL unpacked outside site-packages on the GPU machine)
+    rest = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=str(root) + (os.pathsep + rest if rest else ""))
     cmd = [sys.executable, str(HERE), "--worker", "--cases-file", cases_file, "--backend", backend,
            "--device", device]
     if profile:

@@ -52,13 +52,12 @@ Convention mapping (k3diff contract -> FLA), each one a helper below that the CP
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 
 import torch
 
-from k3diff.backends.blocked import TorchBlockedBackend
+from k3diff.backends.library_adapter import LibraryAttentionBackend
 
 F32, BF16 = torch.float32, torch.bfloat16
 FLA_VERSION = "0.6.0"
@@ -149,15 +148,6 @@ def linear_bf16(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """bf16(x W^T): bf16 operands widened to f32 (exact products), f32 accumulation, one rounding."""
     return (x.to(F32) @ w.to(F32).t()).to(BF16)
 
-
-@contextlib.contextmanager
-def exact_f32_matmul():
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
 
 
 def _mode(env: str, allowed: tuple, default: str) -> str:
@@ -254,7 +244,7 @@ def run_kda(cfg, p: dict, x, conv_state, rec_state, state_idx, *, slots_mode=Non
     return res
 
 
-class FlaKdaBackend(TorchBlockedBackend):
+class FlaKdaBackend(LibraryAttentionBackend):
     """`kda` on FLA; `layer` = torch-blocked's layer wiring (AttnRes, MLA, MoE) with this KDA.
 
     An MLA layer of the `layer` stage therefore runs torch-blocked's MLA: only KDA layers judge FLA.
@@ -268,32 +258,19 @@ class FlaKdaBackend(TorchBlockedBackend):
     deterministic = True
     batch_invariant = False
     stages = ("kda", "layer")
+    attention, marker = "kda", "q_proj.weight"
 
-    def available(self) -> str | None:
+    def missing(self) -> str | None:
         return missing_reason()
 
-    def prepare(self, cfg, stage, weights):
-        if stage == "kda":
-            return {"kda": prepare_kda(cfg, weights)}
-        if stage != "layer":
-            raise KeyError(f"fla: serves kda and layer, not {stage!r}")
-        p = super().prepare(cfg, stage, weights)
-        attn = {k[len("attn."):]: v for k, v in weights.items() if k.startswith("attn.")}
-        if "q_proj.weight" in attn:
-            p["kda"] = prepare_kda(cfg, attn)
-        return p
+    def prepare_attention(self, cfg, weights):
+        return prepare_kda(cfg, weights)
 
     def run_kda_attention(self, cfg, p, x, conv_state, rec_state, state_idx) -> dict:
         return run_kda(cfg, p, x, conv_state, rec_state, state_idx)
 
-    def run(self, stage, cfg, prepared, inputs, out) -> None:
-        if stage != "kda":
-            return super().run(stage, cfg, prepared, inputs, out)
-        with torch.no_grad(), exact_f32_matmul():
-            res = run_kda(cfg, prepared["kda"], inputs["x"], inputs["conv_state"], inputs["recurrent_state"],
-                          inputs["state_idx"])
-        for name, buf in out.items():
-            buf.copy_(res[name])
+    def run_attention(self, cfg, p, inputs) -> dict:
+        return run_kda(cfg, p, inputs["x"], inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"])
 
 
 BACKEND = FlaKdaBackend()

@@ -30,13 +30,12 @@ Convention mapping (k3diff contract -> FlashInfer), each one a helper the CPU te
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 
 import torch
 
-from k3diff.backends.blocked import TorchBlockedBackend
+from k3diff.backends.library_adapter import LibraryAttentionBackend
 
 F32, BF16 = torch.float32, torch.bfloat16
 FLASHINFER_VERSION = "0.7.4"
@@ -124,15 +123,6 @@ def rmsnorm_bf16(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w.to(F32)).to(BF16)
 
 
-@contextlib.contextmanager
-def exact_f32_matmul():
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
-
 
 # ---------------------------------------------------------------- the stage
 def prepare_mla(cfg, w: dict) -> dict:
@@ -198,7 +188,7 @@ def run_mla(cfg, p: dict, x, kv_cache, cache_lens, attend) -> dict:
             "attn_out": o, "gated": gated}
 
 
-class FlashInferMlaBackend(TorchBlockedBackend):
+class FlashInferMlaBackend(LibraryAttentionBackend):
     """`mla` with FlashInfer's attention; `layer` = torch-blocked's layer wiring (AttnRes, KDA, MoE)
     with this MLA. A KDA layer of the `layer` stage therefore runs torch-blocked's KDA."""
     name = "flashinfer"
@@ -209,6 +199,7 @@ class FlashInferMlaBackend(TorchBlockedBackend):
     deterministic = True
     batch_invariant = False
     stages = ("mla", "layer")
+    attention, marker = "mla", "q_a.weight"
 
     def supports(self, cfg, stage) -> str | None:
         """FlashInfer's MLA kernels take latent widths that are multiples of 128 and rope widths
@@ -221,27 +212,14 @@ class FlashInferMlaBackend(TorchBlockedBackend):
     def __init__(self):
         self.attend = FlashInferAttention()
 
-    def available(self) -> str | None:
+    def missing(self) -> str | None:
         return missing_reason()
 
-    def prepare(self, cfg, stage, weights):
-        if stage == "mla":
-            return {"mla": prepare_mla(cfg, weights)}
-        if stage != "layer":
-            raise KeyError(f"flashinfer: serves mla and layer, not {stage!r}")
-        p = super().prepare(cfg, stage, weights)
-        attn = {k[len("attn."):]: v for k, v in weights.items() if k.startswith("attn.")}
-        if "q_a.weight" in attn:
-            p["mla"] = prepare_mla(cfg, attn)
-        return p
+    def prepare_attention(self, cfg, weights):
+        return prepare_mla(cfg, weights)
 
     def run_mla_attention(self, cfg, p, x, kv_cache, cache_lens) -> dict:
         return run_mla(cfg, p, x, kv_cache, cache_lens, self.attend)
 
-    def run(self, stage, cfg, prepared, inputs, out) -> None:
-        if stage != "mla":
-            return super().run(stage, cfg, prepared, inputs, out)
-        with torch.no_grad(), exact_f32_matmul():
-            res = run_mla(cfg, prepared["mla"], inputs["x"], inputs["kv_cache"], inputs["cache_lens"], self.attend)
-        for name, buf in out.items():
-            buf.copy_(res[name])
+    def run_attention(self, cfg, p, inputs) -> dict:
+        return run_mla(cfg, p, inputs["x"], inputs["kv_cache"], inputs["cache_lens"], self.attend)

@@ -336,6 +336,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for line in table([HuntResult(**r) for r in sorted(config._k3diff_mutants, key=lambda r: r["mutant"])]):
             tr.write_line(line)
     results, failures = config._k3diff_results, config._k3diff_failures
+    if config._k3diff_mutants and not results and not config.getoption(opt.ENABLE):
+        return                                      # a mutant run: its table above is the summary
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))

@@ -52,16 +52,14 @@ Convention mapping (k3diff contract -> FLA), each one a helper below that the CP
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
 
-from k3diff.backends.library_adapter import LibraryAttentionBackend
+from k3diff.backends.library_adapter import LibraryAttentionBackend, missing_library
 
 F32, BF16 = torch.float32, torch.bfloat16
 FLA_VERSION = "0.6.0"
-INSTALL_HINT = "pip install -e '.[fla]'"
 SLOT_MODES = ("indexed", "gather")
 STATE_LAYOUTS = ("vk", "kv")
 
@@ -69,18 +67,7 @@ STATE_LAYOUTS = ("vk", "kv")
 # ---------------------------------------------------------------- availability
 def missing_reason() -> str | None:
     """None when fla-core and a CUDA GPU are here; else one line saying what is missing."""
-    reasons = []
-    if importlib.util.find_spec("fla") is None:
-        reasons.append(f"fla-core is not installed: {INSTALL_HINT} (fla-core=={FLA_VERSION})")
-    if not torch.cuda.is_available():
-        reasons.append("no CUDA GPU (fla-core's kernels are Triton)")
-    if reasons:
-        return "; ".join(reasons)
-    try:
-        _fla()
-    except Exception as exc:  # a broken install must say why, on one line
-        return f"fla-core does not import: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-    return None
+    return missing_library("fla", "fla-core", FLA_VERSION, "fla", "fla-core's kernels are Triton", _fla)
 
 
 def _fla():

@@ -30,32 +30,21 @@ Convention mapping (k3diff contract -> FlashInfer), each one a helper the CPU te
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import torch
 
-from k3diff.backends.library_adapter import LibraryAttentionBackend
+from k3diff.backends.library_adapter import LibraryAttentionBackend, missing_library
 
 F32, BF16 = torch.float32, torch.bfloat16
 FLASHINFER_VERSION = "0.7.4"
-INSTALL_HINT = "pip install -e '.[flashinfer]'"
 WORKSPACE_BYTES = 128 * 1024 * 1024
 
 
 def missing_reason() -> str | None:
-    reasons = []
-    if importlib.util.find_spec("flashinfer") is None:
-        reasons.append(f"flashinfer-python is not installed: {INSTALL_HINT} (flashinfer-python=={FLASHINFER_VERSION})")
-    if not torch.cuda.is_available():
-        reasons.append("no CUDA GPU (FlashInfer's MLA decode is a CUDA kernel)")
-    if reasons:
-        return "; ".join(reasons)
-    try:
-        _flashinfer()
-    except Exception as exc:
-        return f"flashinfer does not import: {type(exc).__name__}: {exc}".splitlines()[0][:300]
-    return None
+    """None when flashinfer-python and a CUDA GPU are here; else one line saying what is missing."""
+    return missing_library("flashinfer", "flashinfer-python", FLASHINFER_VERSION, "flashinfer",
+                           "FlashInfer's MLA decode is a CUDA kernel", _flashinfer)
 
 
 def _flashinfer():

@@ -7,10 +7,29 @@ stage only layers of its kind use the library (the others run torch-blocked's im
 """
 from __future__ import annotations
 
+import importlib.util
+
 import torch
 
 from k3diff.backends.blocked import TorchBlockedBackend
 from k3diff.backends.blocked_ops import exact_f32_matmul
+
+
+def missing_library(module: str, package: str, version: str, extra: str, gpu_why: str, load) -> str | None:
+    """None when `module` imports (through `load()`) and a CUDA GPU is here; else one line saying
+    what is missing and how to install it."""
+    reasons = []
+    if importlib.util.find_spec(module) is None:
+        reasons.append(f"{package} is not installed: pip install -e '.[{extra}]' ({package}=={version})")
+    if not torch.cuda.is_available():
+        reasons.append(f"no CUDA GPU ({gpu_why})")
+    if reasons:
+        return "; ".join(reasons)
+    try:
+        load()
+    except Exception as exc:  # a broken install must say why, on one line
+        return f"{package} does not import: {type(exc).__name__}: {exc}".splitlines()[0][:300]
+    return None
 
 
 class LibraryAttentionBackend(TorchBlockedBackend):

@@ -1,8 +1,8 @@
 """Re-record the verdicts of the shipped regression seeds under the current rules.
 
-    PYTHONPATH=$PWD python corpora/regressions/rerecord.py [--check]
+    PYTHONPATH=$PWD python scripts/rerecord_regressions.py [--check]
 
-Loads every seed in this folder, runs `check_case` with the seed's backend (torch-blocked) on the
+Loads every seed in corpora/regressions/, runs `check_case` with the seed's backend (torch-blocked) on the
 CPU, and rewrites the seed through `k3diff.corpus.save` (same file name: it is the case's id) with
 the verdict now reached. Every regression seed must pass on its correct backend: the script exits 1,
 naming the seed, if one does not (then fix the cause, do not record a failing verdict). --check
@@ -16,7 +16,7 @@ from k3diff import backends
 from k3diff.corpus import load, save, seed_files
 from k3diff.runner import check_case
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1] / "corpora" / "regressions"
 
 
 def main(argv) -> int:

@@ -19,7 +19,8 @@ def _compile_one_arch(dims_names):
         for name, var in cache.variants():
             t0 = time.time()
             try:
-                cache.compile_kernel(name, table[dn], **var)
+                # always compiled (this is the check), and stored: it warms the disk cache
+                cache.compile_kernel(name, table[dn], fresh=True, **var)
                 status = "ok"
             except Exception as e:  # report and continue: one line per kernel x arch
                 status = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

@@ -6,6 +6,10 @@ dimension is a compile-time constant of the Dims the kernel set is built for. `c
 needs no GPU (a placeholder address and a fake stream), so the same code builds every kernel on a
 CPU-only machine (`python -m megakernel compile`). Compiled functions are kept per process in
 _CACHE; `cute.compile` is not thread-safe, so callers compile from one thread.
+
+A disk cache (kernel_store.py) keeps every compiled kernel as an exported object file, so a new
+process (an isolated k3diff child, an xdist worker, the next nightly run) loads in milliseconds
+what it would otherwise compile again (0.1-3 s a kernel, ~10 s per new set of dims).
 """
 import ast
 import os
@@ -19,6 +23,7 @@ from cutlass import BFloat16, Float32, Int32, Int64, Uint8  # noqa: E402
 from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
 from megakernel.device import GMEM  # noqa: E402
+from megakernel import kernel_store  # noqa: E402
 from megakernel.kernel_args import call_args, placeholders  # noqa: E402
 from megakernel.k_gemv import Gemv  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
@@ -129,7 +134,8 @@ def variants():
 
 
 _CACHE = {}
-COMPILE_SECONDS = {}
+COMPILE_SECONDS = {}       # key -> seconds, for kernels compiled by this process
+LOADED = {}                # key -> seconds, for kernels loaded from the disk cache
 
 
 def ptr(dtype, addr):
@@ -140,26 +146,35 @@ class Launch:
     """A compiled kernel with its object: `launch(named, stream, bind)` passes the arguments its
     class declares (ARGS) by name from `named` (kernel_args.call_args)."""
 
-    def __init__(self, fn, obj):
+    def __init__(self, fn, obj, module=None):
         self.fn, self.obj = fn, obj
+        self.module = module      # a loaded object file: must live as long as fn
 
     def __call__(self, named, stream, bind=None):
         self.fn(*call_args(self.obj, named, ptr, bind), stream)
 
 
-def compiled(name, dims, **variant):
-    """The Launch of kernel `name` (compiled once per process)."""
+def compiled(name, dims, fresh=False, **variant):
+    """The Launch of kernel `name`: from this process's cache, else the disk cache, else compiled
+    (and then stored on disk). fresh=True compiles even when the disk holds it."""
     key = (name, dims, tuple(sorted(variant.items())))
     hit = _CACHE.get(key)
     if hit is None:
         obj = KERNELS[name](dims, **variant)
         t0 = time.time()
-        fn = cute.compile(obj, *placeholders(obj, ptr), make_fake_stream())
-        COMPILE_SECONDS[key] = time.time() - t0
-        hit = _CACHE[key] = Launch(fn, obj)
+        stored = None if fresh else kernel_store.load(key)
+        if stored is not None:
+            LOADED[key] = time.time() - t0
+            hit = Launch(stored[0], obj, stored[1])
+        else:
+            fn = cute.compile(obj, *placeholders(obj, ptr), make_fake_stream())
+            COMPILE_SECONDS[key] = time.time() - t0
+            kernel_store.store(key, fn)
+            hit = Launch(fn, obj)
+        _CACHE[key] = hit
     return hit
 
 
-def compile_kernel(name, dims, **variant):
+def compile_kernel(name, dims, fresh=False, **variant):
     """The compiled function of kernel `name` (positional arguments: its ARGS, then a stream)."""
-    return compiled(name, dims, **variant).fn
+    return compiled(name, dims, fresh, **variant).fn

@@ -25,6 +25,7 @@ import types
 from types import SimpleNamespace
 
 from megakernel.device import cute, Int32
+import cuda.bindings.driver as _cuda
 
 INT = "int"
 
@@ -89,7 +90,7 @@ def _params(obj_args, stream):
     ps += [P(n, P.POSITIONAL_OR_KEYWORD, annotation=Int32 if t == INT else cute.Pointer)
            for n, t in obj_args]
     if stream:
-        ps.append(P("stream", P.POSITIONAL_OR_KEYWORD))
+        ps.append(P("stream", P.POSITIONAL_OR_KEYWORD, annotation=_cuda.CUstream))
     return inspect.Signature(ps)
 
 

@@ -6,9 +6,11 @@ yn = RMSNorm(yc); yu = bf16(yn W_up^T). The router and the merged shared experts
 the output is bf16(yu + ys).
 
 Experts are given either as bf16 (`experts.w13` [E, 2I, r], `experts.w2` [E, r, I]) or as MXFP4
-(`experts.w13_packed/_scale`, `experts.w2_packed/_scale`), detected by key names. MXFP4 weights are
-dequantised exactly, one expert at a time (dequantising all 896 full-size experts at once would
-need ~240 GB in float64).
+(`experts.w13_packed/_scale`, `experts.w2_packed/_scale`), detected by key names. Only the experts a
+step routes to are read; they are dequantised exactly, a bounded group at a time (all 896
+full-size experts at once would need ~240 GB in float64), and each group runs as one batched GEMM
+over its tokens (padded per expert; the padding rows are computed and discarded). Every (token,
+slot) result is the same product as one GEMM per expert: the batching only saves launches.
 
 Faithful mode rounds act and y_j to bf16 [INFERRED, §5.6/§7]; exact mode rounds nothing.
 """
@@ -37,13 +39,18 @@ def expert_format(weights: dict) -> str:
     raise KeyError("MoE weights hold neither experts.w13 (bf16) nor experts.w13_packed (MXFP4)")
 
 
-def expert(weights: dict, e: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W13_e [2I, r], W2_e [r, I]) as float64 values, dequantised if MXFP4 (exact)."""
+# float64 expert weights dequantised at once, at most (about): 2^27 values = 1 GiB
+GROUP_VALUES = 1 << 27
+
+
+def experts(weights: dict, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W13 [n, 2I, r], W2 [n, r, I]) of the experts `ids` as float64 values, dequantised if
+    MXFP4 (exact)."""
     if expert_format(weights) == "mxfp4":
-        w13 = mxfp4.dequantize(weights["experts.w13_packed"][e], weights["experts.w13_scale"][e], torch.float64)
-        w2 = mxfp4.dequantize(weights["experts.w2_packed"][e], weights["experts.w2_scale"][e], torch.float64)
+        w13 = mxfp4.dequantize(weights["experts.w13_packed"][ids], weights["experts.w13_scale"][ids], torch.float64)
+        w2 = mxfp4.dequantize(weights["experts.w2_packed"][ids], weights["experts.w2_scale"][ids], torch.float64)
         return w13, w2
-    return weights["experts.w13"][e].to(torch.float64), weights["experts.w2"][e].to(torch.float64)
+    return weights["experts.w13"][ids].to(torch.float64), weights["experts.w2"][ids].to(torch.float64)
 
 
 def situ_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, cfg, num: Numerics):
@@ -59,13 +66,32 @@ def routed_experts(hl: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, weights
     (token, slot) result y_j lands in Y[t, j]; dropped slots (-1) stay 0. Returns the f32/f64
     weighted sum over slots (not yet rounded)."""
     T, k = ids.shape
-    Y = torch.zeros(T, k, hl.shape[-1], dtype=num.dtype, device=hl.device)
+    r = hl.shape[-1]
+    Y = torch.zeros(T, k, r, dtype=num.dtype, device=hl.device)
     ids64 = ids.long()
-    for e in torch.unique(ids64[ids64 >= 0]).tolist():
-        t_idx, j_idx = (ids64 == e).nonzero(as_tuple=True)
-        w13, w2 = expert(weights, e)
-        act = num.round(situ(num.linear(hl[t_idx], w13), cfg))      # act → bf16 [INFERRED]
-        Y[t_idx, j_idx] = num.round(num.linear(act, w2))             # y_j → bf16 [INFERRED]
+    t_idx, j_idx = (ids64 >= 0).nonzero(as_tuple=True)            # the routed (token, slot) pairs
+    if t_idx.numel():
+        e_of = ids64[t_idx, j_idx]
+        # pairs sorted by expert; `row` = a pair's position among its expert's pairs
+        e_of, order = torch.sort(e_of, stable=True)
+        t_idx, j_idx = t_idx[order], j_idx[order]
+        uniq, counts = torch.unique_consecutive(e_of, return_counts=True)
+        starts = torch.cumsum(counts, 0) - counts
+        slot = torch.repeat_interleave(torch.arange(len(uniq), device=hl.device), counts)
+        row = torch.arange(len(e_of), device=hl.device) - starts[slot]
+        per_expert = 3 * cfg.moe_intermediate * r                 # values of W13_e and W2_e
+        group = max(1, GROUP_VALUES // per_expert)
+        counts_l = counts.tolist()
+        for g0 in range(0, len(uniq), group):
+            g1 = min(g0 + group, len(uniq))
+            w13, w2 = experts(weights, uniq[g0:g1])
+            sel = (slot >= g0) & (slot < g1)
+            s, rw = slot[sel] - g0, row[sel]
+            H = torch.zeros(g1 - g0, max(counts_l[g0:g1]), r, dtype=hl.dtype, device=hl.device)
+            H[s, rw] = hl[t_idx[sel]]                                  # padded token rows per expert
+            act = num.round(situ(num.mm(H, w13.transpose(1, 2)), cfg))  # act → bf16 [INFERRED]
+            y = num.round(num.mm(act, w2.transpose(1, 2)))             # y_j → bf16 [INFERRED]
+            Y[t_idx[sel], j_idx[sel]] = y[s, rw]
     return (Y * w.to(num.dtype).unsqueeze(-1)).sum(dim=1)
 
 

@@ -233,3 +233,21 @@ def test_batch1_fused_route_equals_three_launches(fmt):
     assert_graph_replay_equals(LatentMoE(SMALL, w, DEV, fuse_route=True), x,
                                snapshot(three, three.launch(x), 1),
                                poison=("out", "hl", "wts"), replays=2)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_kernels_loaded_from_disk_equal_compiled(fmt, tmp_path, monkeypatch):
+    """The disk cache (kernel_store.py): a step on kernels loaded from their exported object files
+    gives the same bits as on freshly compiled ones."""
+    from megakernel import cache
+    monkeypatch.setenv("MEGAKERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(cache, "_CACHE", {})
+    monkeypatch.setattr(cache, "LOADED", {})
+    x = torch.randn(8, SMALL.d, device=DEV).to(torch.bfloat16)
+    m = LatentMoE(SMALL, weights(fmt), DEV)
+    want = snapshot(m, m.launch(x), 8)            # compiled here, stored in tmp_path
+    cache._CACHE.clear()
+    got = snapshot(m, m.launch(x), 8)             # loaded from tmp_path
+    assert cache.LOADED, "nothing was loaded from the disk cache"
+    for n in want:
+        assert torch.equal(got[n], want[n]), n

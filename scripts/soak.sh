@@ -9,7 +9,9 @@
 #   scripts/soak.sh soak-cpu 100000 torch-blocked
 #   scripts/soak.sh soak-gpu 10000 megakernel.backend:MegakernelBackend -- -k moe -n 2
 #
-# SEEDS (default "101 202 303 ...") chooses the seeds; WORKERS (default 2) the xdist workers.
+# SEEDS (default "101 202 303 ...") chooses the seeds; WORKERS (default 2) the xdist workers;
+# LIMIT (seconds, default none) stops the soak then: the running seed gets SIGINT, so pytest still
+# prints its summary and every case judged so far is in its report.
 set -uo pipefail
 DIR=${1:?usage: scripts/soak.sh DIR [TARGET] [BACKEND] [-- pytest args]}
 TARGET=${2:-100000}
@@ -29,12 +31,15 @@ print(sum(1 for f in pathlib.Path(sys.argv[1]).glob("*.jsonl") for line in f.ope
 EOF
 }
 
+START=$(date +%s)
 for S in $SEEDS; do
   have=$(runs)
   [ "$have" -ge "$TARGET" ] && break
+  LEFT=$(( ${LIMIT:-999999999} - ($(date +%s) - START) ))
+  [ "$LEFT" -le 5 ] && { echo "soak: LIMIT of ${LIMIT}s reached"; break; }
   [ -e "$DIR/soak-$S.done" ] && continue            # a seed finished by an earlier call
   echo "soak: $have of $TARGET runs; seed $S ($(date +%H:%M:%S))"
-  python -m pytest "${PLUGIN[@]}" tests/differential --k3diff --k3diff-profile nightly \
+  timeout -s INT -k 30 "$LEFT" python -m pytest "${PLUGIN[@]}" tests/differential --k3diff --k3diff-profile nightly \
     --k3diff-backend "$BACKEND" --k3diff-seed "$S" --k3diff-report "$DIR/soak-$S.jsonl" \
     -n "$WORKERS" -q -p no:cacheprovider -p no:randomly "$@" > "$DIR/soak-$S.log" 2>&1
   rc=$?

@@ -66,10 +66,49 @@ class StickyError(_OnBatch):
 
 
 class CudaIllegalAddress(_OnBatch):
-    """A real out-of-bounds device access on batch 3 (for the GPU lane; unavailable without CUDA):
-    an index far past the end of a CUDA tensor in a gather, which the device reports as a
-    device-side assert / illegal memory access, leaving the context unusable."""
+    """A real illegal address on the GPU on batch 3 (for the GPU lane; unavailable without CUDA
+    and Triton): a Triton kernel stores 1 TiB past the end of a CUDA tensor, an unmapped address.
+    The device reports "an illegal memory access was encountered" and the context stays unusable
+    for every later call, as after an out-of-bounds store in a fused kernel."""
     name = "crashing_candidates:CudaIllegalAddress"
+
+    def available(self):
+        if not torch.cuda.is_available():
+            return "needs a CUDA device"
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            return "needs Triton"
+        return None
+
+    def misbehave(self):
+        x = torch.zeros(16, device="cuda")
+        _far_store()[(1,)](x)
+        torch.cuda.synchronize()
+
+
+_FAR_STORE = None
+
+
+def _far_store():
+    """The Triton kernel, built on first use (Triton is imported only where it runs)."""
+    global _FAR_STORE
+    if _FAR_STORE is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def far_store(p):
+            tl.store(p + (1 << 38), 1.0)          # 2^38 floats = 1 TiB past p
+
+        _FAR_STORE = far_store
+    return _FAR_STORE
+
+
+class CudaDeviceAssert(_OnBatch):
+    """An out-of-bounds index on the GPU on batch 3: torch's device-side bounds check fires (a
+    device-side assert), which also leaves the CUDA context unusable."""
+    name = "crashing_candidates:CudaDeviceAssert"
 
     def available(self):
         return None if torch.cuda.is_available() else "needs a CUDA device"

@@ -73,13 +73,14 @@ def test_replay_of_a_hang_reports_it_and_exits_1(tmp_path):
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_illegal_address_is_a_crash_not_a_dead_run(tmp_path):
-    done = _cli(tmp_path, "replay", str(_seed(tmp_path)), "--backend", "crashing_candidates:CudaIllegalAddress",
+@pytest.mark.parametrize("crasher", ["CudaIllegalAddress", "CudaDeviceAssert"])
+def test_cuda_illegal_address_is_a_crash_not_a_dead_run(tmp_path, crasher):
+    done = _cli(tmp_path, "replay", str(_seed(tmp_path)), "--backend", f"crashing_candidates:{crasher}",
                 "--device", "cuda")
     assert done.returncode == 1, done.stderr
     assert "crash:" in done.stdout.splitlines()[0]
     ok = _cli(tmp_path, "replay", str(_seed(tmp_path, {"stage": "moe", "version": 1, "batch": 1})),
-              "--backend", "crashing_candidates:CudaIllegalAddress", "--device", "cuda")
+              "--backend", f"crashing_candidates:{crasher}", "--device", "cuda")
     assert ok.returncode == 0, ok.stdout + ok.stderr
 
 

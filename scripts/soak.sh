@@ -36,7 +36,7 @@ for S in $SEEDS; do
   have=$(runs)
   [ "$have" -ge "$TARGET" ] && break
   LEFT=$(( ${LIMIT:-999999999} - ($(date +%s) - START) ))
-  [ "$LEFT" -le 5 ] && { echo "soak: LIMIT of ${LIMIT}s reached"; break; }
+  [ "$LEFT" -le 60 ] && { echo "soak: LIMIT of ${LIMIT}s reached"; break; }   # too short for a seed's start
   [ -e "$DIR/soak-$S.done" ] && continue            # a seed finished by an earlier call
   echo "soak: $have of $TARGET runs; seed $S ($(date +%H:%M:%S))"
   timeout -s INT -k 30 "$LEFT" python -m pytest "${PLUGIN[@]}" tests/differential --k3diff --k3diff-profile nightly \
@@ -44,6 +44,7 @@ for S in $SEEDS; do
     -n "$WORKERS" -q -p no:cacheprovider -p no:randomly "$@" > "$DIR/soak-$S.log" 2>&1
   rc=$?
   touch "$DIR/soak-$S.done"
+  [ -s "$DIR/soak-$S.jsonl" ] && grep -q '"kind": *"case"' "$DIR/soak-$S.jsonl" || rm -f "$DIR/soak-$S.jsonl"
   tail -3 "$DIR/soak-$S.log"
   [ $rc -ne 0 ] && [ $rc -ne 1 ] && { echo "soak: seed $S ended with exit $rc (see $DIR/soak-$S.log)"; }
 done

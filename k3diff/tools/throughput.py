@@ -190,7 +190,10 @@ def _bench(args, backend_name, backend, base) -> int:
             json.dump(drawn, f)
         prof = f"{args.profile}-{stage}.prof" if args.profile else None
         new = _run_side(ROOT, f.name, backend_name, args.device, prof)
+        print(f"  {stage}: now {new['cases']} cases in {new['seconds']:.1f} s", flush=True)
         old = _run_side(base, f.name, backend_name, args.device, None) if base else None
+        if old is not None:
+            print(f"  {stage}: baseline {old['cases']} cases in {old['seconds']:.1f} s", flush=True)
         same = "-"
         if old is not None:
             pairs = list(zip(old["verdicts"] + old["invariance"], new["verdicts"] + new["invariance"]))

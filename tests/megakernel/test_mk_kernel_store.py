@@ -26,7 +26,8 @@ print(json.dumps({"compiled": len(cache.COMPILE_SECONDS), "loaded": len(cache.LO
 
 
 def _run(tmp_path, env=None):
-    e = dict(os.environ, MEGAKERNEL_CACHE=str(tmp_path / "mk"), PYTHONPATH=ROOT)
+    path = os.environ.get("PYTHONPATH")          # keep a carried CuTe DSL's path (the GPU machine)
+    e = dict(os.environ, MEGAKERNEL_CACHE=str(tmp_path / "mk"), PYTHONPATH=ROOT + (os.pathsep + path if path else ""))
     e.update(env or {})
     r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(KERNELS)], cwd=ROOT, env=e,
                        capture_output=True, text=True, timeout=300)

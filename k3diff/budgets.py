@@ -69,3 +69,10 @@ def describe() -> list[tuple[str, str, str]]:
         rule = "bitwise" if b.bitwise else f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise"
         rows.append((f"{stage}/{tensor}", rule, b.reason))
     return rows
+
+
+def pct(ratio) -> str:
+    """A share of budget for people: 42%, or 3.1e+04x for an error far past its bound."""
+    if ratio is None:
+        return "-"
+    return f"{100 * ratio:.0f}%" if ratio < 100 else f"{ratio:.3g}x"

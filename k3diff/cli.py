@@ -39,6 +39,7 @@ def _parser():
     m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
     m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--only", default=None, metavar="NAME[,NAME]", help="these planted bugs only (names: the table's first column)")
     # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
     from k3diff.report import add_arguments
     add_arguments(sub.add_parser("report", help="HTML report of results files (shards merged), or --compare BASE NEW"))
@@ -176,11 +177,18 @@ def _hunt(args) -> int:
 
 
 def _mutants(args) -> int:
-    from k3diff.mutants import MUTANTS, hunt, table
-    from k3diff.session import choose_space
+    from k3diff.mutants import BY_NAME, MUTANTS, hunt, table
+    from k3diff.session import UsageProblem, choose_space
 
+    chosen = MUTANTS
+    if args.only:
+        names = [n for n in args.only.split(",") if n]
+        unknown = [n for n in names if n not in BY_NAME]
+        if unknown:
+            raise UsageProblem(f"unknown mutant {unknown[0]!r} (known: {', '.join(sorted(BY_NAME))})")
+        chosen = [BY_NAME[n] for n in names]
     results = [hunt(m, examples_per_stage=args.examples, seed=args.seed, space=choose_space("cpu"))
-               for m in MUTANTS]
+               for m in chosen]
     print("\n".join(table(results)))
     return 0 if all(r.caught for r in results) else 1
 

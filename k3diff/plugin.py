@@ -395,4 +395,6 @@ def _rate(rs):
 
 def _worst(rs):
     worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
-    return f"{worst[0]} {100 * worst[1]:.0f}%" if worst else "-"
+    from k3diff.budgets import pct
+
+    return f"{worst[0]} {pct(worst[1])}" if worst else "-"

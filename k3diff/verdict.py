@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from k3diff.budgets import pct
 from k3diff.case import Case
 from k3diff.divergence import TensorReport
 from k3diff.routing import RoutingReport
@@ -45,7 +46,7 @@ class Verdict:
             return f"SKIP {self.case.label()}: {self.skipped}"
         if self.ok:
             w = self.worst()
-            worst = f"; worst {w.stage}/{w.tensor} at {100 * w.ratio:.0f}% of budget" if w else ""
+            worst = f"; worst {w.stage}/{w.tensor} at {pct(w.ratio)} of budget" if w else ""
             return f"PASS {self.case.label()}{worst}"
         return f"FAIL {self.case.label()}: {self.failures()[0]}"
 

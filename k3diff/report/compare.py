@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diff.report import html, plots, tables
-from k3diff.report.tables import pct
+from k3diff.budgets import pct
 
 
 @dataclass

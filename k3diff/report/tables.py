@@ -6,14 +6,11 @@ import json
 import re
 from collections import Counter, defaultdict
 
+from k3diff.budgets import pct
+
 STAGE_COLUMNS = ("stage", "cases", "fail", "skip", "cases/s", "ties", "forced", "worst tensor", "% of budget")
 
 
-def pct(ratio) -> str:
-    """A share of budget for people: 42%, or 3.1e+04x far past the bound."""
-    if ratio is None:
-        return "-"
-    return f"{100 * ratio:.0f}%" if ratio < 100 else f"{ratio:.3g}x"
 
 
 def failed(c) -> bool:

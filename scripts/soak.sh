@@ -21,7 +21,11 @@ shift $(( $# < 3 ? $# : 3 ))
 mkdir -p "$DIR" || { echo "soak: cannot create $DIR" >&2; exit 2; }
 SEEDS=${SEEDS:-$(seq 101 101 5050)}
 WORKERS=${WORKERS:-2}
-PLUGIN=(); python -c "import importlib.metadata as m; assert any(e.name == 'k3diff.plugin' for e in m.entry_points(group='pytest11'))" 2>/dev/null || PLUGIN=(-p k3diff.plugin)
+# the plugin: through its entry point where k3diff is installed, else by PYTEST_PLUGINS (xdist workers
+# inherit the environment), as scripts/gpu_check_x2.sh does. The earlier `-p k3diff.plugin` form hung
+# at "bringing up nodes" with -n 2 on two H200s (it ran with -n 1; the cause was not isolated).
+python -c "import importlib.metadata as m; assert any(e.name == 'k3diff.plugin' for e in m.entry_points(group='pytest11'))" 2>/dev/null \
+  || export PYTEST_PLUGINS=k3diff.plugin
 
 runs() {   # judged runs recorded so far in DIR
   python - "$DIR" <<'EOF'
@@ -39,7 +43,7 @@ for S in $SEEDS; do
   [ "$LEFT" -le 60 ] && { echo "soak: LIMIT of ${LIMIT}s reached"; break; }   # too short for a seed's start
   [ -e "$DIR/soak-$S.done" ] && continue            # a seed finished by an earlier call
   echo "soak: $have of $TARGET runs; seed $S ($(date +%H:%M:%S))"
-  timeout -s INT -k 30 "$LEFT" python -m pytest "${PLUGIN[@]}" tests/differential --k3diff --k3diff-profile nightly \
+  timeout -s INT -k 30 "$LEFT" python -m pytest tests/differential --k3diff --k3diff-profile nightly \
     --k3diff-backend "$BACKEND" --k3diff-seed "$S" --k3diff-report "$DIR/soak-$S.jsonl" \
     -n "$WORKERS" -q -p no:cacheprovider -p no:randomly "$@" > "$DIR/soak-$S.log" 2>&1
   rc=$?

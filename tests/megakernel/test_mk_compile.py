@@ -25,3 +25,25 @@ def test_backend_imports_without_cutlass_side_effects():
     assert "out" in b.provides("moe") and len(b.provides("moe")) == 9
     reason = b.available()
     assert reason is None or isinstance(reason, str) and "\n" not in reason
+
+
+def test_declared_boundaries_follow_the_kernels_constants():
+    """dims.BOUNDARIES copies the kernels' path-changing sizes (dims.py imports no cutlass):
+    this ties each copy to the constant it copies, so a retuned tile or thread count cannot leave
+    the fuzzer drawing around stale sizes."""
+    from dataclasses import replace
+
+    from megakernel import cache, k_route, k_schedule
+    from megakernel.dims import BOUNDARIES, FULL, MAX_T, SMALL
+    from megakernel.k_route import Route
+
+    assert set(BOUNDARIES["batch"]) == {1, cache.TT_EXPERT, cache.TT_GEMV, MAX_T}
+    threads = k_route.THREADS
+    assert k_schedule.NT == threads
+    assert BOUNDARIES["n_experts"] == (threads, 2 * threads)
+    for E, ept in ((threads, 1), (threads + 1, 2), (2 * threads + 1, 3)):   # the paths the sizes split
+        assert Route(replace(SMALL, E=E), False).EPT == ept
+    assert 128 in BOUNDARIES["latent_dim"] and 128 in BOUNDARIES["moe_intermediate"]
+    assert not cache.mma_ok(replace(SMALL, r=128 + 32)) and cache.mma_ok(replace(SMALL, r=128))
+    assert {SMALL.r, FULL.r} <= set(BOUNDARIES["latent_dim"]) and {SMALL.I, FULL.I} <= set(BOUNDARIES["moe_intermediate"])
+    assert BOUNDARIES["top_k"] == (1, FULL.k)

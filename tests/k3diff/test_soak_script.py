@@ -1,0 +1,30 @@
+"""scripts/soak.sh, the false-alarm soak: seed after seed until a target of judged runs, a report per
+seed written as it goes, one merged table; a planted bug shows as failing cases in that table."""
+import os
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _soak(tmp_path, backend, stage="kda"):
+    env = dict(os.environ, SEEDS="7 8 9", WORKERS="1",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "k3diff"), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run(["bash", str(ROOT / "scripts" / "soak.sh"), str(tmp_path / "soak"), "12", backend,
+                           "--", "-k", stage, "--k3diff-profile", "quick"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_soak_stops_at_its_target_and_prints_the_merged_table(tmp_path):
+    done = _soak(tmp_path, "torch-blocked")
+    assert done.returncode == 0, done.stdout + done.stderr
+    reports = sorted((tmp_path / "soak").glob("soak-*.jsonl"))
+    assert [p.name for p in reports] == ["soak-7.jsonl", "soak-8.jsonl"]      # 2 seeds reach 12 runs
+    assert "judged runs in" in done.stdout and "| kda |" in done.stdout
+    assert "0 failing" in done.stdout
+
+
+def test_a_wrong_candidate_shows_in_the_soak_table(tmp_path):
+    done = _soak(tmp_path, "broken_candidate:BiasInWeights", "moe")
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| moe |")]
+    assert rows and int(rows[0].split("|")[3]) > 0, done.stdout + done.stderr

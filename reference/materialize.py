@@ -192,11 +192,11 @@ _CANONICAL_NAN_PAYLOADS = (0x00, 0x3F)
 def nan_sentinels(shape, gen: torch.Generator) -> torch.Tensor:
     """bf16 quiet NaNs with random sign and a random payload (1..62 in the 6 low mantissa bits),
     drawn from `gen`: every read yields NaN, every write (a canonical NaN included) shows bitwise."""
-    sign = torch.randint(0, 2, tuple(shape), generator=gen, dtype=torch.int32)
-    payload = torch.randint(1, 0x3F, tuple(shape), generator=gen, dtype=torch.int32)
-    bits = (sign << 15) | 0x7FC0 | payload
-    bits = torch.where(bits >= 0x8000, bits - 0x10000, bits)          # as a signed int16
-    return bits.to(torch.int16).view(torch.bfloat16)
+    # drawn straight as int16 (the same values as int32 draws from the same generator: the
+    # generator's stream does not depend on the dtype); sign << 15 sets the int16 sign bit
+    sign = torch.randint(0, 2, tuple(shape), generator=gen, dtype=torch.int16)
+    payload = torch.randint(1, 0x3F, tuple(shape), generator=gen, dtype=torch.int16)
+    return ((sign << 15) | 0x7FC0 | payload).view(torch.bfloat16)
 
 
 def finite_sentinels(shape, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:

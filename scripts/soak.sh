@@ -22,8 +22,9 @@ mkdir -p "$DIR" || { echo "soak: cannot create $DIR" >&2; exit 2; }
 SEEDS=${SEEDS:-$(seq 101 101 5050)}
 WORKERS=${WORKERS:-2}
 # the plugin: through its entry point where k3diff is installed, else by PYTEST_PLUGINS (xdist workers
-# inherit the environment), as scripts/gpu_check_x2.sh does. The earlier `-p k3diff.plugin` form hung
-# at "bringing up nodes" with -n 2 on two H200s (it ran with -n 1; the cause was not isolated).
+# inherit the environment), as scripts/gpu_check_x2.sh does, whose -n 2 run on two H200s worked. This
+# script's earlier `-p k3diff.plugin` form hung at "bringing up nodes" with -n 2 on two H200s (with
+# -n 1 it ran; on the CPU -p reaches -n 2 workers fine): the cause is not isolated.
 python -c "import importlib.metadata as m; assert any(e.name == 'k3diff.plugin' for e in m.entry_points(group='pytest11'))" 2>/dev/null \
   || export PYTEST_PLUGINS=k3diff.plugin
 

@@ -90,6 +90,8 @@ def _params(obj_args, stream):
     ps += [P(n, P.POSITIONAL_OR_KEYWORD, annotation=Int32 if t == INT else cute.Pointer)
            for n, t in obj_args]
     if stream:
+        # typed: export_to_c (the disk cache, kernel_store.py) refuses an unannotated argument;
+        # the stream is host-only, so the PTX is unchanged (checked: every variant's PTX hash)
         ps.append(P("stream", P.POSITIONAL_OR_KEYWORD, annotation=_cuda.CUstream))
     return inspect.Signature(ps)
 

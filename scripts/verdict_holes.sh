@@ -19,6 +19,7 @@ row() {    # row LABEL PATTERN CMD...: exit status and the first output line mat
   local out; out=$(cd "$W" && "$@" 2>&1); local rc=$?
   # the part that says it: from "ERROR"/"contract:" on when the line is a long case title
   local line; line=$(grep -m1 -E -- "$pat" <<<"$out" | sed -E 's/^ *//; s/^FAIL .*(ERROR (crash|hang):)/\1/; s/^FAIL .*(contract:)/\1/' | cut -c1-160)
+  line=${line//|/\\|}                # a | inside a cell would break the markdown table
   printf '| %s | %s | %s |\n' "$label" "$rc" "${line:-(no line matching /$pat/)}"
 }
 crash_followup() {   # the seeds the crash run saved, and how that run ended

@@ -7,6 +7,7 @@ reproduction of a failure.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -20,6 +21,14 @@ SEED_LIMIT = 1 << 63
 ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie")
 VALUE_DISTS = ("plain", "outliers", "large", "tiny")
 EXPERT_FORMATS = ("bf16", "mxfp4")
+
+
+@functools.lru_cache(maxsize=256)
+def _config(name: str, overrides: tuple, types: tuple) -> K3Config:
+    """A case's config, built (and validated) once per (preset, overrides): K3Config is frozen.
+    `types` keeps 4 and 4.0 apart (equal as keys, but only one is a valid top_k)."""
+    cfg = preset(name)
+    return cfg.replace(**dict(overrides)) if overrides else cfg
 
 
 class CaseError(ValueError):
@@ -46,8 +55,7 @@ class Case:
 
     # ---- derived ----
     def config(self) -> K3Config:
-        cfg = preset(self.preset)
-        return cfg.replace(**dict(self.overrides)) if self.overrides else cfg
+        return _config(self.preset, self.overrides, tuple(type(v) for _, v in self.overrides))
 
     @property
     def attention_kind(self) -> str | None:

@@ -112,7 +112,8 @@ def weights_for(case: Case, device) -> dict:
 
 
 def inputs_for(case: Case, device, step: int = 0) -> dict:
-    """Fresh inputs for decode step `step` (step > 0 redraws only x, keeping shapes)."""
+    """Fresh inputs for decode step `step` (step > 0 draws no cache or state: each implementation
+    carries its own from the step before)."""
     cfg = case.config()
     kind = case.attention_kind
     return ref_mat.make_inputs(
@@ -123,7 +124,7 @@ def inputs_for(case: Case, device, step: int = 0) -> dict:
         layer_idx=case.layer_idx if case.stage == "layer" else None,
         value_dist=case.value_dist,
         cache_capacity=(max(case.cache_lens) + case.steps) if kind == "mla" else None,
-        device=device)
+        device=device, caches=step == 0)
 
 
 def materialize(case: Case, device="cpu"):

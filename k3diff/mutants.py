@@ -176,15 +176,14 @@ def _shared_dropped(orig):
                                                      device=x.device)
 
 
-def _attend_one_row_short(orig):
-    def attend(Q, rows, R, scale):
-        return orig(Q, rows[:-1] if rows.shape[0] > 1 else rows, R, scale)
-    return attend
+def _attend_row_short(orig):
+    # one row fewer per sequence (at least one): the new token's row is left out
+    return lambda Q, rows, n, R, scale: orig(Q, rows, (n - 1).clamp(min=1), R, scale)
 
 
 def _attend_wrong_scale(orig):
     # 1/sqrt(qk_nope) instead of 1/sqrt(qk_nope + qk_rope): the rope part forgotten
-    return lambda Q, rows, R, scale: orig(Q, rows, R, scale * math.sqrt(1.5))
+    return lambda Q, rows, n, R, scale: orig(Q, rows, n, R, scale * math.sqrt(1.5))
 
 
 def _mla_gate_from_attention(orig):
@@ -313,9 +312,9 @@ MUTANTS = [
     Mutant("shared_expert_dropped", "experts", ("moe",), "the merged shared experts are left out",
            swap=Swap(blocked_moe, "glu_mlp", _shared_dropped)),
     Mutant("mla_length_off_by_one", "mla", ("mla",), "attends over L_b rows, missing the new token",
-           swap=Swap(blocked_attn, "_attend_one", _attend_one_row_short)),
+           swap=Swap(blocked_attn, "_attend", _attend_row_short)),
     Mutant("mla_wrong_softmax_scale", "mla", ("mla",), "softmax scale 1/sqrt(qk_nope) (rope dims forgotten)",
-           swap=Swap(blocked_attn, "_attend_one", _attend_wrong_scale)),
+           swap=Swap(blocked_attn, "_attend", _attend_wrong_scale)),
     Mutant("mla_gate_from_wrong_input", "mla", ("mla",), "output gate computed from the attention output, not x",
            swap=Swap(blocked_attn, "run_mla", _mla_gate_from_attention)),
     Mutant("kda_decay_on_value_axis", "kda", ("kda",), "decay applied along the value axis of S",

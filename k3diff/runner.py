@@ -29,7 +29,9 @@ from k3diff.stages import output_specs
 from k3diff.state_rules import state_reports
 from k3diff.verdict import Verdict
 
-PERSISTENT = ("kv_cache", "conv_state", "recurrent_state")   # carried across decode steps
+# carried across decode steps, each in its input dtype of the stage contract (k3diff.stages): the
+# exact reference's float64 state is rounded there, as a real cache or state would be
+PERSISTENT = {"kv_cache": torch.bfloat16, "conv_state": torch.bfloat16, "recurrent_state": torch.float32}
 
 _PREPARED: dict = {}
 
@@ -98,7 +100,7 @@ def _with_state(inputs: dict, carried: dict) -> dict:
     """Each implementation gets its own copy of the inputs (and its own evolving state)."""
     out = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()}
     for k, v in carried.items():
-        out[k] = v.clone().to(out[k].dtype) if k in out else v.clone()
+        out[k] = v.to(PERSISTENT[k], copy=True)
     return out
 
 

@@ -164,5 +164,9 @@ def _keep_bits(new: torch.Tensor, orig) -> torch.Tensor:
     (NaN-filled free cache rows, unread block slots) must see the original bits."""
     if not isinstance(orig, torch.Tensor) or orig.dtype != new.dtype or orig.shape != new.shape:
         return new
-    same = (new == orig) | (torch.isnan(new) & torch.isnan(orig))
-    return torch.where(same, orig, new)
+    ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[new.element_size()]
+    differ = (new.view(ints) != orig.view(ints)).nonzero(as_tuple=True)   # few, unless NaNs changed
+    n, o = new[differ], orig[differ]
+    new = new.clone()
+    new[differ] = torch.where((n == o) | (torch.isnan(n) & torch.isnan(o)), o, n)
+    return new

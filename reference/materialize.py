@@ -27,8 +27,8 @@ and caches at scale 1). So "tiny" gives the KDA q/k L2 norms sums of squares com
 epsilon (where its placement matters) and "large" gives large cached keys and values.
 
 Untouched memory holds sentinels drawn from the seed (`nan_sentinels`), never plain NaN: MLA
-caches in every row >= L_b (the row the step writes and the free rows), layer blocks in the slots
-the layer must not read. They are quiet NaNs with random non-canonical payloads: a NaN poisons
+caches in every row >= L_b (the row the step writes and the free rows; made from the bits of the
+cache draw there, which no row uses), layer blocks in the slots the layer must not read. They are quiet NaNs with random non-canonical payloads: a NaN poisons
 every read (even one a softmax weights by 0, where 0 * NaN is still NaN, while a huge finite value
 could vanish behind a -inf score), and the random payload makes a write show bitwise, a canonical
 NaN included (a kernel "clearing" the rows with NaN no longer passes the bitwise check).
@@ -189,14 +189,16 @@ def _expert_draw(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
 _CANONICAL_NAN_PAYLOADS = (0x00, 0x3F)
 
 
+def nan_sentinels_from(values: torch.Tensor) -> torch.Tensor:
+    """bf16 quiet NaNs, one per element of `values` (bf16 random normals), made from its bits: the
+    value's sign, and a payload of its mantissa bits 1..4 with bit 0 set (1, 3, .., 31; never the
+    canonical 0 or 63). Every read yields NaN; every write (a canonical NaN included) shows."""
+    return ((values.view(torch.int16) & -32738) | 0x7FC1).view(torch.bfloat16)   # -32738 = 0x801E
+
+
 def nan_sentinels(shape, gen: torch.Generator) -> torch.Tensor:
-    """bf16 quiet NaNs with random sign and a random payload (1..62 in the 6 low mantissa bits),
-    drawn from `gen`: every read yields NaN, every write (a canonical NaN included) shows bitwise."""
-    # drawn straight as int16 (the same values as int32 draws from the same generator: the
-    # generator's stream does not depend on the dtype); sign << 15 sets the int16 sign bit
-    sign = torch.randint(0, 2, tuple(shape), generator=gen, dtype=torch.int16)
-    payload = torch.randint(1, 0x3F, tuple(shape), generator=gen, dtype=torch.int16)
-    return ((sign << 15) | 0x7FC0 | payload).view(torch.bfloat16)
+    """`nan_sentinels_from` fresh normals drawn from `gen`."""
+    return nan_sentinels_from(_randn(tuple(shape), gen).to(torch.bfloat16))
 
 
 def finite_sentinels(shape, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -225,8 +227,10 @@ def _activations(shape, gen, scale: float, value_dist: str, outliers: torch.Tens
 
 def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=None, state_idx=None,
                 n_slots: int | None = None, layer_idx: int | None = None, value_dist: str = "plain",
-                cache_capacity: int | None = None, device="cpu") -> dict:
-    """The inputs of one decode step of `stage` for `batch` sequences (see module doc)."""
+                cache_capacity: int | None = None, device="cpu", caches: bool = True) -> dict:
+    """The inputs of one decode step of `stage` for `batch` sequences (see module doc). caches=False
+    leaves out the MLA cache and the KDA states (a later decode step carries its own); every other
+    input is drawn from its own generator, so its bits do not depend on that choice."""
     cfg.validate()
     if batch < 0:
         raise ConfigError(f"batch must be >= 0, got {batch}")
@@ -269,12 +273,14 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         if cap > cfg.max_cache_len:
             raise ConfigError(f"cache_capacity={cap} exceeds K3Config.max_cache_len={cfg.max_cache_len}")
         check_cache_lens(cfg, lens.tolist(), cap)
-        cache = nan_sentinels((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache_sentinel"))
-        filled = (_randn((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache"))
-                  * state_scale(value_dist)).to(torch.bfloat16)
-        rows = torch.arange(cap).view(1, cap) < lens.view(T, 1)
-        cache[rows] = filled[rows]
-        inp["kv_cache"], inp["cache_lens"] = cache, lens
+        inp["cache_lens"] = lens
+        # one draw for every row: rows < L_b hold the values, the rest the sentinels made from
+        # the same (otherwise unused) draws, which costs no second pass of the generator
+        if caches:
+            drawn = (_randn((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache"))
+                     * state_scale(value_dist)).to(torch.bfloat16)
+            rows = (torch.arange(cap).view(1, cap) < lens.view(T, 1)).unsqueeze(-1)
+            inp["kv_cache"] = torch.where(rows, drawn, nan_sentinels_from(drawn))
     elif kind == "kda":
         if state_idx is None:
             S = batch + 1 if n_slots is None else n_slots
@@ -291,8 +297,9 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
             raise ConfigError(f"state_idx must hold distinct slots in [1, n_slots={S}) (or <= 0 for null rows)")
         P3, H, D = 3 * cfg.kda_proj, cfg.kda_heads, cfg.kda_head_dim
         sc = state_scale(value_dist)
-        inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state")) * sc
-                             ).to(torch.bfloat16)
-        inp["recurrent_state"] = 0.5 * sc * _randn((S, H, D, D), _gen(seed, "in", "recurrent_state"))
+        if caches:
+            inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state")) * sc
+                                 ).to(torch.bfloat16)
+            inp["recurrent_state"] = 0.5 * sc * _randn((S, H, D, D), _gen(seed, "in", "recurrent_state"))
         inp["state_idx"] = idx
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}

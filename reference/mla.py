@@ -5,10 +5,11 @@ normalised); q = bf16(q_c W_qb^T) per head [nope | rope]; the query is absorbed 
 space, ql[h] = bf16(q_nope[h] W_UK[h]); no rotary anywhere (positions are ignored).
 
 The new entry (kv_c | k_pe) is inserted into the ragged cache at row L_b BEFORE attention, so
-sequence b attends over rows 0..L_b. The attention is a per-sequence loop over exactly those rows:
-rows beyond L_b are never read (the materialiser fills them with NaN to prove it), and ragged
-lengths need no masking tricks. Scores, softmax and the P·C sum are f32 (f64 exact); lat and o
-are rounded. The output gate comes from the layer input x, not from the attention output.
+sequence b attends over rows 0..L_b, and over exactly those rows (sequences of one length are
+batched together, nothing is padded): rows beyond L_b are never read (the materialiser fills them
+with NaN to prove it), and ragged lengths need no masking tricks. Scores, softmax and the P·C sum
+are f32 (f64 exact); lat and o are rounded. The output gate comes from the layer input x, not
+from the attention output.
 """
 from __future__ import annotations
 
@@ -37,15 +38,21 @@ def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weigh
     ql = num.round(torch.einsum("thp,hpr->thr", q_nope.double(), w_uk).to(num.dtype))
     query = torch.cat([ql, q_pe], dim=-1)                                  # [T, H, R+rope]
 
-    cache = num.load(kv_cache)
-    new_entry = torch.cat([kv_c, k_pe], dim=-1)
+    # the updated cache: exact mode holds it in float64 (the new rows unrounded); faithful mode in
+    # the caller's bf16, whose every other bit (NaN payloads included) it keeps, since the new rows
+    # are bf16 values already (kv_c and k_pe are rounded)
+    cache = kv_cache.to(num.dtype if num.exact else kv_cache.dtype, copy=True)
+    lens = cache_lens.to(torch.int64)
+    cache[torch.arange(T, device=x.device), lens] = torch.cat([kv_c, k_pe], dim=-1).to(cache.dtype)
     lat = torch.empty(T, H, R, dtype=num.dtype, device=x.device)
-    for b, L in enumerate(cache_lens.tolist()):
-        cache[b, L] = new_entry[b]
-        rows = cache[b, :L + 1]                                            # [L+1, R+rope]
-        z = scale * num.mm(query[b], rows.T)                               # [H, L+1]
+    # sequences of one length attend together: each softmax still runs over exactly its L+1 rows
+    # (the same reductions as one sequence at a time, so the same bits), one step per length
+    for L in sorted(set(lens.tolist())):
+        seqs = (lens == L).nonzero().flatten()
+        rows = num.load(cache[seqs, :L + 1])                               # [G, L+1, R+rope]
+        z = scale * num.mm(query[seqs], rows.transpose(1, 2))              # [G, H, L+1]
         p = torch.softmax(z, dim=-1)
-        lat[b] = num.mm(p, rows[:, :R])
+        lat[seqs] = num.mm(p, rows[..., :R])
     lat = num.round(lat)
     o = num.round(torch.einsum("thr,hvr->thv", lat.double(), w_uv).to(num.dtype))   # [T, H, v]
 

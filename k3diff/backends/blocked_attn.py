@@ -26,27 +26,32 @@ def prepare_mla(cfg, w: dict) -> dict:
     }
 
 
-def _attend_one(Q: torch.Tensor, rows: torch.Tensor, R: int, scale: float) -> torch.Tensor:
-    """One sequence, all heads. Q [H, R+rope] f32 (= [ql | q_pe]), rows [n, R+rope] bf16 (only the
-    n = L_b + 1 valid cache rows). Returns the un-rounded latent [H, R] f32."""
-    n, C = rows.shape
-    n_chunks = -(-n // KV_CHUNK)
-    kv = torch.zeros(n_chunks * KV_CHUNK, C, dtype=F32, device=rows.device)
-    kv[:n] = rows.to(F32)                                   # zero padding of the last chunk
-    kv = kv.view(n_chunks, KV_CHUNK, C)
-    z = torch.einsum("hc,ntc->nht", Q, kv) * scale          # [chunks, H, KV_CHUNK] f32 scores
-    pad = torch.arange(n_chunks * KV_CHUNK, device=rows.device).view(n_chunks, 1, KV_CHUNK) >= n
-    z = z.masked_fill(pad, float("-inf"))
-    # per-chunk online-softmax partials (every chunk holds >= 1 valid row, so m_c is finite)
-    m_c = z.amax(dim=-1)                                    # [chunks, H]
-    p = torch.exp(z - m_c.unsqueeze(-1))
-    l_c = p.sum(dim=-1)                                     # [chunks, H]
-    acc_c = torch.einsum("nht,ntr->nhr", p, kv[..., :R])    # [chunks, H, R] unnormalised
+def _attend(Q: torch.Tensor, rows: torch.Tensor, n: torch.Tensor, R: int, scale: float) -> torch.Tensor:
+    """Sequences whose valid rows fill the same number of chunks, all heads. Q [G, H, R+rope] f32
+    (= [ql | q_pe]), rows [G, >= max(n), R+rope] bf16 of which the first n[g] are sequence
+    g's valid cache rows (L_g + 1; the rest may hold anything, NaN included: never read). Returns
+    the un-rounded latent [G, H, R] f32. Grouping by chunk count keeps the padding small."""
+    G, C = Q.shape[0], rows.shape[-1]
+    n_chunks = -(-int(n.max()) // KV_CHUNK)
+    pos = torch.arange(n_chunks * KV_CHUNK, device=rows.device)
+    valid = pos.view(1, -1) < n.view(-1, 1)                          # [G, chunks*KV_CHUNK]
+    kv = torch.zeros(G, n_chunks * KV_CHUNK, C, dtype=F32, device=rows.device)
+    have = min(rows.shape[1], n_chunks * KV_CHUNK)                   # the cache may end inside the chunk
+    kv[:, :have] = torch.where(valid[:, :have, None], rows[:, :have].to(F32), 0.0)   # zero padding of the last chunk
+    kv = kv.view(G, n_chunks, KV_CHUNK, C)
+    z = torch.einsum("ghc,gntc->gnht", Q, kv) * scale                # [G, chunks, H, KV_CHUNK] f32 scores
+    z = z.masked_fill(~valid.view(G, n_chunks, 1, KV_CHUNK), float("-inf"))
+    # per-chunk online-softmax partials; an empty chunk (m_c = -inf) gets p = 0 and weight 0 in
+    # the merge instead of NaN (exp(-inf - -inf)): an empty split must not poison the merge
+    m_c = z.amax(dim=-1)                                             # [G, chunks, H]
+    p = torch.exp(z - torch.where(m_c == float("-inf"), 0.0, m_c).unsqueeze(-1))
+    l_c = p.sum(dim=-1)                                              # [G, chunks, H]
+    acc_c = torch.einsum("gnht,gntr->gnhr", p, kv[..., :R])          # [G, chunks, H, R] unnormalised
     # log-sum-exp merge of the partials
-    m = m_c.amax(dim=0)
-    alpha = torch.exp(m_c - m)
-    l = (l_c * alpha).sum(dim=0)
-    acc = (acc_c * alpha.unsqueeze(-1)).sum(dim=0)
+    m = m_c.amax(dim=1)
+    alpha = torch.exp(m_c - m.unsqueeze(1))
+    l = (l_c * alpha).sum(dim=1)
+    acc = (acc_c * alpha.unsqueeze(-1)).sum(dim=1)
     return acc / l.unsqueeze(-1)
 
 
@@ -73,8 +78,11 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
     scale = float(nope + rope) ** -0.5
     Q = torch.cat([ql, q[:, :, nope:]], dim=-1).to(F32)     # [T, H, R+rope]
     lat = torch.empty(T, H, R, dtype=torch.bfloat16, device=x.device)
-    for b, L in enumerate(lens.tolist()):
-        lat[b] = bf16(_attend_one(Q[b], kv_cache[b, :L + 1], R, scale))   # rows 0..L_b only
+    n = lens + 1                                            # rows 0..L_b only
+    chunks = (n + KV_CHUNK - 1) // KV_CHUNK
+    for c in sorted(set(chunks.tolist())):                  # one pass per chunk count
+        seqs = (chunks == c).nonzero().flatten()
+        lat[seqs] = bf16(_attend(Q[seqs], kv_cache[seqs, :c * KV_CHUNK], n[seqs], R, scale))
 
     o = bf16(torch.bmm(lat.transpose(0, 1).to(F32), p["w_uv_t"].to(F32))).transpose(0, 1)  # [T,H,v]
     gated = bf16(o.reshape(T, H * v).to(F32) * torch.sigmoid(gz.to(F32)))

@@ -3,11 +3,15 @@
     python -m k3diff.tools.throughput --stages moe,mla,kda,layer --cases 100
     python -m k3diff.tools.throughput --device cuda --preset small --stages moe --cases 200
     python -m k3diff.tools.throughput --device cuda --preset full --stages moe --cases 20 --compare-with none
+    python -m k3diff.tools.throughput --workers 2 --stages mla     # two processes per side, as pytest -n 2
     python -m k3diff.tools.throughput --profile /tmp/prof --stages moe     # cProfile of the current code
 
 The cases are drawn once, by the current code's strategies (the space of `--preset`), and written to
-a JSON file; each side then runs in its own subprocess with its own PYTHONPATH: the current tree,
-and a detached git worktree of `--compare-with` (default c9944a8; `none` skips it). A case is
+a JSON file; each side then runs in its own subprocesses with its own PYTHONPATH: the current tree,
+and a detached git worktree of `--compare-with` (default c9944a8; `none` skips it). With
+`--workers N` a side's cases are dealt round-robin to N processes, each loads (imports, backend)
+and waits, then all start together; the side's time is from the first start to the last end,
+weight draws included (every process draws its own, as every xdist worker does). A case is
 judged as a fuzzing session judges it: `check_case` with the controls on (poisoned outputs, inputs
 and weights checked, run twice), and the batch-invariance check on every 8th case of batch >= 2
 (the session's share). Both sides print their Verdict.to_dict() per case and the table says, per
@@ -56,7 +60,9 @@ def draw_cases(stage: str, n: int, preset: str | None, device: str, seed: int, b
 
 
 def _worker(args) -> int:
-    """Runs inside the side's own interpreter (its own k3diff); prints one JSON line."""
+    """Runs inside the side's own interpreter (its own k3diff): judges its share of the cases
+    (every workers-th, from its part), after a start signal on stdin so that all workers of a side
+    start together; prints one JSON line."""
     import torch
 
     from k3diff.case import Case
@@ -64,9 +70,14 @@ def _worker(args) -> int:
     from k3diff.runner import check_case
     from k3diff.session import load_available
 
-    cases = [Case.from_dict(d) for d in json.loads(Path(args.cases_file).read_text())]
+    part, workers = (int(v) for v in args.part.split("/"))
+    drawn = json.loads(Path(args.cases_file).read_text())
+    mine = list(range(part, len(drawn), workers))
+    cases = {i: Case.from_dict(drawn[i]) for i in mine}
     backend = load_available(args.backend)
-    verdicts, invariance = [], []
+    print("K3DIFF-READY", flush=True)
+    sys.stdin.readline()
+    verdicts, invariance = {}, {}
     prof = None
     if args.profile:
         import cProfile
@@ -74,35 +85,64 @@ def _worker(args) -> int:
         prof.enable()
     sync = (lambda: torch.cuda.synchronize()) if args.device.startswith("cuda") else (lambda: None)
     sync()
-    start = time.perf_counter()
-    for i, case in enumerate(cases):
-        verdicts.append(check_case(case, backend, device=args.device).to_dict())
+    start = time.time()
+    for i in mine:
+        case = cases[i]
+        verdicts[i] = check_case(case, backend, device=args.device).to_dict()
         if i % INVARIANCE_EVERY == 0 and case.batch >= 2:
-            invariance.append(check_batch_invariance(case, backend, i, device=args.device).to_dict())
+            invariance[i] = check_batch_invariance(case, backend, i, device=args.device).to_dict()
     sync()
-    seconds = time.perf_counter() - start
+    end = time.time()
     if prof is not None:
         prof.disable()
         prof.dump_stats(args.profile)
-    print("K3DIFF-THROUGHPUT " + json.dumps({"seconds": seconds, "cases": len(cases),
-                                             "verdicts": verdicts, "invariance": invariance}))
+    print("K3DIFF-THROUGHPUT " + json.dumps({"start": start, "end": end, "verdicts": verdicts,
+                                             "invariance": invariance}))
     return 0
 
 
-def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: str | None) -> dict:
+def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: str | None,
+              workers: int = 1) -> dict:
+    """The side's verdicts (in case order) and its wall time: from the first worker's start to the
+    last one's end, the workers released together once every one has loaded."""
     # the side's tree first, then whatever the caller's path held (site dirs of carried packages,
     # e.g. CuTe DSL unpacked outside site-packages on the GPU machine)
     rest = os.environ.get("PYTHONPATH")
     env = dict(os.environ, PYTHONPATH=str(root) + (os.pathsep + rest if rest else ""))
-    cmd = [sys.executable, str(HERE), "--worker", "--cases-file", cases_file, "--backend", backend,
-           "--device", device]
-    if profile:
-        cmd += ["--profile", profile]
-    proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    for line in proc.stdout.splitlines():
-        if line.startswith("K3DIFF-THROUGHPUT "):
-            return json.loads(line.split(" ", 1)[1])
-    raise RuntimeError(f"worker in {root} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}")
+    if workers > 1:     # the cores shared out, as pytest-xdist workers would share them
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    procs = []
+    for part in range(workers):
+        cmd = [sys.executable, str(HERE), "--worker", "--cases-file", cases_file, "--backend", backend,
+               "--device", device, "--part", f"{part}/{workers}"]
+        if profile and part == 0:
+            cmd += ["--profile", profile]
+        procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        line = proc.stdout.readline()
+        while line and not line.startswith("K3DIFF-READY"):
+            line = proc.stdout.readline()
+    results = []
+    for proc in procs:                   # all loaded (or dead): release them together
+        try:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()            # communicate() below closes it
+        except BrokenPipeError:
+            pass
+    for proc in procs:
+        out, err = proc.communicate()
+        got = [ln for ln in out.splitlines() if ln.startswith("K3DIFF-THROUGHPUT ")]
+        if not got:
+            for other in procs:
+                other.kill()
+            raise RuntimeError(f"worker in {root} failed (exit {proc.returncode}): {err.strip()[-2000:]}")
+        results.append(json.loads(got[0].split(" ", 1)[1]))
+    merged = {k: {int(i): v for r in results for i, v in r[k].items()} for k in ("verdicts", "invariance")}
+    return {"seconds": max(r["end"] for r in results) - min(r["start"] for r in results),
+            "cases": len(merged["verdicts"]), "workers": workers,
+            "verdicts": [merged["verdicts"][i] for i in sorted(merged["verdicts"])],
+            "invariance": [merged["invariance"][i] for i in sorted(merged["invariance"])]}
 
 
 AGREEMENT = ("DIFFERENT", "same", "bitwise")      # worst first
@@ -158,9 +198,15 @@ def main(argv=None) -> int:
                    help="keep only the drawn cases of this preset (e.g. full: the full-dims half of the full space)")
     p.add_argument("--profile", default=None, metavar="PREFIX",
                    help="write a cProfile of the current side per stage to PREFIX-<stage>.prof")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="judge the cases in N processes started together, the cores shared out (as "
+                        "`pytest -n N`); the rate is all cases over the wall time of the N")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     p.add_argument("--cases-file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
     if args.worker:
         return _worker(args)
 
@@ -181,7 +227,8 @@ def _bench(args, backend_name, backend, base) -> int:
     stages = [s for s in args.stages.split(",") if s]
     rows, mismatches = [], 0
     print(f"backend {backend_name} on {args.device}; preset {args.preset or 'default'}; "
-          f"{args.cases} cases per stage; invariance on every {INVARIANCE_EVERY}th; baseline "
+          f"{args.cases} cases per stage; invariance on every {INVARIANCE_EVERY}th; "
+          f"{args.workers} worker process{'es' if args.workers > 1 else ''} per side; baseline "
           f"{args.compare_with if base else 'none'}", flush=True)
     for stage in stages:
         drawn = draw_cases(stage, args.cases * (3 if args.keep_preset else 1), args.preset, args.device,
@@ -191,9 +238,9 @@ def _bench(args, backend_name, backend, base) -> int:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(drawn, f)
         prof = f"{args.profile}-{stage}.prof" if args.profile else None
-        new = _run_side(ROOT, f.name, backend_name, args.device, prof)
+        new = _run_side(ROOT, f.name, backend_name, args.device, prof, args.workers)
         print(f"  {stage}: now {new['cases']} cases in {new['seconds']:.1f} s", flush=True)
-        old = _run_side(base, f.name, backend_name, args.device, None) if base else None
+        old = _run_side(base, f.name, backend_name, args.device, None, args.workers) if base else None
         if old is not None:
             print(f"  {stage}: baseline {old['cases']} cases in {old['seconds']:.1f} s", flush=True)
         same = "-"

@@ -70,13 +70,19 @@ def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
     gets that smallest normal as its floor: zeros pass, any normal-range value fails."""
     if not dtype.is_floating_point or ref.numel() == 0:
         return 0.0
+    return float(_noise_floor(ref, dtype))
+
+
+def _noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`noise_floor` as a float64 0-d tensor on ref's device, computed without a host sync (the
+    same float64 operations, in the same order, as on the host)."""
     fi = torch.finfo(dtype)
     r = torch.nan_to_num(ref.to(dtype), nan=0.0, posinf=0.0, neginf=0.0)
-    top = float(r.abs().max().to(torch.float64))
-    c = torch.tensor(0.3 * top, dtype=torch.float64).to(dtype)   # c itself in the output dtype
+    top = r.abs().max().to(torch.float64)
+    c = (0.3 * top).to(dtype)                                   # c itself in the output dtype
     moved = ((r + c) - c - r).abs().max().to(torch.float64)
-    measured = 2.0 * float(torch.nan_to_num(moved, nan=0.0, posinf=0.0))  # r + c may overflow at the top
-    return max(measured, fi.eps * top, fi.tiny)
+    measured = 2.0 * torch.nan_to_num(moved, nan=0.0, posinf=0.0)   # r + c may overflow at the top
+    return torch.maximum(torch.maximum(measured, fi.eps * top), torch.full_like(top, fi.tiny))
 
 
 def ulp(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -135,20 +141,25 @@ def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: 
         base_err_el = (b0 - r0).abs()
     else:
         base_err_el = torch.zeros_like(r0)
-    base_err = float(base_err_el.max())
-    atol = budget.atol_mult * noise_floor(r0, dtype)
-    bound = budget.rtol * base_err + atol
-    flat = int(err.flatten().argmax())
-    max_err = float(err.flatten()[flat])
-    denom = float((c0 * c0 + r0 * r0).sum())
-    similarity = 0.0 if denom == 0 else 1.0 - 2.0 * float((c0 * r0).sum()) / denom
-    ulps = float((err / ulp(r0, dtype)).max()) if dtype.is_floating_point else max_err
+    # every number of the report computed where the tensors live and read back at once (one
+    # host sync per tensor, not ten: on a GPU the syncs were most of a comparison's time)
+    zero = torch.zeros((), dtype=torch.float64, device=r0.device)
+    base_err = base_err_el.max()
+    atol = budget.atol_mult * _noise_floor(r0, dtype) if dtype.is_floating_point else zero
+    flat = err.flatten().argmax()
+    ulps = (err / ulp(r0, dtype)).max() if dtype.is_floating_point else err.max()
     outside = err > (atol + budget.rtol * base_err_el)
+    (base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value) = torch.stack([
+        base_err, atol, flat.to(torch.float64), err.flatten()[flat], (c0 * c0 + r0 * r0).sum(), (c0 * r0).sum(),
+        ulps, outside.double().mean(), c0.flatten()[flat], r0.flatten()[flat]]).tolist()
+    flat = int(flat)
+    bound = budget.rtol * base_err + atol
+    similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
     ok = max_err <= bound
     return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
                         atol=atol, similarity=similarity, worst_ulps=ulps,
-                        frac_outside=float(outside.double().mean()), where=_unravel(flat, c.shape),
-                        cand_value=float(c0.flatten()[flat]), ref_value=float(r0.flatten()[flat]),
+                        frac_outside=frac, where=_unravel(flat, c.shape),
+                        cand_value=cand_value, ref_value=ref_value,
                         error_map=None if ok else error_map(err))
 
 

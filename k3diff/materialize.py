@@ -2,7 +2,8 @@
 
 Weights depend only on (dims, weight seed, expert format, where drawn) and are cached (LRU, by
 count and by bytes: one full-dims set at a time on a GPU): drawing millions of
-numbers for every Hypothesis example would make the fuzzer crawl. Inputs, caches and states are
+numbers for every Hypothesis example would make the fuzzer crawl. The routed experts are cached
+apart from E: a set of E experts is a view of the first E of one draw (`_experts_for`). Inputs, caches and states are
 drawn fresh for every case from `case.seed`. Routing modes are applied by `k3diff.routing.apply_routing`
 to copies of the small router tensors, never to the cached weights.
 """
@@ -18,11 +19,16 @@ from reference import materialize as ref_mat
 
 _WEIGHT_CACHE: OrderedDict = OrderedDict()
 _WEIGHT_CACHE_SIZE = 8
+# the routed experts' tensors, one draw per expert_key holding the most experts asked for so far:
+# an E-expert set is the first E of it (reference.materialize.make_experts), so the E the fuzzer
+# moves between (896, 512, 257, 256, ...) cost one draw, not one each
+_EXPERT_CACHE: OrderedDict = OrderedDict()
 _VIEWS: OrderedDict = OrderedDict()     # (weight key, config) -> views of a cached set
-# bytes of weights kept across cases (a full-dims bf16 MoE weight set is 59 GB): on a GPU 45% of its
-# memory, so one full-dims set and the case's working memory fit together; on the CPU 8 GiB
+# bytes of weights kept across cases: on a GPU 60% of its memory, which holds the full-dims expert
+# draws of both formats at once (59.2 GB bf16 + 15.7 GB MXFP4 at E 896: the fuzzer switches between
+# them case by case) beside a case's working memory (a few GB); on the CPU 8 GiB
 _CPU_CACHE_BYTES = 8 << 30
-_GPU_CACHE_SHARE = 0.45
+_GPU_CACHE_SHARE = 0.6
 
 
 def draw_on(case: Case, device) -> str:
@@ -43,11 +49,25 @@ def weight_key(case: Case, device) -> tuple:
     return (case.stage, shapes, case.weight_seed, draw_on(case, device), str(device))
 
 
-def weight_bytes(case: Case) -> int:
+def expert_key(case: Case, device) -> tuple:
+    """What the routed experts' bits depend on: their names and shapes per expert -- not E."""
     cfg = case.config()
     layer = case.layer_idx if case.stage == "layer" else None
+    names = ref_mat.expert_names(cfg, case.stage, case.expert_format, layer)
+    shapes = ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer)
+    return (case.stage, tuple((n, tuple(shapes[n][0][1:]), str(shapes[n][1])) for n in names),
+            case.weight_seed, draw_on(case, device), str(device))
+
+
+def weight_bytes(case: Case, experts: bool = True) -> int:
+    """Bytes of the case's weights (experts=False: without the routed experts' tensors)."""
+    cfg = case.config()
+    layer = case.layer_idx if case.stage == "layer" else None
+    skip = () if experts else set(ref_mat.expert_names(cfg, case.stage, case.expert_format, layer))
     total = 0
-    for shape, dt in ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer).values():
+    for name, (shape, dt) in ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer).items():
+        if name in skip:
+            continue
         n = 1
         for s in shape:
             n *= s
@@ -63,15 +83,21 @@ def _cache_budget(device) -> int:
 
 
 def _cached_bytes() -> int:
-    return sum(sum(t.numel() * t.element_size() for t in w.values()) for w in _WEIGHT_CACHE.values())
+    """Bytes held by the caches, each storage once (a weight set's experts are views)."""
+    held = {}
+    for tensors in list(_WEIGHT_CACHE.values()) + list(_EXPERT_CACHE.values()):
+        for t in tensors.values():
+            st = t.untyped_storage()
+            held[(st.device, st.data_ptr())] = st.nbytes()
+    return sum(held.values())
 
 
 def evict_weights(keep_bytes: int = 0) -> None:
-    """Drop least recently used weight sets until at most `keep_bytes` are cached, and the backends'
-    prepared copies of them (k3diff.runner keeps those by weight set)."""
+    """Drop least recently used weight sets (then expert draws) until at most `keep_bytes` are
+    held, and the backends' prepared copies of them (k3diff.runner keeps those by weight set)."""
     dropped = False
-    while _WEIGHT_CACHE and _cached_bytes() > keep_bytes:
-        _WEIGHT_CACHE.popitem(last=False)
+    while (_WEIGHT_CACHE or _EXPERT_CACHE) and _cached_bytes() > keep_bytes:
+        (_WEIGHT_CACHE or _EXPERT_CACHE).popitem(last=False)
         dropped = True
     if dropped:
         for vkey in [k for k in _VIEWS if k[0] not in _WEIGHT_CACHE]:
@@ -93,11 +119,16 @@ def weights_for(case: Case, device) -> dict:
     if key in _WEIGHT_CACHE:
         _WEIGHT_CACHE.move_to_end(key)
     else:
-        evict_weights(max(0, _cache_budget(device) - weight_bytes(case)))
-        _WEIGHT_CACHE[key] = ref_mat.make_weights(
+        experts = _experts_for(case, device)
+        evict_weights(max(0, _cache_budget(device) - weight_bytes(case, experts=False)))
+        weights = ref_mat.make_weights(
             cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
             layer_idx=case.layer_idx if case.stage == "layer" else None, device=device,
-            draw_on=draw_on(case, device))
+            draw_on=draw_on(case, device), experts=False)
+        weights.update(experts)
+        shapes = ref_mat.weight_shapes(cfg, case.stage, case.expert_format,
+                                       case.layer_idx if case.stage == "layer" else None)
+        _WEIGHT_CACHE[key] = {n: weights[n] for n in shapes}
         while len(_WEIGHT_CACHE) > _WEIGHT_CACHE_SIZE:
             _WEIGHT_CACHE.popitem(last=False)
         for old in [k for k in _VIEWS if k[0] not in _WEIGHT_CACHE]:
@@ -109,6 +140,35 @@ def weights_for(case: Case, device) -> dict:
             _VIEWS.popitem(last=False)
     _VIEWS.move_to_end(vkey)
     return _VIEWS[vkey]
+
+
+def cached_bytes_for(case: Case, device) -> int:
+    """Bytes of the case's weights the caches already hold (k3diff.sizing need not find room for
+    them again)."""
+    if weight_key(case, device) in _WEIGHT_CACHE:
+        return weight_bytes(case)
+    held = _EXPERT_CACHE.get(expert_key(case, device))
+    if held and all(t.shape[0] >= case.config().n_experts for t in held.values()):
+        return weight_bytes(case) - weight_bytes(case, experts=False)
+    return 0
+
+
+def _experts_for(case: Case, device) -> dict:
+    """The case's routed experts: views of the first E experts of the cached draw, which is drawn
+    again (with E experts) only when a case asks for more experts than it holds."""
+    cfg = case.config()
+    E = cfg.n_experts
+    key = expert_key(case, device)
+    held = _EXPERT_CACHE.get(key)
+    if held is None or any(t.shape[0] < E for t in held.values()):
+        _EXPERT_CACHE.pop(key, None)
+        evict_weights(max(0, _cache_budget(device) - weight_bytes(case)))
+        held = _EXPERT_CACHE[key] = ref_mat.make_experts(
+            cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
+            layer_idx=case.layer_idx if case.stage == "layer" else None, device=device,
+            draw_on=draw_on(case, device))
+    _EXPERT_CACHE.move_to_end(key)
+    return {n: t[:E] for n, t in held.items()}
 
 
 def inputs_for(case: Case, device, step: int = 0) -> dict:

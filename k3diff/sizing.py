@@ -16,7 +16,8 @@ The memory plan of one case (what `estimate_bytes` adds up):
 A full-dims moe case (d 7168, r 3584, I 3072, E 896) at batch 256: weights 59.2 GB with bf16
 experts (15.7 GB MXFP4) + ~0.5 GB non-expert bf16 weights held twice + ~0.7 GB float64 transients +
 ~0.2 GB activations: about 61 GB (bf16) or 18 GB (MXFP4), comfortably inside one H200 (139 GiB);
-the weight cache keeps at most 45% of the GPU (k3diff.materialize), i.e. one full-dims bf16 set.
+the weight cache keeps at most 60% of the GPU (k3diff.materialize): the full-dims expert draws of
+both formats (one draw per format serves every E, as views of its first E experts).
 """
 from __future__ import annotations
 
@@ -92,12 +93,14 @@ def available_bytes(device) -> int:
 def check_fits(case: Case, device) -> None:
     """CaseTooLarge (one line) if the case cannot fit; cached weight sets of other cases are given
     back first when that makes room."""
-    need, have = estimate_bytes(case, device), available_bytes(device)
-    if need > have:
-        from k3diff import materialize
+    from k3diff import materialize
 
+    # weights the caches already hold take no new room (counted in `need`, absent from `have`)
+    need = estimate_bytes(case, device) - materialize.cached_bytes_for(case, device)
+    have = available_bytes(device)
+    if need > have:
         materialize.evict_weights(0)
-        have = available_bytes(device)
+        need, have = estimate_bytes(case, device), available_bytes(device)
     if need > have:
         raise CaseTooLarge(f"case too large for {device}: needs about {need / 2**30:.1f} GiB, "
                            f"{have / 2**30:.1f} GiB free ({case.label()})")

@@ -4,9 +4,9 @@ The controls used to clone every weight before each candidate call and compare a
 K3 dims that is a second 59 GB (bf16 experts) per call. Weights are cached across cases and never
 change, so the guard keeps, once per weight tensor: a copy of a small tensor (compared exactly,
 bit for bit, through an integer view) or, for a large one (>= LARGE bytes, the expert tensors at
-production dims), a 128-bit fingerprint of its bits (two position-weighted int64 sums over its
-32-bit words; a modification that leaves both unchanged is astronomically unlikely), recomputed
-after each call in chunks that read the tensor once.
+production dims), a fingerprint of its bits (position-weighted int64 sums of its 32-bit words, see
+`fingerprint`; a modification that leaves them all unchanged is astronomically unlikely),
+recomputed after each call.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from collections import OrderedDict
 import torch
 
 LARGE = 256 << 20
-_CHUNK = 1 << 26
+_WIDTH = 4096
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _KEPT: OrderedDict = OrderedDict()   # (id, data_ptr, shape, dtype) -> (weakref to the tensor, copy | fingerprint)
 _KEPT_SIZE = 96
@@ -26,18 +26,26 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(_INT_VIEW[t.element_size()])
 
 
+def _mult(n: int, salt: int, device) -> torch.Tensor:
+    """n distinct odd int64 multipliers (odd: no nonzero change times one wraps to 0 mod 2^64)."""
+    return (torch.arange(1, n + 1, dtype=torch.int64, device=device) * 0x9E3779B1 + salt) | 1
+
+
 def fingerprint(t: torch.Tensor) -> tuple:
+    """Its 32-bit words laid out as rows of _WIDTH: a weighted sum of the row sums and one of the
+    column sums (plus the words past the last full row, each weighted). A changed word moves both;
+    a swap within a row moves the column term, within a column the row term. Two reads of the
+    tensor, in int64 sums (a full-dims expert tensor is read at memory speed, not ten times over)."""
     flat = t.detach().reshape(-1)
     nbytes = flat.numel() * flat.element_size()
     words = flat.view(torch.int32) if nbytes % 4 == 0 else _bits(flat).to(torch.int32)
-    s1 = torch.zeros((), dtype=torch.int64, device=t.device)
-    s2 = torch.zeros((), dtype=torch.int64, device=t.device)
-    for lo in range(0, words.numel(), _CHUNK):
-        w = words[lo:lo + _CHUNK].to(torch.int64)
-        pos = torch.arange(lo + 1, lo + 1 + w.numel(), dtype=torch.int64, device=t.device)
-        s1 += w.sum()
-        s2 += (w * (pos * 0x9E3779B1 + 0x7F4A7C15)).sum()   # wraps mod 2^64: fine for a hash
-    return int(s1), int(s2), tuple(t.shape), t.dtype
+    rows = words.numel() // _WIDTH
+    body, tail = words[:rows * _WIDTH].view(rows, _WIDTH), words[rows * _WIDTH:]
+    dev = t.device
+    s_rows = (body.sum(1) * _mult(rows, 0x7F4A7C15, dev)).sum()      # int32 sums accumulate in int64
+    s_cols = (body.sum(0) * _mult(_WIDTH, 0x2545F491, dev)).sum()
+    s_tail = (tail.to(torch.int64) * _mult(tail.numel(), 0x5851F42D, dev)).sum()
+    return int(s_rows), int(s_cols), int(s_tail), tuple(t.shape), t.dtype
 
 
 def _key(t):

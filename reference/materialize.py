@@ -37,8 +37,11 @@ KDA slot 0 is the null slot; state_idx defaults to a shuffled distinct set of sl
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -122,10 +125,15 @@ def _randn(shape, gen) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=torch.float32, device=gen.device)
 
 
+EXPERT_KINDS = ("expert", "packed", "scale")      # the routed experts' tensors, [E, ...]
+
+
 def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "bf16",
-                 layer_idx: int | None = None, device="cpu", draw_on: str = "cpu") -> dict:
+                 layer_idx: int | None = None, device="cpu", draw_on: str = "cpu",
+                 experts: bool = True) -> dict:
     """All weights of `stage` (for 'layer': of layer `layer_idx`; for 'moe' with a dense layer_idx:
-    the dense MLP). draw_on="cpu" (default, bit-identical everywhere) or "device" (see module doc)."""
+    the dense MLP). draw_on="cpu" (default, bit-identical everywhere) or "device" (see module doc).
+    experts=False leaves out the routed experts' tensors (`make_experts` draws them)."""
     cfg.validate()
     if expert_format not in EXPERT_FORMATS:
         raise ValueError(f"expert_format must be one of {EXPERT_FORMATS}, got {expert_format!r}")
@@ -135,14 +143,9 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
     gdev = torch.device(device) if draw_on == "device" else torch.device("cpu")
     out = {}
     for name, (shape, kind) in shapes.items():
-        base = name.split(".", 1)[1] if stage == "layer" and name.startswith(("attn.", "mlp.")) else name
-        if kind in ("packed", "scale"):
-            continue                                   # made together with their expert draws below
-        if kind in ("expert",):
-            out[name] = _fill_experts(shape, torch.bfloat16, device,
-                                      lambda e: _expert_draw(seed, base, e, shape[1:], gdev).to(torch.bfloat16))
+        if kind in EXPERT_KINDS:
             continue
-        g = _gen(seed, "w", base, device=gdev)
+        g = _gen(seed, "w", _base(stage, name), device=gdev)
         fan_in = shape[-1]
         t = {"linear": lambda: _randn(shape, g) / math.sqrt(fan_in),
              "norm": lambda: 1.0 + 0.1 * _randn(shape, g),
@@ -152,36 +155,94 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
              "dt_bias": lambda: 0.3 * _randn(shape, g),
              "conv": lambda: 0.5 * _randn(shape, g)}[kind]()
         out[name] = t.to(_DTYPES[kind]).to(device)
-    for w in ("w13", "w2"):
-        key = f"experts.{w}_packed"
-        full = next((n for n in shapes if n.endswith(key)), None)
-        if full is None:
-            continue
-        E, N, K2 = shapes[full][0]
-        base = f"experts.{w}"
-        sname = full.replace("_packed", "_scale")
-        packed = torch.empty(shapes[full][0], dtype=torch.uint8, device=device)
-        scale = torch.empty(shapes[sname][0], dtype=torch.uint8, device=device)
-        for e in range(E):
-            p, sc = mxfp4.quantize(_expert_draw(seed, base, e, (N, 2 * K2), gdev))
-            packed[e].copy_(p)
-            scale[e].copy_(sc)
-        out[full], out[sname] = packed, scale
-    return {n: out[n] for n in shapes}
+    if experts:
+        out.update(make_experts(cfg, stage, seed, expert_format=expert_format, layer_idx=layer_idx,
+                                device=device, draw_on=draw_on))
+    return {n: out[n] for n in shapes if n in out}
 
 
-def _fill_experts(shape, dtype, device, draw_one) -> torch.Tensor:
-    """Expert e's weight written straight into its slot of the [E, ...] result: the bits of
-    stacking the draws, without holding every expert twice (a full-dims bf16 set is 59 GB)."""
-    out = torch.empty(shape, dtype=dtype, device=device)
-    for e in range(shape[0]):
-        out[e].copy_(draw_one(e))
+def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "bf16",
+                 layer_idx: int | None = None, device="cpu", draw_on: str = "cpu", n: int | None = None) -> dict:
+    """The routed experts' tensors of `stage` ({} where it has none), for experts 0 .. n-1 (default
+    all cfg.n_experts). Expert e's bits depend only on (seed, its name, e, its shape), never on E:
+    the first E experts of a larger draw are the experts of an E-expert config, which k3diff uses
+    to draw one set for every E (k3diff.materialize)."""
+    shapes = {name: sk for name, sk in _stage_weights(cfg, stage, layer_idx, expert_format).items()
+              if sk[1] in EXPERT_KINDS}
+    gdev = torch.device(device) if draw_on == "device" else torch.device("cpu")
+    out = {}
+    for name, (shape, kind) in shapes.items():
+        shape = (cfg.n_experts if n is None else n,) + tuple(shape[1:])
+        if kind == "expert":
+            # each expert written straight into its slot: the bits of stacking the draws, without
+            # holding every expert twice (a full-dims bf16 set is 59 GB)
+            t = out[name] = torch.empty(shape, dtype=torch.bfloat16, device=device)
+            for e, w in _expert_draws(seed, _base(stage, name), shape[0], shape[1:], gdev,
+                                      lambda w: w.to(torch.bfloat16)):
+                t[e].copy_(w)
+        elif kind == "packed":
+            # quantised where the result lives: the float draw is the same bits wherever it is made
+            # (on the CPU unless draw_on="device"), and quantize() is exact arithmetic
+            sname = name.replace("_packed", "_scale")
+            sshape = (shape[0],) + tuple(shapes[sname][0][1:])
+            base = _base(stage, name).replace("_packed", "")
+            packed = out[name] = torch.empty(shape, dtype=torch.uint8, device=device)
+            scale = out[sname] = torch.empty(sshape, dtype=torch.uint8, device=device)
+            for e, w in _expert_draws(seed, base, shape[0], (shape[1], 2 * shape[2]), gdev, lambda w: w):
+                p, sc = mxfp4.quantize(w.to(device))
+                packed[e].copy_(p)
+                scale[e].copy_(sc)
     return out
+
+
+_POOL: list = []          # one thread pool for the expert draws, made on first use
+_THREADED_NUMEL = 1 << 17  # experts this large are drawn on the pool (the tiny preset's are not)
+
+
+def _expert_draws(seed: int, base: str, n: int, shape, gdev, finish):
+    """(e, finish(expert e's float weight)) for e = 0 .. n-1, in order. Large experts drawn on the
+    CPU come from a pool of threads, a few experts ahead: every expert has its own generator, so
+    the bits do not depend on the threads, and torch releases the GIL while it draws. The threads
+    only draw (a serial op); the scaling and `finish` run here, where torch's own threads live."""
+    numel = math.prod(shape)
+    threads = min(n, os.cpu_count() or 1, 16)
+    if gdev.type != "cpu" or threads < 2 or numel < _THREADED_NUMEL:
+        for e in range(n):
+            yield e, finish(_expert_draw(seed, base, e, shape, gdev))
+        return
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(min(os.cpu_count() or 1, 16), thread_name_prefix="k3diff-draw"))
+    ahead = collections.deque()
+    for e in range(n):
+        ahead.append(_POOL[0].submit(_expert_normals, seed, base, e, shape, gdev))
+        if len(ahead) > 2 * threads:
+            yield e - len(ahead) + 1, finish(_fan_in(ahead.popleft().result()))
+    for k, fut in enumerate(ahead):
+        yield n - len(ahead) + k, finish(_fan_in(fut.result()))
+
+
+def expert_names(cfg: K3Config, stage: str, expert_format: str = "bf16", layer_idx: int | None = None) -> list:
+    """Names of the routed experts' tensors of `stage` ([E, ...]; none for mla, kda, a dense layer)."""
+    return [n for n, (_, kind) in _stage_weights(cfg, stage, layer_idx, expert_format).items()
+            if kind in EXPERT_KINDS]
+
+
+def _base(stage: str, name: str) -> str:
+    """A layer's attn.* / mlp.* weights are drawn as the stage's own (same seed, same bits)."""
+    return name.split(".", 1)[1] if stage == "layer" and name.startswith(("attn.", "mlp.")) else name
 
 
 def _expert_draw(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
     """Expert e's float weight, shared by the bf16 and the MXFP4 formats."""
-    return _randn(tuple(shape), _gen(seed, "w", base, e, device=gdev)) / math.sqrt(shape[-1])
+    return _fan_in(_expert_normals(seed, base, e, shape, gdev))
+
+
+def _expert_normals(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
+    return _randn(tuple(shape), _gen(seed, "w", base, e, device=gdev))
+
+
+def _fan_in(w: torch.Tensor) -> torch.Tensor:
+    return w / math.sqrt(w.shape[-1])
 
 
 # canonical NaN bit patterns CPUs and GPUs produce (quiet, payload 0 or all ones, either sign):

@@ -134,6 +134,40 @@ def test_weight_cache_shares_storage_across_topk_but_not_tensor_identity():
     assert materialize.weights_for(a, "cpu") is wa
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_expert_sets_of_every_e_are_views_of_one_draw(fmt):
+    """Experts are drawn once for the largest E asked for; smaller E are its first experts, bit
+    for bit what a fresh draw of that config gives."""
+    from reference import materialize as ref_mat
+
+    materialize.evict_weights(0)
+    got = {}
+    for e in (16, 8, 12, 16):
+        case = Case(stage="moe", overrides=(("n_experts", e),), expert_format=fmt, weight_seed=2).validate()
+        got[e] = materialize.weights_for(case, "cpu")
+        fresh = ref_mat.make_weights(case.config(), "moe", 2, expert_format=fmt)
+        assert list(got[e]) == list(fresh)
+        for name in fresh:
+            assert torch.equal(got[e][name], fresh[name]), (e, name)
+    names = ref_mat.expert_names(Case(stage="moe").config(), "moe", fmt)
+    assert names and all(got[8][n].data_ptr() == got[16][n].data_ptr() for n in names)
+    assert len(materialize._EXPERT_CACHE) == 1
+
+
+@pytest.mark.parametrize("where", ["one word", "swap in a row", "swap in a column"])
+def test_weight_fingerprint_moves_with_every_kind_of_change(where):
+    t = torch.randn(5, 4096, 3, generator=torch.Generator().manual_seed(1))
+    before = weight_guard.fingerprint(t)
+    words = t.view(-1).view(torch.int32)
+    i, j = {"one word": (777, None), "swap in a row": (777, 780),
+            "swap in a column": (777, 777 + weight_guard._WIDTH)}[where]
+    if j is None:
+        words[i] ^= 1
+    else:
+        words[i], words[j] = words[j].clone(), words[i].clone()
+    assert weight_guard.fingerprint(t) != before
+
+
 def test_weight_guard_sees_a_modified_weight_small_or_large(monkeypatch):
     w = {"a": torch.randn(10).to(torch.bfloat16), "b": torch.randn(300, 7)}
     token = weight_guard.remember(w)

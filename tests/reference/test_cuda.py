@@ -39,3 +39,13 @@ def test_cuda_matches_cpu(stage, layer_idx, mode):
                 cos = float(a @ b / (a.norm() * b.norm()))
                 rel = float((a - b).norm() / a.norm())
                 assert cos > 0.99999 and rel < 5e-3, f"{k}: cos {cos} rel {rel}"
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_weights_for_a_gpu_are_the_cpu_draws_bit_for_bit(fmt):
+    """Drawn on the CPU, MXFP4-quantised where they live (quantize is exact arithmetic)."""
+    a = make_weights(CFG, "moe", 17, expert_format=fmt)
+    b = make_weights(CFG, "moe", 17, expert_format=fmt, device="cuda")
+    for k in a:
+        assert b[k].device.type == "cuda", k
+        assert torch.equal(a[k].view(torch.uint8), b[k].cpu().view(torch.uint8)), k

@@ -12,6 +12,7 @@ Candidate and reference never share buffers: every run gets its own clones.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -23,8 +24,9 @@ from k3diff.stages import STATE, dims, output_specs, resolve_shape
 
 INT_POISON = -7
 _BITWISE = Budget(0.0, 0.0, "control", bitwise=True)
-# the previous case's outputs, by (name, shape, dtype): the stale memory of the second run
-_STALE: dict = {}
+# the previous case's outputs, by (name, shape, dtype, device): the stale memory of the second run
+_STALE: OrderedDict = OrderedDict()
+_STALE_SIZE = 64            # a few cases' outputs (they live on the device now: bounded)
 
 
 @dataclass
@@ -39,9 +41,9 @@ def _alloc(stage, cfg, inputs, provides, device, fill: str) -> dict:
     out = {}
     for spec in output_specs(stage, provides):
         shape = resolve_shape(spec, sizes)
-        stale = _STALE.get((spec.name, shape, spec.dtype)) if fill == "stale" else None
+        stale = _STALE.get((spec.name, shape, spec.dtype, torch.device(device))) if fill == "stale" else None
         if stale is not None:
-            buf = stale.clone().to(device)
+            buf = stale.clone()
         elif spec.dtype.is_floating_point:
             buf = torch.full(shape, float("nan") if fill == "nan" else 7.0, dtype=spec.dtype, device=device)
         else:
@@ -112,8 +114,12 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
                                                     note=f"two runs on identical inputs differ: {text}"))
             else:
                 verdict.notes.append(f"nondeterministic (declared): {text}")
-    for name, buf in out.items():
-        _STALE[(name, tuple(buf.shape), buf.dtype)] = buf.detach().to("cpu", copy=True)
+    for name, buf in out.items():    # kept where it lives: no copy to the host and back per run
+        key = (name, tuple(buf.shape), buf.dtype, buf.device)
+        _STALE[key] = buf.detach().clone()
+        _STALE.move_to_end(key)
+        while len(_STALE) > _STALE_SIZE:
+            _STALE.popitem(last=False)
     result = dict(out)
     result["_before"] = {k: pristine[k] for k in STATE[stage] if k in pristine}
     for name in STATE[stage]:

@@ -169,6 +169,18 @@ def agreement(a, b) -> str:
     return "same" if close(a, b) else "DIFFERENT"
 
 
+def _gist(v: dict) -> str:
+    """One line of a verdict dict: its outcome and its first failing report (or error)."""
+    if v.get("error"):
+        return f"ERROR {v['error']}"
+    bad = [r for r in v.get("reports", []) if not r.get("ok")]
+    if not bad:
+        return "ok" if v.get("ok") else f"FAIL (routing: {(v.get('routing') or {}).get('note')})"
+    r = bad[0]
+    what = r.get("note") or f"max|err| {r.get('max_err'):.3g} vs bound {r.get('bound'):.3g}"
+    return f"FAIL {r.get('stage')}/{r.get('tensor')}: {what} ({len(bad)} failing report(s))"
+
+
 def baseline_tree(rev: str) -> tuple[Path, bool]:
     """(a tree of `rev`, whether it was made here): `rev` may be a directory holding a tree, else a
     detached git worktree of it is added under the temp dir (and removed after the run)."""
@@ -253,6 +265,8 @@ def _bench(args, backend_name, backend, base) -> int:
                 first = next(i for i, (a, b) in enumerate(pairs) if agreement(a, b) == "DIFFERENT")
                 what = json.dumps(drawn[first]) if first < len(drawn) else "a batch-invariance check"
                 print(f"  verdict differs on {what}", file=sys.stderr)
+                for side, v in zip(("baseline", "now"), pairs[first]):
+                    print(f"    {side}: {_gist(v)}", file=sys.stderr)
         fails = sum(1 for v in new["verdicts"] if not v["ok"] and not v["skipped"])
         rows.append((stage, len(drawn), fails, old and old["cases"] / old["seconds"],
                      new["cases"] / new["seconds"], same))

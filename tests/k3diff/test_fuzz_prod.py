@@ -168,6 +168,13 @@ def test_weight_fingerprint_moves_with_every_kind_of_change(where):
     assert weight_guard.fingerprint(t) != before
 
 
+def test_weight_fingerprint_does_not_depend_on_its_blocks(monkeypatch):
+    t = torch.randn(3, 9000, 5, generator=torch.Generator().manual_seed(2))
+    whole = weight_guard.fingerprint(t)
+    monkeypatch.setattr(weight_guard, "_BLOCK_ROWS", 3)
+    assert weight_guard.fingerprint(t) == whole
+
+
 def test_weight_guard_sees_a_modified_weight_small_or_large(monkeypatch):
     w = {"a": torch.randn(10).to(torch.bfloat16), "b": torch.randn(300, 7)}
     token = weight_guard.remember(w)

@@ -46,10 +46,13 @@ def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weigh
     cache[torch.arange(T, device=x.device), lens] = torch.cat([kv_c, k_pe], dim=-1).to(cache.dtype)
     lat = torch.empty(T, H, R, dtype=num.dtype, device=x.device)
     # sequences of one length attend together: each softmax still runs over exactly its L+1 rows
-    # (the same reductions as one sequence at a time, so the same bits), one step per length
+    # (the same reductions as one sequence at a time, so the same bits), one step per length.
+    # The GEMM operands are widened to float64 once (num.mm would widen them per product: the
+    # same exact values)
+    query = query.to(torch.float64)
     for L in sorted(set(lens.tolist())):
         seqs = (lens == L).nonzero().flatten()
-        rows = num.load(cache[seqs, :L + 1])                               # [G, L+1, R+rope]
+        rows = cache[seqs, :L + 1].to(torch.float64)                       # [G, L+1, R+rope]
         z = scale * num.mm(query[seqs], rows.transpose(1, 2))              # [G, H, L+1]
         p = torch.softmax(z, dim=-1)
         lat[seqs] = num.mm(p, rows[..., :R])

@@ -18,3 +18,31 @@ def test_a_changed_verdict_or_a_real_change_differs():
     assert agreement(V, dict(V, ok=False)) == "DIFFERENT"
     assert agreement(V, dict(V, reports=[dict(V["reports"][0], ratio=0.26)])) == "DIFFERENT"
     assert agreement(V, dict(V, reports=[])) == "DIFFERENT"
+
+
+def test_gist_names_the_first_failing_report_or_the_error():
+    from k3diff.tools.throughput import _gist
+
+    bad = dict(V, ok=False, reports=[V["reports"][0], {"ok": False, "stage": "moe", "tensor": "out",
+                                                       "max_err": 0.5, "bound": 0.1, "note": None}])
+    assert _gist(bad) == "FAIL moe/out: max|err| 0.5 vs bound 0.1 (1 failing report(s))"
+    assert _gist(dict(V, ok=False, error="RuntimeError: boom")) == "ERROR RuntimeError: boom"
+    assert _gist(V) == "ok"
+
+
+def test_workers_share_the_cases_and_judge_each_once():
+    """--workers 2: two processes released together, every drawn case judged once; a bad count is a usage error."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    run = lambda *a: subprocess.run([sys.executable, "-m", "k3diff.tools.throughput", *a],  # noqa: E731
+                                    cwd=root, capture_output=True, text=True, timeout=300)
+    got = run("--stages", "kda", "--cases", "6", "--compare-with", "none", "--workers", "2")
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "2 worker processes per side" in got.stdout
+    row = [ln.split() for ln in got.stdout.splitlines() if ln.startswith("kda ")]
+    assert row and row[0][1] == "6" and row[0][2] == "0", got.stdout
+    bad = run("--stages", "kda", "--cases", "2", "--workers", "0")
+    assert bad.returncode == 2 and "--workers must be >= 1" in bad.stderr

@@ -41,7 +41,8 @@ def _alloc(stage, cfg, inputs, provides, device, fill: str) -> dict:
     out = {}
     for spec in output_specs(stage, provides):
         shape = resolve_shape(spec, sizes)
-        stale = _STALE.get((spec.name, shape, spec.dtype, torch.device(device))) if fill == "stale" else None
+        key = (spec.name, shape, spec.dtype, torch.device(device))
+        stale = _STALE.get(key) if fill == "stale" else None
         if stale is not None:
             buf = stale.clone()
         elif spec.dtype.is_floating_point:

@@ -150,8 +150,8 @@ def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: 
     ulps = (err / ulp(r0, dtype)).max() if dtype.is_floating_point else err.max()
     outside = err > (atol + budget.rtol * base_err_el)
     (base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value) = torch.stack([
-        base_err, atol, flat.to(torch.float64), err.flatten()[flat], (c0 * c0 + r0 * r0).sum(), (c0 * r0).sum(),
-        ulps, outside.double().mean(), c0.flatten()[flat], r0.flatten()[flat]]).tolist()
+        base_err, atol, flat.to(torch.float64), err.flatten()[flat], (c0 * c0 + r0 * r0).sum(),
+        (c0 * r0).sum(), ulps, outside.double().mean(), c0.flatten()[flat], r0.flatten()[flat]]).tolist()
     flat = int(flat)
     bound = budget.rtol * base_err + atol
     similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom

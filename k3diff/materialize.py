@@ -1,11 +1,12 @@
 """Case -> (config, weights, inputs), deterministically, plus the routing modes.
 
 Weights depend only on (dims, weight seed, expert format, where drawn) and are cached (LRU, by
-count and by bytes: one full-dims set at a time on a GPU): drawing millions of
-numbers for every Hypothesis example would make the fuzzer crawl. The routed experts are cached
-apart from E: a set of E experts is a view of the first E of one draw (`_experts_for`). Inputs, caches and states are
-drawn fresh for every case from `case.seed`. Routing modes are applied by `k3diff.routing.apply_routing`
-to copies of the small router tensors, never to the cached weights.
+count and by bytes: on a GPU up to 60% of it, the full-dims experts of both formats): drawing
+millions of numbers for every Hypothesis example would make the fuzzer crawl. The routed experts
+are cached apart from E: a set of E experts is a view of the first E of one draw
+(`_experts_for`). Inputs, caches and states are drawn fresh for every case from `case.seed`.
+Routing modes are applied by `k3diff.routing.apply_routing` to copies of the small router
+tensors, never to the cached weights.
 """
 from __future__ import annotations
 

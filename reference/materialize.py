@@ -28,10 +28,11 @@ epsilon (where its placement matters) and "large" gives large cached keys and va
 
 Untouched memory holds sentinels drawn from the seed (`nan_sentinels`), never plain NaN: MLA
 caches in every row >= L_b (the row the step writes and the free rows; made from the bits of the
-cache draw there, which no row uses), layer blocks in the slots the layer must not read. They are quiet NaNs with random non-canonical payloads: a NaN poisons
-every read (even one a softmax weights by 0, where 0 * NaN is still NaN, while a huge finite value
-could vanish behind a -inf score), and the random payload makes a write show bitwise, a canonical
-NaN included (a kernel "clearing" the rows with NaN no longer passes the bitwise check).
+cache draw there, which no row uses), layer blocks in the slots the layer must not read. They
+are quiet NaNs with random non-canonical payloads: a NaN poisons every read (even one a softmax
+weights by 0, where 0 * NaN is still NaN, while a huge finite value could vanish behind a -inf
+score), and the random payload makes a write show bitwise, a canonical NaN included (a kernel
+"clearing" the rows with NaN no longer passes the bitwise check).
 KDA slots no row owns get `finite_sentinels` instead (k3diff.materialize; see there why).
 KDA slot 0 is the null slot; state_idx defaults to a shuffled distinct set of slots >= 1.
 """

@@ -37,7 +37,8 @@ def _attend(Q: torch.Tensor, rows: torch.Tensor, n: torch.Tensor, R: int, scale:
     valid = pos.view(1, -1) < n.view(-1, 1)                          # [G, chunks*KV_CHUNK]
     kv = torch.zeros(G, n_chunks * KV_CHUNK, C, dtype=F32, device=rows.device)
     have = min(rows.shape[1], n_chunks * KV_CHUNK)                   # the cache may end inside the chunk
-    kv[:, :have] = torch.where(valid[:, :have, None], rows[:, :have].to(F32), 0.0)   # zero padding of the last chunk
+    # zero padding of the last chunk (the rows past n may hold NaN sentinels)
+    kv[:, :have] = torch.where(valid[:, :have, None], rows[:, :have].to(F32), 0.0)
     kv = kv.view(G, n_chunks, KV_CHUNK, C)
     z = torch.einsum("ghc,gntc->gnht", Q, kv) * scale                # [G, chunks, H, KV_CHUNK] f32 scores
     z = z.masked_fill(~valid.view(G, n_chunks, 1, KV_CHUNK), float("-inf"))

@@ -117,8 +117,8 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
                "--device", device, "--part", f"{part}/{workers}"]
         if profile and part == 0:
             cmd += ["--profile", profile]
-        procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
+        procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for proc in procs:
         line = proc.stdout.readline()
         while line and not line.startswith("K3DIFF-READY"):

@@ -71,7 +71,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     for step in range(case.steps):
         step_inputs = inputs if step == 0 else _next_step_inputs(case, device, step)
         per = {role: _with_state(step_inputs, state[role]) for role in state}
-        # the layer's routing probe is the exact reference run itself unless it forced new ids
+        # the layer's routing probe is the exact reference run itself (forced onto its own ids or not)
         ref = None
         if stage == "layer":
             ref = routing.force_layer_near_ties(oracle, cfg.is_moe_layer(case.layer_idx), per, verdict)

@@ -126,3 +126,27 @@ def test_controls_flag_nondeterminism_unless_declared():
     verdict = check_case(case, declared)
     assert verdict.ok and any("nondeterministic (declared)" in n for n in verdict.notes)
     assert not check_case(case, _Jitter(), controls=Controls(run_twice=False)).failures()
+
+
+@pytest.mark.parametrize("layer_idx,fmt,overrides", [
+    (1, "bf16", ()), (2, "mxfp4", ()), (4, "bf16", (("n_group", 4), ("topk_group", 2))),
+    (3, "mxfp4", (("routed_scaling_factor", 2.5),))])
+@pytest.mark.parametrize("mode", ["exact", "faithful"])
+def test_a_layer_forced_onto_its_own_ids_is_the_same_run(layer_idx, fmt, overrides, mode):
+    """Rule 6 keeps the routing probe as the reference's result when it forces the ids: the
+    reference forced onto the ids it chose itself must repeat its run bit for bit."""
+    import reference
+    from k3diff.materialize import materialize
+
+    case = Case("layer", batch=9, layer_idx=layer_idx, expert_format=fmt, overrides=overrides,
+                cache_lens=(0, 1, 63, 64, 65, 3, 7, 100, 5), n_slots=12,
+                state_idx=(3, 1, 0, 7, 9, -1, 2, 11, 5), seed=31).validate()
+    case = case if case.attention_kind == "mla" else Case(**{**case.__dict__, "cache_lens": ()}).validate()
+    cfg, weights, inputs = materialize(case)
+    free = reference.run_stage("layer", cfg, weights, inputs, mode)
+    forced = reference.run_stage("layer", cfg, weights, dict(inputs, forced_ids=free["mlp.topk_ids"]), mode)
+    assert free.keys() == forced.keys()
+    for k, v in free.items():
+        if torch.is_tensor(v):
+            ints = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[v.element_size()]
+            assert torch.equal(v.view(ints), forced[k].view(ints)), k

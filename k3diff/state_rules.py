@@ -6,7 +6,7 @@ memory are judged bit for bit:
 
   mla    the new token's cache row (kv_c | k_pe) under the error rule; every other row bitwise as
          it was (K3_SPEC §3.3); free rows hold NaNs with random payloads
-         (`reference.materialize.nan_sentinels`), so writing a canonical NaN there shows too.
+         (`reference.materialize.nan_sentinels_from`), so writing a canonical NaN there shows too.
   kda    the conv state shifts raw bf16 inputs: history bitwise, the new column under the error
          rule; the recurrent state of live slots under the error rule; slots no row owns (the null
          slot 0 included) hold finite sentinels (`k3diff.materialize.poison_unused_slots`) and stay

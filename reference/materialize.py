@@ -163,7 +163,8 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
 
 
 def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "bf16",
-                 layer_idx: int | None = None, device="cpu", draw_on: str = "cpu", n: int | None = None) -> dict:
+                 layer_idx: int | None = None, device="cpu", draw_on: str = "cpu",
+                 n: int | None = None) -> dict:
     """The routed experts' tensors of `stage` ({} where it has none), for experts 0 .. n-1 (default
     all cfg.n_experts). Expert e's bits depend only on (seed, its name, e, its shape), never on E:
     the first E experts of a larger draw are the experts of an E-expert config, which k3diff uses
@@ -222,7 +223,8 @@ def _expert_draws(seed: int, base: str, n: int, shape, gdev, finish):
         yield n - len(ahead) + k, finish(_fan_in(fut.result()))
 
 
-def expert_names(cfg: K3Config, stage: str, expert_format: str = "bf16", layer_idx: int | None = None) -> list:
+def expert_names(cfg: K3Config, stage: str, expert_format: str = "bf16",
+                 layer_idx: int | None = None) -> list:
     """Names of the routed experts' tensors of `stage` ([E, ...]; none for mla, kda, a dense layer)."""
     return [n for n, (_, kind) in _stage_weights(cfg, stage, layer_idx, expert_format).items()
             if kind in EXPERT_KINDS]

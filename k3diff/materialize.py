@@ -32,6 +32,11 @@ _CPU_CACHE_BYTES = 8 << 30
 _GPU_CACHE_SHARE = 0.6
 
 
+def _layer(case: Case) -> int | None:
+    """The layer whose weights a case draws (only the layer stage has one)."""
+    return case.layer_idx if case.stage == "layer" else None
+
+
 def draw_on(case: Case, device) -> str:
     """Where the case's weights are drawn: on the device for the `full` preset on a GPU (30 G
     numbers would take many minutes on the CPU), else on the CPU. The rule reads only the case and
@@ -44,7 +49,7 @@ def weight_key(case: Case, device) -> tuple:
     """The weights depend only on their names and shapes (the dims), the weight seed and where they
     are drawn -- not on top-k, scaling or grouping, so those share one cached set."""
     cfg = case.config()
-    layer = case.layer_idx if case.stage == "layer" else None
+    layer = _layer(case)
     shapes = tuple(sorted((n, tuple(s), str(dt)) for n, (s, dt) in
                           ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer).items()))
     return (case.stage, shapes, case.weight_seed, draw_on(case, device), str(device))
@@ -53,7 +58,7 @@ def weight_key(case: Case, device) -> tuple:
 def expert_key(case: Case, device) -> tuple:
     """What the routed experts' bits depend on: their names and shapes per expert -- not E."""
     cfg = case.config()
-    layer = case.layer_idx if case.stage == "layer" else None
+    layer = _layer(case)
     names = ref_mat.expert_names(cfg, case.stage, case.expert_format, layer)
     shapes = ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer)
     return (case.stage, tuple((n, tuple(shapes[n][0][1:]), str(shapes[n][1])) for n in names),
@@ -63,7 +68,7 @@ def expert_key(case: Case, device) -> tuple:
 def weight_bytes(case: Case, experts: bool = True) -> int:
     """Bytes of the case's weights (experts=False: without the routed experts' tensors)."""
     cfg = case.config()
-    layer = case.layer_idx if case.stage == "layer" else None
+    layer = _layer(case)
     skip = () if experts else set(ref_mat.expert_names(cfg, case.stage, case.expert_format, layer))
     total = 0
     for name, (shape, dt) in ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer).items():
@@ -124,11 +129,10 @@ def weights_for(case: Case, device) -> dict:
         evict_weights(max(0, _cache_budget(device) - weight_bytes(case, experts=False)))
         weights = ref_mat.make_weights(
             cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
-            layer_idx=case.layer_idx if case.stage == "layer" else None, device=device,
+            layer_idx=_layer(case), device=device,
             draw_on=draw_on(case, device), experts=False)
         weights.update(experts)
-        shapes = ref_mat.weight_shapes(cfg, case.stage, case.expert_format,
-                                       case.layer_idx if case.stage == "layer" else None)
+        shapes = ref_mat.weight_shapes(cfg, case.stage, case.expert_format, _layer(case))
         _WEIGHT_CACHE[key] = {n: weights[n] for n in shapes}
         while len(_WEIGHT_CACHE) > _WEIGHT_CACHE_SIZE:
             _WEIGHT_CACHE.popitem(last=False)
@@ -166,7 +170,7 @@ def _experts_for(case: Case, device) -> dict:
         evict_weights(max(0, _cache_budget(device) - weight_bytes(case)))
         held = _EXPERT_CACHE[key] = ref_mat.make_experts(
             cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
-            layer_idx=case.layer_idx if case.stage == "layer" else None, device=device,
+            layer_idx=_layer(case), device=device,
             draw_on=draw_on(case, device))
     _EXPERT_CACHE.move_to_end(key)
     return {n: t[:E] for n, t in held.items()}
@@ -182,7 +186,7 @@ def inputs_for(case: Case, device, step: int = 0) -> dict:
         cache_lens=list(case.cache_lens) if kind == "mla" else None,
         state_idx=list(case.state_idx) if kind == "kda" else None,
         n_slots=case.n_slots if kind == "kda" else None,
-        layer_idx=case.layer_idx if case.stage == "layer" else None,
+        layer_idx=_layer(case),
         value_dist=case.value_dist,
         cache_capacity=(max(case.cache_lens) + case.steps) if kind == "mla" else None,
         device=device, caches=step == 0)

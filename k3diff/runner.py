@@ -23,6 +23,7 @@ from k3diff.budgets import budget_for
 from k3diff.case import Case
 from k3diff.controls import Controls, run_candidate
 from k3diff.divergence import compare
+from k3diff.host_memory import keep_freed_memory
 from k3diff.materialize import inputs_for, materialize
 from k3diff.sizing import check_fits
 from k3diff.stages import output_specs
@@ -62,6 +63,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
         verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
         return verdict
     start = time.perf_counter()
+    keep_freed_memory()             # once per process: the next case reuses this one's host memory
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
     prepared = prepared_for(candidate, cfg, stage, weights)
@@ -97,8 +99,11 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
 
 
 def _with_state(inputs: dict, carried: dict) -> dict:
-    """Each implementation gets its own copy of the inputs (and its own evolving state)."""
-    out = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()}
+    """Each implementation gets its own dict of the inputs and its own evolving state. The step's
+    input tensors are shared, not cloned: the reference never writes an input (tested:
+    tests/reference/test_materialize.py) and the candidate runs on the controls' clones
+    (`k3diff.controls.run_candidate`), so no role can see another's writes."""
+    out = dict(inputs)
     for k, v in carried.items():
         out[k] = v.to(PERSISTENT[k], copy=True)
     return out

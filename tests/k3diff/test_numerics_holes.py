@@ -62,6 +62,16 @@ def test_nan_sentinels_are_non_canonical_and_seeded():
     assert len(set(bits.flatten().tolist())) >= 24          # 16 payloads x 2 signs
 
 
+def test_nan_sentinels_in_place_are_the_where_form_bit_for_bit():
+    values = (torch.randn(6, 40, 5, generator=ref_mat._gen(4, "v")) * 3).to(torch.bfloat16)
+    values[0, 0] = float("nan")
+    values[0, 1] = -0.0
+    mask = torch.rand(6, 40, 1, generator=ref_mat._gen(4, "m")) < 0.6
+    want = torch.where(mask, ref_mat.nan_sentinels_from(values), values)
+    got = ref_mat.nan_sentinels_where(values.clone(), mask)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_finite_sentinels_are_huge_and_varied(dtype):
     s = ref_mat.finite_sentinels((1000,), dtype, ref_mat._gen(3, "s"))

@@ -90,3 +90,21 @@ def test_contract_names_dtypes_shapes_and_no_mutation(stage, layer_idx, fmt, mod
             assert r[s].dtype == (inp[s].dtype if mode == "faithful" else torch.float64)
     if stage == "moe" and layer_idx is None:
         assert r["sel_gap"].dtype == torch.float64 and r["sel_gap"].shape == (3,)
+
+
+@pytest.mark.parametrize("mode", ["exact", "faithful"])
+@pytest.mark.parametrize("stage,layer_idx", [("moe", None), ("mla", None), ("kda", None), ("layer", 1),
+                                             ("layer", 4)])
+def test_run_stage_never_writes_its_inputs_or_weights(stage, layer_idx, mode):
+    """k3diff's runner hands the reference the very tensors it hands the controls to clone for
+    the candidate (k3diff.runner._with_state): the reference must not write a single input bit."""
+    cfg = preset("tiny")
+    w = make_weights(cfg, stage, 3, layer_idx=layer_idx)
+    kw = {"layer_idx": layer_idx} if layer_idx is not None else {}
+    inp = make_inputs(cfg, stage, 4, batch=5, **kw)
+    bits = lambda t: t.contiguous().view(torch.uint8) if t.is_floating_point() else t      # noqa: E731
+    before = {k: bits(v).clone() for k, v in {**inp, **w}.items() if torch.is_tensor(v)}
+    run_stage(stage, cfg, w, inp, mode)
+    for k, v in {**inp, **w}.items():
+        if torch.is_tensor(v):
+            assert torch.equal(bits(v), before[k]), k

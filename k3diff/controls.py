@@ -19,7 +19,7 @@ import torch
 
 from k3diff import weight_guard
 from k3diff.budgets import Budget
-from k3diff.divergence import TensorReport, compare
+from k3diff.divergence import TensorReport, compare_many
 from k3diff.stages import STATE, dims, output_specs, resolve_shape
 
 INT_POISON = -7
@@ -58,17 +58,18 @@ def _snapshot(tensors: dict) -> dict:
 
 
 def _changed(before: dict, after: dict, allowed) -> list[str]:
-    bad = []
+    bad, kept = [], []
     for k, v in before.items():
         if k in allowed:
             continue
         a = after.get(k)
         if a is None or a.shape != v.shape or a.dtype != v.dtype:
             bad.append(k)
-            continue
-        if not compare("control", k, a, v, None, _BITWISE).ok:
-            bad.append(k)
-    return bad
+        else:
+            kept.append((k, a, v))
+    reports = compare_many([("control", k, a, v, None, _BITWISE) for k, a, v in kept])
+    changed = {k for (k, _, _), r in zip(kept, reports) if not r.ok}
+    return [k for k in before if k in changed or k in bad]
 
 
 def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, controls: Controls, verdict) -> dict:
@@ -100,14 +101,10 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
                                                 note=f"modified input(s) it does not own: {', '.join(bad)}"))
     if controls.run_twice:
         again_inputs, again = one_run("stale")
-        diffs = []
-        for name in out:
-            r = compare(stage, name, again[name], out[name], None, _BITWISE)
-            if not r.ok:
-                diffs.append((name, _spread(again[name], out[name])))
-        for name in STATE[stage]:
-            if name in run_inputs and not compare(stage, name, again_inputs[name], run_inputs[name], None, _BITWISE).ok:
-                diffs.append((name, _spread(again_inputs[name], run_inputs[name])))
+        pairs = [(name, again[name], out[name]) for name in out]
+        pairs += [(name, again_inputs[name], run_inputs[name]) for name in STATE[stage] if name in run_inputs]
+        reports = compare_many([(stage, name, a, b, None, _BITWISE) for name, a, b in pairs])
+        diffs = [(name, _spread(a, b)) for (name, a, b), r in zip(pairs, reports) if not r.ok]
         if diffs:
             text = ", ".join(f"{n} (max spread {s:.3g})" for n, s in diffs)
             if getattr(backend, "deterministic", True):

@@ -115,26 +115,54 @@ def _unravel(flat: int, shape) -> tuple:
 def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: torch.Tensor | None,
             budget: Budget, dtype: torch.dtype | None = None) -> TensorReport:
     """Apply the error rule to one tensor. `dtype` is the candidate's storage dtype."""
+    return compare_many([(stage, name, cand, ref, base, budget, dtype)])[0]
+
+
+def compare_many(items) -> list[TensorReport]:
+    """`compare` of each (stage, name, cand, ref, base, budget[, dtype]), the same reports, with
+    every item's numbers read back to the host at once: on a GPU one sync per call instead of one
+    or two per tensor (each sync drains the launch queue; a case compares 20-30 tensors)."""
+    measured = [_measure(*item) for item in items]
+    pending = [m for m in measured if isinstance(m, _Pending)]
+    if pending:
+        values = torch.cat([m.scalars for m in pending]).tolist()
+        at = 0
+        for m in pending:
+            m.values, at = values[at:at + m.scalars.numel()], at + m.scalars.numel()
+    return [m.finish() if isinstance(m, _Pending) else m for m in measured]
+
+
+class _Pending:
+    """A comparison whose numbers are still on the device: `scalars` (float64, 1-D), read back by
+    compare_many into `values`, then turned into the report by `finish`."""
+
+    def __init__(self, scalars: torch.Tensor, finish):
+        self.scalars, self._finish, self.values = scalars, finish, None
+
+    def finish(self) -> TensorReport:
+        return self._finish(self.values)
+
+
+def _measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
+    """A finished TensorReport where nothing needs measuring, else a _Pending."""
     dtype = dtype or cand.dtype
     if tuple(cand.shape) != tuple(ref.shape):
         return TensorReport(stage, name, False, note=f"shape {tuple(cand.shape)} != reference {tuple(ref.shape)}")
     if budget.bitwise:
-        return _bitwise(stage, name, cand, ref)
+        if cand.dtype != ref.dtype or cand.device.type == "cpu":   # torch.equal: one pass, no mask
+            return _bitwise(stage, name, cand, ref)
+        differ = (_bits(cand) != _bits(ref)).sum().to(torch.float64).reshape(1)
+        return _Pending(differ, lambda v: (TensorReport(stage, name, True, note="bitwise equal") if v[0] == 0
+                                           else _bitwise(stage, name, cand, ref)))
     c = cand.to(torch.float64)
     r = ref.to(torch.float64)
     if c.numel() == 0:
         return TensorReport(stage, name, True)
     # a non-finite candidate value where the reference is finite fails at once: it is either a
-    # NaN the kernel made or a NaN-poisoned element it never wrote
-    bad = ~torch.isfinite(c) & torch.isfinite(r)
-    if bool(bad.any()):
-        flat = int(bad.flatten().nonzero()[0])
-        where = _unravel(flat, c.shape)
-        return TensorReport(stage, name, False, where=where, cand_value=float(c.flatten()[flat]),
-                            ref_value=float(r.flatten()[flat]), error_map=error_map(bad.double()),
-                            note=f"{int(bad.sum())} non-finite value(s) where the reference is finite "
-                                 "(NaN made by the kernel, or an element it never wrote)")
+    # NaN the kernel made or a NaN-poisoned element it never wrote (counted with the other numbers,
+    # the report's details only then)
     finite = torch.isfinite(r)
+    bad = ~torch.isfinite(c) & finite
     r0 = torch.where(finite, r, torch.zeros_like(r))
     c0 = torch.where(finite, c, torch.zeros_like(c))
     err = (c0 - r0).abs()
@@ -144,26 +172,40 @@ def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: 
         base_err_el = (b0 - r0).abs()
     else:
         base_err_el = torch.zeros_like(r0)
-    # every number of the report computed where the tensors live and read back at once (one
-    # host sync per tensor, not ten: on a GPU the syncs were most of a comparison's time)
+    # every number of the report computed where the tensors live, read back with the others
     zero = torch.zeros((), dtype=torch.float64, device=r0.device)
     base_err = base_err_el.max()
     atol = budget.atol_mult * _noise_floor(r0, dtype) if dtype.is_floating_point else zero
     flat = err.flatten().argmax()
     ulps = (err / ulp(r0, dtype)).max() if dtype.is_floating_point else err.max()
     outside = err > (atol + budget.rtol * base_err_el)
-    (base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value) = torch.stack([
-        base_err, atol, flat.to(torch.float64), err.flatten()[flat], (c0 * c0 + r0 * r0).sum(),
-        (c0 * r0).sum(), ulps, outside.double().mean(), c0.flatten()[flat], r0.flatten()[flat]]).tolist()
-    flat = int(flat)
-    bound = budget.rtol * base_err + atol
-    similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
-    ok = max_err <= bound
-    return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
-                        atol=atol, similarity=similarity, worst_ulps=ulps,
-                        frac_outside=frac, where=_unravel(flat, c.shape),
-                        cand_value=cand_value, ref_value=ref_value,
-                        error_map=None if ok else error_map(err))
+    scalars = torch.stack([
+        bad.sum().to(torch.float64), base_err, atol, flat.to(torch.float64), err.flatten()[flat],
+        (c0 * c0 + r0 * r0).sum(), (c0 * r0).sum(), ulps, outside.double().mean(), c0.flatten()[flat],
+        r0.flatten()[flat]])
+
+    def finish(values) -> TensorReport:
+        n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values
+        if n_bad:
+            return _non_finite(stage, name, c, r, bad)
+        flat = int(flat)
+        bound = budget.rtol * base_err + atol
+        similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
+        ok = max_err <= bound
+        return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
+                            atol=atol, similarity=similarity, worst_ulps=ulps,
+                            frac_outside=frac, where=_unravel(flat, c.shape),
+                            cand_value=cand_value, ref_value=ref_value,
+                            error_map=None if ok else error_map(err))
+    return _Pending(scalars, finish)
+
+
+def _non_finite(stage, name, c, r, bad) -> TensorReport:
+    flat = int(bad.flatten().nonzero()[0])
+    return TensorReport(stage, name, False, where=_unravel(flat, c.shape), cand_value=float(c.flatten()[flat]),
+                        ref_value=float(r.flatten()[flat]), error_map=error_map(bad.double()),
+                        note=f"{int(bad.sum())} non-finite value(s) where the reference is finite "
+                             "(NaN made by the kernel, or an element it never wrote)")
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -16,7 +16,7 @@ from k3diff import budgets, routing
 from k3diff.backends.oracle import run_reference
 from k3diff.case import Case
 from k3diff.controls import Controls, run_candidate
-from k3diff.divergence import TensorReport, compare
+from k3diff.divergence import TensorReport, compare_many
 from k3diff.materialize import materialize
 from k3diff.runner import prepared_for
 from k3diff.stages import output_specs
@@ -56,24 +56,25 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
     ref = run_reference(case.stage, cfg, weights, _row(inputs, p), "exact")
     base = run_reference(case.stage, cfg, weights, _row(inputs, p), "faithful")
     strict = bool(getattr(candidate, "batch_invariant", False))
+    items = []
     for spec in output_specs(case.stage, provides):
         if spec.name in ("topk_ids",) or spec.name not in alone:
             continue
         lone, inside = alone[spec.name], batched[spec.name][p:p + 1]
         if strict:
-            rep = compare(case.stage, f"{spec.name}.alone_vs_batched", lone, inside, None,
-                          budgets.Budget(0, 0, "declared batch-invariant", bitwise=True))
+            items.append((case.stage, f"{spec.name}.alone_vs_batched", lone, inside, None,
+                          budgets.Budget(0, 0, "declared batch-invariant", bitwise=True)))
         else:
             if spec.name == "topk_weights":
                 continue  # slot order may differ; routing is judged as sets in check_case
-            rep = compare(case.stage, f"{spec.name}.alone", lone, ref[spec.name], base[spec.name],
-                          budgets.budget_for(case.stage, spec.name), spec.dtype)
+            items.append((case.stage, f"{spec.name}.alone", lone, ref[spec.name], base[spec.name],
+                          budgets.budget_for(case.stage, spec.name), spec.dtype))
             spread = (lone.double() - inside.double()).abs()
             spread = float(torch.nan_to_num(spread, nan=float("inf")).max()) if spread.numel() else 0.0
             if spread:
                 verdict.notes.append(f"{spec.name}: alone vs batched differ by up to {spread:.3g} "
                                      "(backend does not declare batch invariance)")
-        verdict.reports.append(rep)
+    verdict.reports += compare_many(items)
     if "topk_ids" in provides and "topk_ids" in alone:
         if strict:
             same = torch.equal(torch.sort(alone["topk_ids"], -1).values,

@@ -22,7 +22,7 @@ from k3diff.backends.oracle import run_reference
 from k3diff.budgets import budget_for
 from k3diff.case import Case
 from k3diff.controls import Controls, run_candidate
-from k3diff.divergence import compare
+from k3diff.divergence import compare_many
 from k3diff.host_memory import keep_freed_memory
 from k3diff.materialize import inputs_for, materialize
 from k3diff.sizing import check_fits
@@ -118,7 +118,7 @@ def _next_step_inputs(case: Case, device, step: int) -> dict:
 
 def _output_reports(stage, tag, cand_inputs, ref, base, cand, provides) -> list:
     """Every output the candidate provides, under the error rule (ids are the routing rule's)."""
-    out = []
+    items = []
     for spec in output_specs(stage, provides):
         if spec.name == "topk_ids" or spec.name not in ref:
             continue
@@ -127,5 +127,5 @@ def _output_reports(stage, tag, cand_inputs, ref, base, cand, provides) -> list:
             c = routing.align_by_id(cand["topk_ids"], c)
             r = routing.align_by_id(routing.expected_ids(cand_inputs, ref), r)
             b = None if b is None else routing.align_by_id(routing.expected_ids(cand_inputs, base), b)
-        out.append(compare(stage, tag(spec.name), c, r, b, budget_for(stage, spec.name), spec.dtype))
-    return out
+        items.append((stage, tag(spec.name), c, r, b, budget_for(stage, spec.name), spec.dtype))
+    return compare_many(items)

@@ -16,7 +16,8 @@ memory are judged bit for bit:
          other slot untouched; prefix under the error rule (it carries the attention output), plus
          the attention kind's rule above.
 
-`state_reports(case, tag, cand_inputs, ref, base, cand)` returns the TensorReports for a case.
+`state_reports(case, tag, cand_inputs, ref, base, cand)` returns the TensorReports for a case;
+each rule lists its comparisons and they are measured together (`k3diff.divergence.compare_many`).
 `cand["_before"]` holds the candidate's state inputs as they were before its call.
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from k3diff.budgets import budget_for
-from k3diff.divergence import compare
+from k3diff.divergence import compare_many
 
 
 def mla_cache(stage, tag, cand_inputs, ref, base, cand):
@@ -33,10 +34,8 @@ def mla_cache(stage, tag, cand_inputs, ref, base, cand):
     new_c, new_r, new_b = cand["kv_cache"][rows, lens], ref["kv_cache"][rows, lens], base["kv_cache"][rows, lens]
     before, after = cand["_before"]["kv_cache"], cand["kv_cache"].clone()
     after[rows, lens] = before[rows, lens]
-    return [compare(stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"),
-                    torch.bfloat16),
-            compare(stage, tag("kv_cache.untouched"), after, before, None,
-                    budget_for(stage, "kv_cache.untouched"))]
+    return [(stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"), torch.bfloat16),
+            (stage, tag("kv_cache.untouched"), after, before, None, budget_for(stage, "kv_cache.untouched"))]
 
 
 def kda_state(stage, tag, cand_inputs, ref, base, cand):
@@ -49,22 +48,22 @@ def kda_state(stage, tag, cand_inputs, ref, base, cand):
     untouched = torch.ones(after_conv.shape[0], dtype=torch.bool)
     untouched[live] = False
     out = [
-        compare(stage, tag("conv_state.history"), after_conv, hist, None, budget_for(stage, "conv_state.history")),
-        compare(stage, tag("conv_state.untouched"), after_conv[untouched], before_conv[untouched], None,
-                budget_for(stage, "kv_cache.untouched")),
-        compare(stage, tag("conv_state.new"), after_conv[live, :, -1], ref["conv_state"][live, :, -1],
-                base["conv_state"][live, :, -1], budget_for(stage, "conv_state.new"), torch.bfloat16),
-        compare(stage, tag("recurrent_state"), cand["recurrent_state"][live], ref["recurrent_state"][live],
-                base["recurrent_state"][live], budget_for(stage, "recurrent_state"), torch.float32),
-        compare(stage, tag("recurrent_state.untouched"), cand["recurrent_state"][untouched],
-                cand["_before"]["recurrent_state"][untouched], None, budget_for(stage, "kv_cache.untouched")),
+        (stage, tag("conv_state.history"), after_conv, hist, None, budget_for(stage, "conv_state.history")),
+        (stage, tag("conv_state.untouched"), after_conv[untouched], before_conv[untouched], None,
+         budget_for(stage, "kv_cache.untouched")),
+        (stage, tag("conv_state.new"), after_conv[live, :, -1], ref["conv_state"][live, :, -1],
+         base["conv_state"][live, :, -1], budget_for(stage, "conv_state.new"), torch.bfloat16),
+        (stage, tag("recurrent_state"), cand["recurrent_state"][live], ref["recurrent_state"][live],
+         base["recurrent_state"][live], budget_for(stage, "recurrent_state"), torch.float32),
+        (stage, tag("recurrent_state.untouched"), cand["recurrent_state"][untouched],
+         cand["_before"]["recurrent_state"][untouched], None, budget_for(stage, "kv_cache.untouched")),
     ]
     null_rows = (idx <= 0).nonzero().flatten()
     attn = "out" if stage == "kda" else "attn_out"
     if attn in cand and len(null_rows):
         rows = cand[attn][null_rows]
-        out.append(compare(stage, tag(f"{attn}.null_rows"), rows, torch.zeros_like(rows), None,
-                           budget_for(stage, "out.null_rows")))
+        out.append((stage, tag(f"{attn}.null_rows"), rows, torch.zeros_like(rows), None,
+                    budget_for(stage, "out.null_rows")))
     return out
 
 
@@ -78,13 +77,12 @@ def layer_residual(case, stage, tag, ref, base, cand):
         expected = cand["_before"]["blocks"].clone()
         if case.layer_idx % bk == 0:
             expected[:, case.layer_idx // bk] = base["blocks"][:, case.layer_idx // bk].to(expected.dtype)
-        out.append(compare(stage, tag("blocks"), cand["blocks"], expected, None,
-                           budget_for(stage, "blocks.untouched")))
+        out.append((stage, tag("blocks"), cand["blocks"], expected, None, budget_for(stage, "blocks.untouched")))
     if "prefix" in cand:
         # prefix ends as bf16(bf16(prefix + delta) + a) (or a itself on a block-write layer):
         # it carries the attention output, a rounded GEMV result, so the error rule applies
-        out.append(compare(stage, tag("prefix"), cand["prefix"], ref["prefix"], base["prefix"],
-                           budget_for(stage, "prefix"), torch.bfloat16))
+        out.append((stage, tag("prefix"), cand["prefix"], ref["prefix"], base["prefix"],
+                    budget_for(stage, "prefix"), torch.bfloat16))
     return out
 
 
@@ -97,4 +95,4 @@ def state_reports(case, tag, cand_inputs, ref, base, cand) -> list:
         out += kda_state(stage, tag, cand_inputs, ref, base, cand)
     if stage == "layer":
         out += layer_residual(case, stage, tag, ref, base, cand)
-    return out
+    return compare_many(out)

@@ -9,7 +9,7 @@ from k3diff import backends
 from k3diff.budgets import DEFAULT, Budget, describe
 from k3diff.case import Case, CaseError
 from k3diff.controls import Controls
-from k3diff.divergence import compare, noise_floor
+from k3diff.divergence import compare, compare_many, noise_floor
 from k3diff.routing import compare_routing
 from k3diff.runner import check_case
 from k3diff.strategies import CPU_SPACE, cases
@@ -40,6 +40,34 @@ def test_bitwise_budget():
     assert compare("s", "t", a, b, None, Budget(0, 0, "", bitwise=True)).ok
     b[3] = b[3] + 1
     assert not compare("s", "t", a, b, None, Budget(0, 0, "", bitwise=True)).ok
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compared_together_each_tensor_gets_the_report_it_gets_alone(device):
+    """compare_many reads every number back at once: the split of that readback must hand each
+    tensor its own numbers, whatever mix of passes, failures, NaNs and bitwise checks it holds."""
+    g = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 40, generator=g, dtype=torch.float64)
+    base = ref.to(torch.bfloat16)
+    nan = base.clone()
+    nan[2, 7] = float("nan")
+    bits = Budget(0.0, 0.0, "t", bitwise=True)
+    items = [("s", "pass", base, ref, base, DEFAULT, torch.bfloat16),
+             ("s", "fail", base * 1.5, ref, base, DEFAULT, torch.bfloat16),
+             ("s", "nan", nan, ref, base, DEFAULT, torch.bfloat16),
+             ("s", "same bits", base, base.clone(), None, bits),
+             ("s", "other bits", base, nan, None, bits),
+             ("s", "shape", base[:3], ref, base, DEFAULT),
+             ("s", "empty", base[:0], ref[:0], base[:0], DEFAULT),
+             ("s", "ints", torch.arange(9), torch.arange(9) + (torch.arange(9) == 4), None, DEFAULT)]
+    items = [tuple(t.to(device) if torch.is_tensor(t) else t for t in it) for it in items]
+    together = [r.to_dict() for r in compare_many(items)]
+    alone = [compare(*it).to_dict() for it in items]
+    assert json.dumps(together) == json.dumps(alone)          # as text: a NaN value equals itself
+    assert [r["ok"] for r in together] == [True, False, False, True, False, False, True, False]
 
 
 def test_routing_near_tie_flip_is_allowed_but_exact_tie_and_real_gap_are_not():

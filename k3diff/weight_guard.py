@@ -17,7 +17,6 @@ import torch
 
 LARGE = 256 << 20
 _WIDTH = 4096
-_BLOCK_ROWS = 1 << 14              # 2^26 words: a 512 MB int64 block at a time
 _INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _KEPT: OrderedDict = OrderedDict()   # (id, data_ptr, shape, dtype) -> (weakref to the tensor, copy | fingerprint)
 _KEPT_SIZE = 96
@@ -27,31 +26,27 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).view(_INT_VIEW[t.element_size()])
 
 
-def _mult(n: int, salt: int, device, first: int = 1) -> torch.Tensor:
-    """n distinct odd int64 multipliers, of positions first .. first+n-1 (odd: no nonzero change
-    times one wraps to 0 mod 2^64)."""
-    return (torch.arange(first, first + n, dtype=torch.int64, device=device) * 0x9E3779B1 + salt) | 1
+def _mult(n: int, salt: int, device) -> torch.Tensor:
+    """n distinct odd int64 multipliers, of positions 1..n (odd: no nonzero change times one
+    wraps to 0 mod 2^64)."""
+    return (torch.arange(1, n + 1, dtype=torch.int64, device=device) * 0x9E3779B1 + salt) | 1
 
 
 def fingerprint(t: torch.Tensor) -> tuple:
     """Its 32-bit words laid out as rows of _WIDTH: a weighted sum of the row sums and one of the
     column sums (plus the words past the last full row, each weighted). A changed word moves both;
-    a swap within a row moves the column term, within a column the row term. The sums are int64,
-    taken over blocks of _BLOCK_ROWS rows (torch widens an int32 block to int64 before summing it:
-    the whole of a full-dims expert tensor at once would need 79 GB more)."""
+    a swap within a row moves the column term, within a column the row term. Row and column sums
+    are int32 and wrap (mod 2^32: integer addition, so every reduction order gives the same
+    bits): torch would widen the whole tensor to int64 for an int64 sum, a 79 GB copy for a
+    full-dims expert tensor, and three passes over it instead of two reads."""
     flat = t.detach().reshape(-1)
     nbytes = flat.numel() * flat.element_size()
     words = flat.view(torch.int32) if nbytes % 4 == 0 else _bits(flat).to(torch.int32)
     rows = words.numel() // _WIDTH
     body, tail = words[:rows * _WIDTH].view(rows, _WIDTH), words[rows * _WIDTH:]
     dev = t.device
-    s_rows = torch.zeros((), dtype=torch.int64, device=dev)
-    cols = torch.zeros(_WIDTH, dtype=torch.int64, device=dev)
-    for r0 in range(0, rows, _BLOCK_ROWS):
-        block = body[r0:r0 + _BLOCK_ROWS].to(torch.int64)
-        s_rows += (block.sum(1) * _mult(block.shape[0], 0x7F4A7C15, dev, first=r0 + 1)).sum()
-        cols += block.sum(0)
-    s_cols = (cols * _mult(_WIDTH, 0x2545F491, dev)).sum()
+    s_rows = (body.sum(1, dtype=torch.int32).to(torch.int64) * _mult(rows, 0x7F4A7C15, dev)).sum()
+    s_cols = (body.sum(0, dtype=torch.int32).to(torch.int64) * _mult(_WIDTH, 0x2545F491, dev)).sum()
     s_tail = (tail.to(torch.int64) * _mult(tail.numel(), 0x5851F42D, dev)).sum()
     return int(s_rows), int(s_cols), int(s_tail), tuple(t.shape), t.dtype
 

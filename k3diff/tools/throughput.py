@@ -75,7 +75,8 @@ def _worker(args) -> int:
     mine = list(range(part, len(drawn), workers))
     cases = {i: Case.from_dict(drawn[i]) for i in mine}
     backend = load_available(args.backend)
-    print("K3DIFF-READY", flush=True)
+    drawn_in = _draw_weights_first(cases.values(), args.device) if args.weights_first else 0.0
+    print(f"K3DIFF-READY {drawn_in:.3f}", flush=True)
     sys.stdin.readline()
     verdicts, invariance = {}, {}
     prof = None
@@ -101,8 +102,19 @@ def _worker(args) -> int:
     return 0
 
 
+def _draw_weights_first(cases, device) -> float:
+    """Draw every case's weights before the clock starts (as a long session has drawn each weight
+    set long before); seconds it took. Works with older trees: their own weight cache is used."""
+    from k3diff import materialize
+    draw = getattr(materialize, "weights_for", None)
+    start = time.time()
+    for case in cases:
+        draw(case, device) if draw is not None else materialize.materialize(case, device)
+    return time.time() - start
+
+
 def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: str | None,
-              workers: int = 1) -> dict:
+              workers: int = 1, weights_first: bool = False) -> dict:
     """The side's verdicts (in case order) and its wall time: from the first worker's start to the
     last one's end, the workers released together once every one has loaded."""
     # the side's tree first, then whatever the caller's path held (site dirs of carried packages,
@@ -114,15 +126,18 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
     procs = []
     for part in range(workers):
         cmd = [sys.executable, str(HERE), "--worker", "--cases-file", cases_file, "--backend", backend,
-               "--device", device, "--part", f"{part}/{workers}"]
+               "--device", device, "--part", f"{part}/{workers}"] + (["--weights-first"] if weights_first else [])
         if profile and part == 0:
             cmd += ["--profile", profile]
         procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    drawing = 0.0
     for proc in procs:
         line = proc.stdout.readline()
         while line and not line.startswith("K3DIFF-READY"):
             line = proc.stdout.readline()
+        if line.split()[1:]:
+            drawing = max(drawing, float(line.split()[1]))
     results = []
     for proc in procs:                   # all loaded (or dead): release them together
         try:
@@ -139,10 +154,14 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
             raise RuntimeError(f"worker in {root} failed (exit {proc.returncode}): {err.strip()[-2000:]}")
         results.append(json.loads(got[0].split(" ", 1)[1]))
     merged = {k: {int(i): v for r in results for i, v in r[k].items()} for k in ("verdicts", "invariance")}
-    return {"seconds": max(r["end"] for r in results) - min(r["start"] for r in results),
+    return {"seconds": max(r["end"] for r in results) - min(r["start"] for r in results), "drawing": drawing,
             "cases": len(merged["verdicts"]), "workers": workers,
             "verdicts": [merged["verdicts"][i] for i in sorted(merged["verdicts"])],
             "invariance": [merged["invariance"][i] for i in sorted(merged["invariance"])]}
+
+
+def _drew(side: dict) -> str:
+    return f" (weights drawn first, in {side['drawing']:.1f} s)" if side.get("drawing") else ""
 
 
 AGREEMENT = ("DIFFERENT", "same", "bitwise")      # worst first
@@ -213,6 +232,9 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="judge the cases in N processes started together, the cores shared out (as "
                         "`pytest -n N`); the rate is all cases over the wall time of the N")
+    p.add_argument("--weights-first", action="store_true",
+                   help="draw every case's weights before the clock starts (the rate of a long session, "
+                        "which draws each weight set once; the drawing time is printed apart)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     p.add_argument("--cases-file", default=None, help=argparse.SUPPRESS)
@@ -250,11 +272,12 @@ def _bench(args, backend_name, backend, base) -> int:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(drawn, f)
         prof = f"{args.profile}-{stage}.prof" if args.profile else None
-        new = _run_side(ROOT, f.name, backend_name, args.device, prof, args.workers)
-        print(f"  {stage}: now {new['cases']} cases in {new['seconds']:.1f} s", flush=True)
-        old = _run_side(base, f.name, backend_name, args.device, None, args.workers) if base else None
+        new = _run_side(ROOT, f.name, backend_name, args.device, prof, args.workers, args.weights_first)
+        print(f"  {stage}: now {new['cases']} cases in {new['seconds']:.1f} s{_drew(new)}", flush=True)
+        old = (_run_side(base, f.name, backend_name, args.device, None, args.workers, args.weights_first)
+               if base else None)
         if old is not None:
-            print(f"  {stage}: baseline {old['cases']} cases in {old['seconds']:.1f} s", flush=True)
+            print(f"  {stage}: baseline {old['cases']} cases in {old['seconds']:.1f} s{_drew(old)}", flush=True)
         same = "-"
         if old is not None:
             pairs = list(zip(old["verdicts"] + old["invariance"], new["verdicts"] + new["invariance"]))

@@ -39,9 +39,10 @@ def test_workers_share_the_cases_and_judge_each_once():
     root = Path(__file__).resolve().parents[2]
     run = lambda *a: subprocess.run([sys.executable, "-m", "k3diff.tools.throughput", *a],  # noqa: E731
                                     cwd=root, capture_output=True, text=True, timeout=300)
-    got = run("--stages", "kda", "--cases", "6", "--compare-with", "none", "--workers", "2")
+    got = run("--stages", "kda", "--cases", "6", "--compare-with", "none", "--workers", "2", "--weights-first")
     assert got.returncode == 0, got.stderr[-2000:]
     assert "2 worker processes per side" in got.stdout
+    assert "(weights drawn first, in " in got.stdout          # before the clock, and said apart
     row = [ln.split() for ln in got.stdout.splitlines() if ln.startswith("kda ")]
     assert row and row[0][1] == "6" and row[0][2] == "0", got.stdout
     bad = run("--stages", "kda", "--cases", "2", "--workers", "0")

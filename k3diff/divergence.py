@@ -163,11 +163,11 @@ def _measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
     # the report's details only then)
     finite = torch.isfinite(r)
     bad = ~torch.isfinite(c) & finite
-    r0 = torch.where(finite, r, torch.zeros_like(r))
-    c0 = torch.where(finite, c, torch.zeros_like(c))
+    r0 = torch.where(finite, r, 0.0)
+    c0 = torch.where(finite, c, 0.0)
     err = (c0 - r0).abs()
     if base is not None:
-        b0 = torch.where(finite, base.to(torch.float64), torch.zeros_like(r))
+        b0 = torch.where(finite, base.to(torch.float64), 0.0)
         b0 = torch.nan_to_num(b0, nan=0.0)
         base_err_el = (b0 - r0).abs()
     else:

@@ -19,7 +19,8 @@ import torch
 
 from k3diff import weight_guard
 from k3diff.budgets import Budget
-from k3diff.divergence import TensorReport, compare_many
+from k3diff.comparisons import compare_many
+from k3diff.divergence import TensorReport
 from k3diff.stages import STATE, dims, output_specs, resolve_shape
 
 INT_POISON = -7

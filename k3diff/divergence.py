@@ -79,11 +79,22 @@ def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
 def _noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`noise_floor` as a float64 0-d tensor on ref's device, computed without a host sync (the
     same float64 operations, in the same order, as on the host)."""
-    fi = torch.finfo(dtype)
+    r, top = noise_floor_parts(ref, dtype, torch.max)
+    return noise_floor_from(r, top, dtype, torch.max, lambda c: c)
+
+
+def noise_floor_parts(ref: torch.Tensor, dtype: torch.dtype, top_of):
+    """(ref in `dtype`, non-finite values zeroed; its max |value| in float64, by `top_of`)."""
     r = torch.nan_to_num(ref.to(dtype), nan=0.0, posinf=0.0, neginf=0.0)
-    top = r.abs().max().to(torch.float64)
-    c = (0.3 * top).to(dtype)                                   # c itself in the output dtype
-    moved = ((r + c) - c - r).abs().max().to(torch.float64)
+    return r, top_of(r.abs()).to(torch.float64)
+
+
+def noise_floor_from(r: torch.Tensor, top: torch.Tensor, dtype: torch.dtype, max_of, spread) -> torch.Tensor:
+    """The floor from noise_floor_parts; `max_of` reduces to one max per tensor and `spread` puts
+    each tensor's c on its elements (identities for one tensor: k3diff.comparisons does many)."""
+    fi = torch.finfo(dtype)
+    c = spread((0.3 * top).to(dtype))                           # c itself in the output dtype
+    moved = max_of(((r + c) - c - r).abs()).to(torch.float64)
     measured = 2.0 * torch.nan_to_num(moved, nan=0.0, posinf=0.0)   # r + c may overflow at the top
     return torch.maximum(torch.maximum(measured, fi.eps * top), torch.full_like(top, fi.tiny))
 
@@ -114,27 +125,18 @@ def _unravel(flat: int, shape) -> tuple:
 
 def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: torch.Tensor | None,
             budget: Budget, dtype: torch.dtype | None = None) -> TensorReport:
-    """Apply the error rule to one tensor. `dtype` is the candidate's storage dtype."""
-    return compare_many([(stage, name, cand, ref, base, budget, dtype)])[0]
+    """Apply the error rule to one tensor. `dtype` is the candidate's storage dtype. (Many tensors
+    at once: `k3diff.comparisons.compare_many`, the same verdicts.)"""
+    m = measure(stage, name, cand, ref, base, budget, dtype)
+    if isinstance(m, Pending):
+        m.values = m.scalars.tolist()
+        return m.finish()
+    return m
 
 
-def compare_many(items) -> list[TensorReport]:
-    """`compare` of each (stage, name, cand, ref, base, budget[, dtype]), the same reports, with
-    every item's numbers read back to the host at once: on a GPU one sync per call instead of one
-    or two per tensor (each sync drains the launch queue; a case compares 20-30 tensors)."""
-    measured = [_measure(*item) for item in items]
-    pending = [m for m in measured if isinstance(m, _Pending)]
-    if pending:
-        values = torch.cat([m.scalars for m in pending]).tolist()
-        at = 0
-        for m in pending:
-            m.values, at = values[at:at + m.scalars.numel()], at + m.scalars.numel()
-    return [m.finish() if isinstance(m, _Pending) else m for m in measured]
-
-
-class _Pending:
-    """A comparison whose numbers are still on the device: `scalars` (float64, 1-D), read back by
-    compare_many into `values`, then turned into the report by `finish`."""
+class Pending:
+    """A comparison whose numbers are still on the device: `scalars` (float64, 1-D), read back
+    into `values` (by compare or compare_many), then turned into the report by `finish`."""
 
     def __init__(self, scalars: torch.Tensor, finish):
         self.scalars, self._finish, self.values = scalars, finish, None
@@ -143,21 +145,29 @@ class _Pending:
         return self._finish(self.values)
 
 
-def _measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
-    """A finished TensorReport where nothing needs measuring, else a _Pending."""
-    dtype = dtype or cand.dtype
+def settled(stage, name, cand, ref, budget: Budget) -> TensorReport | None:
+    """The report of a comparison that needs no measuring (a shape mismatch, no elements), else None."""
     if tuple(cand.shape) != tuple(ref.shape):
         return TensorReport(stage, name, False, note=f"shape {tuple(cand.shape)} != reference {tuple(ref.shape)}")
+    if cand.numel() == 0 and not budget.bitwise:
+        return TensorReport(stage, name, True)
+    return None
+
+
+def measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
+    """A finished TensorReport where nothing needs measuring, else a Pending."""
+    dtype = dtype or cand.dtype
+    done = settled(stage, name, cand, ref, budget)
+    if done is not None:
+        return done
     if budget.bitwise:
         if cand.dtype != ref.dtype or cand.device.type == "cpu":   # torch.equal: one pass, no mask
             return _bitwise(stage, name, cand, ref)
         differ = (_bits(cand) != _bits(ref)).sum().to(torch.float64).reshape(1)
-        return _Pending(differ, lambda v: (TensorReport(stage, name, True, note="bitwise equal") if v[0] == 0
-                                           else _bitwise(stage, name, cand, ref)))
+        return Pending(differ, lambda v: (TensorReport(stage, name, True, note="bitwise equal") if v[0] == 0
+                                          else _bitwise(stage, name, cand, ref)))
     c = cand.to(torch.float64)
     r = ref.to(torch.float64)
-    if c.numel() == 0:
-        return TensorReport(stage, name, True)
     # a non-finite candidate value where the reference is finite fails at once: it is either a
     # NaN the kernel made or a NaN-poisoned element it never wrote (counted with the other numbers,
     # the report's details only then)
@@ -183,21 +193,31 @@ def _measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
         bad.sum().to(torch.float64), base_err, atol, flat.to(torch.float64), err.flatten()[flat],
         (c0 * c0 + r0 * r0).sum(), (c0 * r0).sum(), ulps, outside.double().mean(), c0.flatten()[flat],
         r0.flatten()[flat]])
+    return Pending(scalars, lambda values: numeric_report(stage, name, budget, c.shape, values, lambda: err,
+                                                          lambda: _non_finite(stage, name, c, r, bad)))
 
-    def finish(values) -> TensorReport:
-        n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values
-        if n_bad:
-            return _non_finite(stage, name, c, r, bad)
-        flat = int(flat)
-        bound = budget.rtol * base_err + atol
-        similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
-        ok = max_err <= bound
-        return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
-                            atol=atol, similarity=similarity, worst_ulps=ulps,
-                            frac_outside=frac, where=_unravel(flat, c.shape),
-                            cand_value=cand_value, ref_value=ref_value,
-                            error_map=None if ok else error_map(err))
-    return _Pending(scalars, finish)
+
+# the order of a numeric comparison's scalars (Pending.scalars), as numeric_report reads them
+NUMERIC_SCALARS = ("n_bad", "base_err", "atol", "flat", "max_err", "denom", "cross", "ulps", "frac",
+                   "cand_value", "ref_value")
+
+
+def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite) -> TensorReport:
+    """The error rule's verdict from a comparison's numbers (NUMERIC_SCALARS order); `err()` gives
+    the |cand - ref| tensor for a failure's error map, `non_finite()` the report of a candidate
+    with non-finite values where the reference is finite."""
+    n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values
+    if n_bad:
+        return non_finite()
+    flat = int(flat)
+    bound = budget.rtol * base_err + atol
+    similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
+    ok = max_err <= bound
+    return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
+                        atol=atol, similarity=similarity, worst_ulps=ulps,
+                        frac_outside=frac, where=_unravel(flat, shape),
+                        cand_value=cand_value, ref_value=ref_value,
+                        error_map=None if ok else error_map(err()))
 
 
 def _non_finite(stage, name, c, r, bad) -> TensorReport:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from k3diff.budgets import budget_for
-from k3diff.divergence import compare_many
+from k3diff.comparisons import compare_many
 
 
 def mla_cache(stage, tag, cand_inputs, ref, base, cand):

@@ -166,21 +166,26 @@ def _drew(side: dict) -> str:
 
 AGREEMENT = ("DIFFERENT", "same", "bitwise")      # worst first
 REL = 1e-9
+SIM_ABS = 1e-12
 
 
 def agreement(a, b) -> str:
     """How two sides' verdicts of one case agree: "bitwise", "same" (equal but for numbers within
-    REL relative) or "DIFFERENT"."""
+    REL relative, and `similarity` within SIM_ABS absolute: 1 - 2xy/(x^2+y^2) of nearly equal
+    tensors is a difference of nearly equal sums, where the last bits of a sum taken in another
+    order move it by ~1e-16, i.e. far more than REL relative) or "DIFFERENT"."""
     if a == b:
         return "bitwise"
 
-    def close(x, y):
+    def close(x, y, key=None):
         numbers = (int, float)
         if isinstance(x, numbers) and isinstance(y, numbers) and float in (type(x), type(y)):
             both_nan = x != x and y != y
+            if key == "similarity":
+                return x == y or both_nan or abs(x - y) <= SIM_ABS
             return x == y or both_nan or abs(x - y) <= REL * max(abs(x), abs(y))
         if isinstance(x, dict) and isinstance(y, dict):
-            return x.keys() == y.keys() and all(close(x[k], y[k]) for k in x)
+            return x.keys() == y.keys() and all(close(x[k], y[k], k) for k in x)
         if isinstance(x, list) and isinstance(y, list):
             return len(x) == len(y) and all(map(close, x, y))
         return x == y

@@ -14,6 +14,14 @@ def test_last_bits_of_a_number_are_the_same_verdict():
     assert agreement(V, moved) == "same"
 
 
+def test_similarity_is_the_same_within_an_absolute_1e_12():
+    """1 - 2xy/(x^2+y^2) near 0 moves by ~1e-16 when a sum is taken in another order."""
+    near = dict(V, reports=[dict(V["reports"][0], similarity=1.0536927252946526e-07)])
+    moved = dict(V, reports=[dict(V["reports"][0], similarity=1.0536927230742066e-07)])
+    assert agreement(near, moved) == "same"
+    assert agreement(near, dict(V, reports=[dict(V["reports"][0], similarity=2e-07)])) == "DIFFERENT"
+
+
 def test_a_changed_verdict_or_a_real_change_differs():
     assert agreement(V, dict(V, ok=False)) == "DIFFERENT"
     assert agreement(V, dict(V, reports=[dict(V["reports"][0], ratio=0.26)])) == "DIFFERENT"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from k3diff.divergence import (Pending, TensorReport, _non_finite, measure, noise_floor_from,
-                               noise_floor_parts, numeric_report, settled, ulp)
+from k3diff.divergence import (Pending, TensorReport, measure, noise_floor_from, noise_floor_parts,
+                               non_finite_report, numeric_report, settled, ulp)
 
 
 def compare_many(items, together: bool | None = None) -> list[TensorReport]:
@@ -97,5 +97,5 @@ def _measure_together(items, dtype) -> list[Pending]:
         out.append(Pending(scalars[j], lambda values, stage=stage, name=name, budget=budget, shape=cand.shape,
                            piece=piece: numeric_report(
                                stage, name, budget, shape, values, lambda: piece(err),
-                               lambda: _non_finite(stage, name, piece(c), piece(r), piece(bad)))))
+                               lambda: non_finite_report(stage, name, piece(c), piece(r), piece(bad)))))
     return out

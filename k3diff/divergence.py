@@ -194,18 +194,16 @@ def measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
         (c0 * c0 + r0 * r0).sum(), (c0 * r0).sum(), ulps, outside.double().mean(), c0.flatten()[flat],
         r0.flatten()[flat]])
     return Pending(scalars, lambda values: numeric_report(stage, name, budget, c.shape, values, lambda: err,
-                                                          lambda: _non_finite(stage, name, c, r, bad)))
-
-
-# the order of a numeric comparison's scalars (Pending.scalars), as numeric_report reads them
-NUMERIC_SCALARS = ("n_bad", "base_err", "atol", "flat", "max_err", "denom", "cross", "ulps", "frac",
-                   "cand_value", "ref_value")
+                                                          lambda: non_finite_report(stage, name, c, r, bad)))
 
 
 def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite) -> TensorReport:
-    """The error rule's verdict from a comparison's numbers (NUMERIC_SCALARS order); `err()` gives
-    the |cand - ref| tensor for a failure's error map, `non_finite()` the report of a candidate
-    with non-finite values where the reference is finite."""
+    """The error rule's verdict from a comparison's numbers, in this order: the count of non-finite
+    candidate values where the reference is finite, max baseline error, atol, the worst element's
+    flat index, its error, sum(c^2 + r^2), sum(c r), worst ulps, share outside, the worst
+    element's candidate and reference values. `err()` gives the |cand - ref| tensor for a
+    failure's error map, `non_finite()` the report of a candidate with non-finite values where
+    the reference is finite."""
     n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values
     if n_bad:
         return non_finite()
@@ -220,7 +218,8 @@ def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite) 
                         error_map=None if ok else error_map(err()))
 
 
-def _non_finite(stage, name, c, r, bad) -> TensorReport:
+def non_finite_report(stage, name, c, r, bad) -> TensorReport:
+    """The failure of a candidate with non-finite values where the reference is finite."""
     flat = int(bad.flatten().nonzero()[0])
     return TensorReport(stage, name, False, where=_unravel(flat, c.shape), cand_value=float(c.flatten()[flat]),
                         ref_value=float(r.flatten()[flat]), error_map=error_map(bad.double()),

@@ -21,8 +21,8 @@ from k3diff import routing
 from k3diff.backends.oracle import run_reference
 from k3diff.budgets import budget_for
 from k3diff.case import Case
-from k3diff.controls import Controls, run_candidate
 from k3diff.comparisons import compare_many
+from k3diff.controls import Controls, run_candidate
 from k3diff.host_memory import keep_freed_memory
 from k3diff.materialize import inputs_for, materialize
 from k3diff.sizing import check_fits

@@ -15,8 +15,8 @@ import torch
 from k3diff import budgets, routing
 from k3diff.backends.oracle import run_reference
 from k3diff.case import Case
-from k3diff.controls import Controls, run_candidate
 from k3diff.comparisons import compare_many
+from k3diff.controls import Controls, run_candidate
 from k3diff.divergence import TensorReport
 from k3diff.materialize import materialize
 from k3diff.runner import prepared_for

@@ -24,7 +24,8 @@ from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
 from megakernel.device import GMEM  # noqa: E402
 from megakernel import kernel_store  # noqa: E402
-from megakernel.kernel_args import call_args, placeholders  # noqa: E402
+from megakernel import fast_call  # noqa: E402
+from megakernel.kernel_args import INT, call_values, dtypes, placeholders  # noqa: E402
 from megakernel.k_gemv import Gemv  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
 from megakernel.k_schedule import Schedule  # noqa: E402
@@ -144,14 +145,29 @@ def ptr(dtype, addr):
 
 class Launch:
     """A compiled kernel with its object: `launch(named, stream, bind)` passes the arguments its
-    class declares (ARGS) by name from `named` (kernel_args.call_args)."""
+    class declares (ARGS) by name from `named` (kernel_args.call_values); `stream` is a handle
+    (int) or a CUstream. After the first call through CuTe DSL, calls go through a checked
+    FastCall (fast_call.py) when it can be built."""
 
     def __init__(self, fn, obj, module=None):
         self.fn, self.obj = fn, obj
         self.module = module      # a loaded object file: must live as long as fn
+        self.args = dtypes(obj)
+        self.fast = None
+        self._tried = not fast_call.enabled()
 
     def __call__(self, named, stream, bind=None):
-        self.fn(*call_args(self.obj, named, ptr, bind), stream)
+        values = call_values(self.args, named, bind)
+        if self.fast is not None:
+            self.fast(values, int(stream))
+            return
+        args = [v if t == INT else ptr(t, v) for v, (_, t) in zip(values, self.args)]
+        cs = fast_call.cu_stream(stream)
+        self.fn(*args, cs)
+        if not self._tried:
+            self._tried = True
+            kinds = ["int" if t == INT else "ptr" for _, t in self.args]
+            self.fast = fast_call.FastCall.attach(self.fn, kinds, values, args, cs)
 
 
 def compiled(name, dims, fresh=False, **variant):

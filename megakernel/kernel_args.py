@@ -8,7 +8,7 @@ y extent). Names are those of the step's buffers (moe.LatentMoE.buffers) or run-
 generic kernel used for several stages (Gemv, the experts) is bound to buffers per stage
 (launch_streams.BIND). From ARGS:
 - cache.compile_kernel builds the placeholder arguments (`placeholders`),
-- the launchers build each call from a dict of named buffers (`call_args`),
+- the launchers build each call from a dict of named buffers (`call_values`),
 - `declare` writes the signatures of the class's `@cute.jit __call__` (ARGS, then the stream) and
   `@cute.kernel kernel` (ARGS less HOST_ONLY).
 
@@ -40,13 +40,14 @@ def placeholders(obj, ptr):
     return [Int32(1) if t == INT else ptr(t, 256) for _, t in dtypes(obj)]
 
 
-def call_args(obj, named, ptr, bind=None):
-    """The run-time arguments of `obj`'s launch, in ARGS order, from `named` (buffer name -> a
-    tensor, or an int for INT); `bind` maps an argument name to the buffer name it takes when
-    they differ (a generic kernel used for several stages)."""
-    b = bind or {}
-    return [named[b.get(n, n)] if t == INT else ptr(t, named[b.get(n, n)].data_ptr())
-            for n, t in dtypes(obj)]
+def call_values(args, named, bind=None):
+    """The run-time values of a launch, in ARGS order (`args`: `dtypes(obj)`), from `named`
+    (buffer name -> a tensor, or an int for INT): a pointer argument's address, an INT's value;
+    `bind` maps an argument name to the buffer name it takes when they differ (a generic kernel
+    used for several stages)."""
+    if bind:
+        return [named[bind.get(n, n)] if t == INT else named[bind.get(n, n)].data_ptr() for n, t in args]
+    return [named[n] if t == INT else named[n].data_ptr() for n, t in args]
 
 
 class TokenLaunch:

@@ -51,9 +51,9 @@ BIND = {
 }
 
 
-def stream():
-    from cuda.bindings import driver
-    return driver.CUstream(torch.cuda.current_stream().cuda_stream)
+def stream() -> int:
+    """The caller's current stream, as the handle cache.Launch takes."""
+    return torch.cuda.current_stream().cuda_stream
 
 
 def launches(moe, T, forced):
@@ -87,38 +87,35 @@ def launch(moe, named, T, forced, stages=None):
                  side_grid=moe._nsm * moe.side_ctas_per_sm if moe.side_ctas_per_sm else FULL_GRID)
     binds = [None if fused and i == 0 else BIND.get(n) for i, n in enumerate(STAGES)]
 
-    def go(*idx):
+    def go(st, *idx):
         for i in idx:
             if on(i) and not (fused and i in (1, 2)):   # fused: part of launch 0
-                fns[i](named, stream(), binds[i])
+                fns[i](named, st, binds[i])
 
     if moe.streams == "serial":
-        go(0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)
+        go(stream(), 0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)
         return
+    # each launch names its stream (a handle), so no launch needs the current stream switched
     cur = torch.cuda.current_stream()
     main, side = moe._main, moe._side
+    m, sd = main.cuda_stream, side.cuda_stream
     main.wait_stream(cur)
     after = FORKS[moe.fork]
     if after is None:
         side.wait_stream(cur)
-    with torch.cuda.stream(main):
-        for i in (0, 1, 2):
-            go(i)
-            if i == after:
-                side.wait_stream(main)
-    with torch.cuda.stream(side):
-        go(7, 8)
-    with torch.cuda.stream(main):
-        go(3)
-        if moe.gate == "up":
+    for i in (0, 1, 2):
+        go(m, i)
+        if i == after:
             side.wait_stream(main)
-        go(4)
-        if moe.gate == "down":
-            side.wait_stream(main)
-    with torch.cuda.stream(side):
-        go(9)
-    with torch.cuda.stream(main):
-        go(5, 6)
-        main.wait_stream(side)            # join: the final sum needs both halves
-        go(10)
+    go(sd, 7, 8)
+    go(m, 3)
+    if moe.gate == "up":
+        side.wait_stream(main)
+    go(m, 4)
+    if moe.gate == "down":
+        side.wait_stream(main)
+    go(sd, 9)
+    go(m, 5, 6)
+    main.wait_stream(side)            # join: the final sum needs both halves
+    go(m, 10)
     cur.wait_stream(main)

@@ -251,3 +251,60 @@ def test_kernels_loaded_from_disk_equal_compiled(fmt, tmp_path, monkeypatch):
     assert cache.LOADED, "nothing was loaded from the disk cache"
     for n in want:
         assert torch.equal(got[n], want[n]), n
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+def test_fast_call_equals_cutedsl_call(fmt, monkeypatch):
+    """fast_call.py: after its first call through CuTe DSL, every kernel of the step launches
+    through its checked packed-argument call, with the same bits as CuTe DSL's own call path on
+    every intermediate (batch 1 and 8, natural and forced routing, fork-join and one launch)."""
+    from megakernel import cache, fast_call
+    w = weights(fmt)
+    forced = torch.randint(-1, SMALL.E, (8, SMALL.k), device=DEV)
+
+    def steps():
+        got = []
+        for streams in ("fork", "persistent"):
+            m = LatentMoE(SMALL, w, DEV, streams=streams)
+            for T in (1, 8):
+                x = torch.randn(T, SMALL.d, device=DEV, generator=torch.Generator(DEV).manual_seed(T)
+                                ).to(torch.bfloat16)
+                for f in (None, forced[:T]):
+                    for _ in range(2):          # the first call of a kernel is CuTe DSL's
+                        got.append(snapshot(m, m.launch(x, forced_ids=f), T))
+        return got
+
+    monkeypatch.setattr(cache, "_CACHE", {})
+    monkeypatch.setenv(fast_call.ENV, "0")
+    want = steps()
+    assert all(launch.fast is None for launch in cache._CACHE.values())
+    cache._CACHE.clear()
+    monkeypatch.setenv(fast_call.ENV, "1")
+    got = steps()
+    assert all(launch.fast is not None for launch in cache._CACHE.values()), \
+        [k[0] for k, launch in cache._CACHE.items() if launch.fast is None]
+    for i, (a, b) in enumerate(zip(want, got)):
+        for n in a:
+            assert torch.equal(a[n], b[n]), (i, n)
+
+
+def test_fast_call_refuses_what_it_cannot_check(capsys):
+    """A FastCall whose values or argument kinds disagree with the argument array CuTe DSL builds
+    for the same call is not built (one line on stderr; the caller keeps CuTe DSL's path): here a
+    pointer 16 bytes off, then one argument left out."""
+    from megakernel import cache, fast_call
+    from megakernel.kernel_args import INT, call_values
+    m = LatentMoE(SMALL, weights("bf16"), DEV, streams="serial")
+    x = torch.zeros(2, SMALL.d, device=DEV, dtype=torch.bfloat16)
+    named = m.buffers(x, m.launch(x))
+    launch = next(v for k, v in cache._CACHE.items() if k[0] == "final_sum")
+    values = call_values(launch.args, named)
+    args = [v if t == INT else cache.ptr(t, v) for v, (_, t) in zip(values, launch.args)]
+    kinds = ["int" if t == INT else "ptr" for _, t in launch.args]
+    cs = fast_call.cu_stream(torch.cuda.current_stream().cuda_stream)
+    assert fast_call.FastCall.attach(launch.fn, kinds, values, args, cs) is not None
+    off = [values[0] + 16] + values[1:]
+    assert fast_call.FastCall.attach(launch.fn, kinds, off, args, cs) is None
+    assert "a ptr argument differs" in capsys.readouterr().err
+    assert fast_call.FastCall.attach(launch.fn, kinds[:-1], values[:-1], args, cs) is None
+    assert "C arguments for" in capsys.readouterr().err

@@ -59,7 +59,8 @@ def _measure_together(items, dtype) -> list[Pending]:
     r = flat([it[3] for it in items])
     b = flat([it[4] if it[4] is not None else it[3] for it in items])    # no baseline: its error is 0
     counts = torch.tensor(sizes, device=dev)
-    row = torch.repeat_interleave(torch.arange(k, device=dev), counts)      # each element's tensor
+    # each element's tensor (output_size: no host sync to learn the length)
+    row = torch.repeat_interleave(torch.arange(k, device=dev), counts, output_size=sum(sizes))
     start = torch.cumsum(counts, 0) - counts
     col = torch.arange(c.numel(), device=dev) - start[row]
     at = row * longest + col

@@ -47,15 +47,19 @@ def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weigh
     lat = torch.empty(T, H, R, dtype=num.dtype, device=x.device)
     # sequences of one length attend together: each softmax still runs over exactly its L+1 rows
     # (the same reductions as one sequence at a time, so the same bits), one step per length.
-    # The GEMM operands are widened to float64 once (num.mm would widen them per product: the
-    # same exact values)
+    # The GEMM operands are widened to float64 once and the products cast back as num.mm does
+    # (the same exact values, without num.mm's per-call widening of float64 operands)
     query = query.to(torch.float64)
-    for L in sorted(set(lens.tolist())):
-        seqs = (lens == L).nonzero().flatten()
+    order = torch.argsort(lens, stable=True)            # the sequences, grouped by length
+    lengths, counts = torch.unique_consecutive(lens[order], return_counts=True)
+    start = 0
+    for L, n in zip(lengths.tolist(), counts.tolist()):
+        seqs = order[start:start + n]
+        start += n
         rows = cache[seqs, :L + 1].to(torch.float64)                       # [G, L+1, R+rope]
-        z = scale * num.mm(query[seqs], rows.transpose(1, 2))              # [G, H, L+1]
+        z = scale * (query[seqs] @ rows.transpose(1, 2)).to(num.dtype)     # [G, H, L+1]
         p = torch.softmax(z, dim=-1)
-        lat[seqs] = num.mm(p, rows[..., :R])
+        lat[seqs] = (p.to(torch.float64) @ rows[..., :R]).to(num.dtype)
     lat = num.round(lat)
     o = num.round(torch.einsum("thr,hvr->thv", lat.double(), w_uv).to(num.dtype))   # [T, H, v]
 

@@ -37,21 +37,22 @@ def _address(p) -> int:
 
 
 class FastCall:
-    """The packed-argument call of one compiled function whose arguments have the kinds `kinds`
-    ("ptr" | "int", in order; the stream is appended). Build with `FastCall.attach` after a call
-    through CuTe DSL's own path."""
+    """The packed-argument call of one compiled function: `slots` hold its arguments' values (the
+    stream's last), `packed` the array the host function reads. Build with `FastCall.attach`
+    after a call through CuTe DSL's own path."""
 
-    def __init__(self, executor, kinds, packed, slots):
+    def __init__(self, executor, packed, slots):
         self._func = executor.capi_func
         self._result = executor.cuda_result if executor._has_cuda_result else None
-        self._packed, self._slots, self.kinds = packed, slots, tuple(kinds)
+        self._packed, self._slots = packed, slots
         self._keep = executor          # the executor owns the loaded module and the context
 
     @classmethod
     def attach(cls, fn, kinds, values, args, cu_stream):
-        """A FastCall for `fn` (a JitCompiledFunction just called with (*args, cu_stream), whose
-        C values are `values` and the stream's handle), checked against the argument array CuTe
-        DSL builds for that call; None (and one line on stderr) when it cannot be trusted."""
+        """A FastCall for `fn` (a JitCompiledFunction just called with (*args, cu_stream)), whose
+        arguments have the kinds `kinds` ("ptr" | "int", in order) and the C values `values`,
+        checked against the argument array CuTe DSL builds for that call; None (and one line on
+        stderr) when it cannot be trusted."""
         try:
             executor = fn._default_executor
             if executor is None or getattr(fn, "_pyir_spec", None) is not None:
@@ -67,8 +68,9 @@ class FastCall:
             shared = executor._get_invoke_packed_args(base)
             packed = (ctypes.c_void_p * len(shared))()
             ctypes.memmove(packed, shared, ctypes.sizeof(packed))
-            call = cls(executor, kinds[:-1], packed, slots)
+            call = cls(executor, packed, slots)
             call._set(values, int(cu_stream))
+            # CuTe DSL's entries point into objects that `adapted` and `args` keep alive here
             for kind, slot, theirs in zip(kinds, slots, exe_args):
                 if _SLOT[kind].from_address(_address(theirs)).value != slot.value:
                     raise RuntimeError(f"a {kind} argument differs from CuTe DSL's")

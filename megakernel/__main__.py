@@ -11,16 +11,18 @@ import time
 def _compile_one_arch(dims_names):
     # runs in a child whose CUTE_DSL_ARCH is already set
     from megakernel import cache
-    from megakernel.dims import FULL, SMALL
-    table = {"full": FULL, "small": SMALL}
+    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, SMALL
+    table = {"full": (FULL, KDA_FULL), "small": (SMALL, KDA_SMALL)}
     arch = os.environ["CUTE_DSL_ARCH"]
     ok = True
     for dn in dims_names:
-        for name, var in cache.variants():
+        moe, kda = table[dn]
+        for name, var, dims in ([(n, v, moe) for n, v in cache.variants()]
+                                + [(n, v, kda) for n, v in cache.kda_variants()]):
             t0 = time.time()
             try:
                 # always compiled (this is the check), and stored: it warms the disk cache
-                cache.compile_kernel(name, table[dn], fresh=True, **var)
+                cache.compile_kernel(name, dims, fresh=True, **var)
                 status = "ok"
             except Exception as e:  # report and continue: one line per kernel x arch
                 status = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"

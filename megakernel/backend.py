@@ -1,4 +1,4 @@
-"""k3diff backend "megakernel": the LatentMoE stage on the GPU through CuTe DSL kernels.
+"""k3diff backend "megakernel": the LatentMoE and KDA stages on the GPU through CuTe DSL kernels.
 
 Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead as the entry point
 `megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
@@ -14,11 +14,12 @@ import os
 
 MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "combined",
                "latent_normed", "routed_out", "shared_out")
+KDA_OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")      # = kda.OUTPUTS
 
 
 class MegakernelBackend:
     name = "megakernel"
-    stages = ("moe",)
+    stages = ("moe", "kda")
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
@@ -38,21 +39,36 @@ class MegakernelBackend:
         from megakernel.cute_env import unavailable_reason
         return unavailable_reason()
 
+    def supports(self, cfg, stage) -> str | None:
+        """None when the kernels take these dims, else the one-line reason (the case is skipped)."""
+        from megakernel.dims import from_cfg, kda_from_cfg
+        try:
+            (kda_from_cfg if stage == "kda" else from_cfg)(cfg)
+        except ValueError as e:
+            return str(e)
+        return None
+
     def provides(self, stage: str) -> set[str]:
-        if stage != "moe":
-            raise KeyError(f"megakernel implements only the moe stage, not {stage!r}")
-        return set(MOE_OUTPUTS)
+        if stage not in self.stages:
+            raise KeyError(f"megakernel implements the moe and kda stages, not {stage!r}")
+        return set(MOE_OUTPUTS if stage == "moe" else KDA_OUTPUTS)
 
     def prepare(self, cfg, stage, weights):
+        self.provides(stage)
+        dev = next(iter(weights.values())).device
+        if stage == "kda":
+            from megakernel.dims import kda_from_cfg
+            from megakernel.kda import KdaStep
+            return KdaStep(kda_from_cfg(cfg), weights, dev)
         from megakernel.dims import from_cfg
         from megakernel.moe import LatentMoE
-        if stage != "moe":
-            raise KeyError(f"megakernel implements only the moe stage, not {stage!r}")
-        dev = next(iter(weights.values())).device
         return LatentMoE(from_cfg(cfg), weights, dev,
                          streams=os.environ.get("MEGAKERNEL_STREAMS", "fork"))
 
     def run(self, stage, cfg, prepared, inputs, out) -> None:
+        if stage == "kda":
+            self._run_kda(prepared, inputs, out)
+            return
         x = inputs["x"].contiguous()
         forced = inputs.get("forced_ids")
         # production mode: the kernel writes the output straight into the framework's buffer;
@@ -72,3 +88,17 @@ class MegakernelBackend:
             for n, buf in out.items():
                 if n != "out":
                     buf.copy_(inter[n])
+
+    @staticmethod
+    def _run_kda(step, inputs, out) -> None:
+        """The states are updated in place (k3diff.stages.STATE); a state the kernel cannot
+        address directly (not contiguous) is updated through a contiguous copy."""
+        states = [inputs["conv_state"], inputs["recurrent_state"]]
+        work = [t if t.is_contiguous() else t.contiguous() for t in states]
+        s = step.launch(inputs["x"].contiguous(), work[0], work[1], inputs["state_idx"])
+        for t, w in zip(states, work):
+            if w is not t:
+                t.copy_(w)
+        for n, buf in out.items():
+            buf.copy_(s[n])
+

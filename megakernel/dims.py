@@ -1,4 +1,4 @@
-"""The MoE dimensions a kernel set is compiled for (all compile-time constants)."""
+"""The dimensions a kernel set is compiled for (all compile-time constants): the MoE's, KDA's."""
 from dataclasses import dataclass
 
 
@@ -46,8 +46,46 @@ BOUNDARIES = {
     "moe_intermediate": (128, 256, 3072),
 }
 
+@dataclass(frozen=True)
+class KdaDims:
+    """A KDA layer's dimensions (K3_SPEC 4): hidden d, H heads of D, conv width W, the decay's
+    lower bound lb, the gated norm's eps."""
+    d: int
+    H: int
+    D: int
+    W: int = 4
+    lb: float = -5.0
+    eps: float = 1e-5
+
+    @property
+    def P(self) -> int:
+        return self.H * self.D
+
+    @property
+    def N(self) -> int:
+        """Width of the fused in-projection [q | k | v | g | f_a | beta_raw]."""
+        return 4 * self.P + self.D + self.H
+
+    def check(self):
+        if self.D % 32 or self.d % 32:
+            raise ValueError("megakernel KDA needs kda_head_dim % 32 == 0 and hidden % 32 == 0")
+        if self.N % 8:
+            raise ValueError("megakernel KDA needs the fused in-projection width % 8 == 0 (kda_heads % 8)")
+        if self.W < 2:
+            raise ValueError("megakernel KDA needs conv_width >= 2")
+        return self
+
+
+def kda_from_cfg(cfg) -> KdaDims:
+    """The KDA dims of a reference.config.K3Config (duck typed)."""
+    return KdaDims(d=cfg.hidden, H=cfg.kda_heads, D=cfg.kda_head_dim, W=cfg.conv_width,
+                   lb=float(cfg.gate_lower_bound), eps=float(cfg.rms_eps)).check()
+
+
 FULL = Dims(d=7168, r=3584, E=896, k=16, I=3072, Is=6144)
 SMALL = Dims(d=1024, r=512, E=112, k=16, I=256, Is=512)
+KDA_FULL = KdaDims(d=7168, H=96, D=128)
+KDA_SMALL = KdaDims(d=1024, H=8, D=128)
 
 
 def from_cfg(cfg) -> Dims:

@@ -10,6 +10,8 @@ needs (moe.py). Four instances (moe.py):
 - gemv_shared: [shared gate Is | shared up Is] x d, f32 out (rounded by k_shared_act.SharedAct);
 - out_shared:  so = bf16(act_s W_sd^T), d x Is;
 - out_routed:  ro = bf16(yn W_up^T), d x r (K3_SPEC 5.3-5.4; k_final_sum.FinalSum adds the two).
+And three of KDA's (kda.py): the fused in-projection, f_b (over f_a, a column slice of its
+output: `ldx`) and o_proj.
 """
 from megakernel.device import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
                                copy_atom_128, dot_rows, warp_sum)
@@ -21,9 +23,11 @@ class Gemv:
     # y: f32 or bf16 (out_bf16); ctas: a cap on the grid (the kernel gets the grid launched)
     ARGS = (("w", BFloat16), ("x", BFloat16), ("y", "ydt"), ("T", INT), ("ctas", INT))
 
-    def __init__(self, N: int, K: int, TT: int, out_bf16: bool, unroll: int = 0):
-        assert K % 8 == 0
+    def __init__(self, N: int, K: int, TT: int, out_bf16: bool, unroll: int = 0, ldx: int = 0):
+        """ldx: X's row stride in elements (default K; KDA's f_b reads f_a, a column slice)."""
+        assert K % 8 == 0 and (ldx or K) % 8 == 0
         self.N, self.K, self.TT, self.out_bf16, self.unroll = N, K, TT, out_bf16, unroll
+        self.ldx = ldx or K
         self.ydt = BFloat16 if out_bf16 else Float32
         self.tiles = (N + WARPS - 1) // WARPS
 
@@ -48,7 +52,7 @@ class Gemv:
         tid, _, _ = cute.arch.thread_idx()
         lane = tid % 32
         W = cute.make_tensor(w, cute.make_layout((N, KC, 8), stride=(K, 8, 1)))
-        X = cute.make_tensor(x, cute.make_layout((T, KC, 8), stride=(K, 8, 1)))
+        X = cute.make_tensor(x, cute.make_layout((T, KC, 8), stride=(self.ldx, 8, 1)))
         Y = cute.make_tensor(y, cute.make_layout((T, N), stride=(N, 1)))
         atom = copy_atom_128(BFloat16)
         for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):

@@ -6,7 +6,8 @@
 #      invariance included), then again with MEGAKERNEL_STREAMS=persistent (the one-launch step);
 #   3. a bug planted in a throwaway copy of the kernel (ties to the higher expert id in the route
 #      kernel), hunted with `k3diff hunt`; the copy is deleted afterwards;
-#   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage.
+#   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage;
+#   5. the same for the KDA step (scripts/gpu_check_kda.sh).
 set -uo pipefail
 OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
 MK=megakernel.backend:MegakernelBackend
@@ -44,3 +45,6 @@ for seed in corpora/regressions/moe-*.json; do
   grep -E "ERROR SUMMARY|^PASS|^FAIL|rror" /tmp/sanitizer.log | head -4
   echo "exit $rc for $seed"
 done 2>&1 | tee "$OUT/sanitizer.txt"
+
+step "5. the KDA step (scripts/gpu_check_kda.sh)"
+bash scripts/gpu_check_kda.sh

@@ -21,8 +21,15 @@ def test_compile_all_kernels(arch):
 def test_backend_imports_without_cutlass_side_effects():
     from megakernel.backend import MegakernelBackend
     b = MegakernelBackend()
-    assert b.name == "megakernel" and b.stages == ("moe",)
+    assert b.name == "megakernel" and b.stages == ("moe", "kda")
     assert "out" in b.provides("moe") and len(b.provides("moe")) == 9
+    from k3diff.stages import OUTPUTS
+    assert b.provides("kda") == {spec.name for spec in OUTPUTS["kda"]}
+    with pytest.raises(KeyError, match="moe and kda"):
+        b.provides("mla")
+    from reference.config import preset
+    assert b.supports(preset("small"), "kda") is None and b.supports(preset("full"), "kda") is None
+    assert "kda_head_dim % 32" in b.supports(preset("tiny"), "kda")        # D 16: skipped, not run
     reason = b.available()
     assert reason is None or isinstance(reason, str) and "\n" not in reason
 

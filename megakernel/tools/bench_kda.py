@@ -1,0 +1,84 @@
+"""python -m megakernel.tools.bench_kda: the KDA step (kda.py) against the copy roofline.
+
+Method as bench.py's: R steps captured in one CUDA graph, replays timed with events, median of 5;
+states in fresh slots per step so no state is read from L2 warm. Roofline = the bytes the step
+must move (the four weight matrices once, each live token's D x D f32 state per head read and
+written, its conv history read and written) / the device-copy bandwidth measured in the same run.
+Then each of the four launches alone, the same way (over the scratch the full steps left).
+"""
+import argparse
+import sys
+
+import torch
+
+from megakernel.dims import KDA_FULL, KDA_SMALL
+from megakernel.kda import STAGES, KdaStep
+from megakernel.tools.bench import copy_bw, time_events
+
+DEV = torch.device("cuda")
+
+
+def draw_weights(kd, seed=1):
+    g = torch.Generator(DEV).manual_seed(seed)
+    rn = lambda *s, fan: (torch.randn(*s, generator=g, device=DEV) / fan ** 0.5).to(torch.bfloat16)  # noqa: E731
+    P, D, H, d = kd.P, kd.D, kd.H, kd.d
+    w = {n: rn(P, d, fan=d) for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight")}
+    w.update({"f_a.weight": rn(D, d, fan=d), "f_b.weight": rn(P, D, fan=D), "b_proj.weight": rn(H, d, fan=d),
+              "o_proj.weight": rn(d, P, fan=P), "o_norm.weight": torch.ones(D, device=DEV).to(torch.bfloat16),
+              "conv.weight": 0.5 * torch.randn(3 * P, kd.W, generator=g, device=DEV),
+              "A_log": 0.5 * torch.randn(H, generator=g, device=DEV),
+              "dt_bias": 0.3 * torch.randn(P, generator=g, device=DEV)})
+    return w
+
+
+def step_bytes(kd, T):
+    weights = 2 * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P)
+    states = T * (2 * kd.H * kd.D * kd.D * 4 + 2 * 3 * kd.P * (kd.W - 1) * 2)
+    return weights + states
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_kda", description=__doc__.splitlines()[0])
+    p.add_argument("--dims", default="full,small")
+    p.add_argument("--batches", default="1,8,64")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_kda: needs a CUDA device", file=sys.stderr)
+        return 2
+    bw = copy_bw()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9}  each launch alone (us)")
+    for dn in a.dims.split(","):
+        kd = {"full": KDA_FULL, "small": KDA_SMALL}[dn]
+        step = KdaStep(kd, draw_weights(kd), DEV)
+        for T in (int(b) for b in a.batches.split(",")):
+            R = 8
+            S = R * T + 1                        # fresh slots for each captured step
+            conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
+            rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
+            x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
+            idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+            for i in idx:
+                step.launch(x, conv, rec, i)     # compile / load, attach the fast calls
+            torch.cuda.synchronize()
+            us = {}
+            for only in (None,) + tuple((n,) for n in STAGES):
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    for i in idx:
+                        step.launch(x, conv, rec, i, stages=only)
+                g.replay()
+                torch.cuda.synchronize()
+                us[only] = time_events(g.replay) / R
+                del g
+            mb = step_bytes(kd, T)
+            alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
+            print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%}  {alone}",
+                  flush=True)
+            del conv, rec
+        del step
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

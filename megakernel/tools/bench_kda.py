@@ -4,7 +4,11 @@ Method as bench.py's: R steps captured in one CUDA graph, replays timed with eve
 states in fresh slots per step so no state is read from L2 warm. Roofline = the bytes the step
 must move (the four weight matrices once, each live token's D x D f32 state per head read and
 written, its conv history read and written) / the device-copy bandwidth measured in the same run.
-Then each of the four launches alone, the same way (over the scratch the full steps left).
+Then each of the four launches alone, the same way (over the scratch the full steps left), and,
+when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
+the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
+run today. It does less than kda_core (no conv, decay gate or gated norm), so "x fla" (FLA's
+time over kda_core's) understates kda_core's lead.
 """
 import argparse
 import sys
@@ -29,6 +33,43 @@ def draw_weights(kd, seed=1):
               "A_log": 0.5 * torch.randn(H, generator=g, device=DEV),
               "dt_bias": 0.3 * torch.randn(P, generator=g, device=DEV)})
     return w
+
+
+def graph_us(fn, R):
+    """Microseconds per call: fn(i) for i < R captured in one CUDA graph, the replay timed."""
+    for i in range(R):
+        fn(i)                                # compile, autotune, allocate outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(R):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    us = time_events(g.replay) / R
+    del g
+    return us
+
+
+def fla_core_us(kd, T, R):
+    """FLA's fused recurrent KDA over R steps of T tokens in fresh slots; None without fla-core."""
+    try:
+        from fla.ops.kda.fused_recurrent import fused_recurrent_kda_fwd
+    except Exception:  # noqa: BLE001 - optional
+        return None
+    H, D = kd.H, kd.D
+    bf = torch.bfloat16
+    q = torch.randn(T, 1, H, D, device=DEV).to(bf)
+    k = torch.randn(T, 1, H, D, device=DEV).to(bf)
+    v = torch.randn(T, 1, H, D, device=DEV)
+    g = -torch.nn.functional.softplus(torch.randn(T, 1, H, D, device=DEV))     # log-space decay
+    b = torch.randn(T, 1, H, device=DEV).to(bf)
+    rec = torch.randn(R * T + 1, H, D, D, device=DEV) * 0.1
+    idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV, dtype=torch.int32) for r in range(R)]
+    return graph_us(lambda i: fused_recurrent_kda_fwd(
+        q=q, k=k, v=v, g=g, beta=b, initial_state=rec, inplace_final_state=True, state_v_first=True,
+        ssm_state_indices=idx[i], scale=D ** -0.5, use_qk_l2norm_in_kernel=True,
+        use_beta_sigmoid_in_kernel=True), R)
 
 
 def step_bytes(kd, T):
@@ -58,22 +99,13 @@ def main(argv=None) -> int:
             rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
             x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
             idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
-            for i in idx:
-                step.launch(x, conv, rec, i)     # compile / load, attach the fast calls
-            torch.cuda.synchronize()
-            us = {}
-            for only in (None,) + tuple((n,) for n in STAGES):
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    for i in idx:
-                        step.launch(x, conv, rec, i, stages=only)
-                g.replay()
-                torch.cuda.synchronize()
-                us[only] = time_events(g.replay) / R
-                del g
+            us = {only: graph_us(lambda i, only=only: step.launch(x, conv, rec, idx[i], stages=only), R)
+                  for only in (None,) + tuple((n,) for n in STAGES)}
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
-            print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%}  {alone}",
+            fla = fla_core_us(kd, T, R)
+            vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
+            print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%}  {alone}{vs}",
                   flush=True)
             del conv, rec
         del step

@@ -36,7 +36,9 @@ from megakernel.k_shared_act import SharedAct  # noqa: E402
 from megakernel.k_final_sum import FinalSum  # noqa: E402
 from megakernel.k_persistent import PersistentStep  # noqa: E402
 from megakernel.k_gemv_route import GemvRoute  # noqa: E402
+from megakernel.k_kda_conv import KdaConv  # noqa: E402
 from megakernel.k_kda_core import KdaCore  # noqa: E402
+from megakernel.k_kda_norm import KdaNorm  # noqa: E402
 
 BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 
@@ -108,11 +110,13 @@ KERNELS = {
     "gemv_route": lambda dm, forced, U: GemvRoute(dm, forced, U),
     "persistent": lambda dm, fmt, forced, T1, trace=False: persistent_step(dm, fmt, forced, T1,
                                                                             trace),
-    # KDA (kda.py; `dm` is then a dims.KdaDims): in-projection, f_b over the f_a columns, the core,
-    # o_proj
+    # KDA (kda.py; `dm` is then a dims.KdaDims): in-projection, f_b over the f_a columns, the
+    # conv, the core, the gated norm, o_proj
     "kda_in": lambda kd, TT, U=0: Gemv(kd.N, kd.d, TT, True, U),
     "kda_fb": lambda kd, TT, U=0: Gemv(kd.P, kd.D, TT, True, U, ldx=kd.N),
+    "kda_conv": lambda kd: KdaConv(kd),
     "kda_core": lambda kd: KdaCore(kd),
+    "kda_norm": lambda kd: KdaNorm(kd),
     "kda_out": lambda kd, TT, U=0: Gemv(kd.d, kd.P, TT, True, U),
 }
 KDA_GEMVS = ("kda_in", "kda_fb", "kda_out")
@@ -145,7 +149,7 @@ def variants():
 def kda_variants():
     """Every (name, variant) of the KDA step (compiled for a dims.KdaDims)."""
     return [(g, dict(TT=TT, U=GEMV_UNROLL["gemv_x"])) for g in KDA_GEMVS for TT in (1, TT_GEMV)] + \
-        [("kda_core", {})]
+        [("kda_conv", {}), ("kda_core", {}), ("kda_norm", {})]
 
 
 _CACHE = {}

@@ -1,21 +1,23 @@
-"""The KDA decode step (K3_SPEC 4) on the GPU: four launches on the caller's stream.
+"""The KDA decode step (K3_SPEC 4) on the GPU: six launches on the caller's stream.
 
   0 kda_in    z = bf16(x [W_q | W_k | W_v | W_g | W_fa | W_b]^T)       Gemv, N = 4P + D + H
   1 kda_fb    graw = bf16(f_a W_fb^T), f_a = z[:, 4P : 4P + D]         Gemv over a column slice
-  2 kda_core  conv, norms, gates, the delta rule in place, gated norm   k_kda_core.py
-  3 kda_out   out = bf16(normed W_o^T)                                  Gemv
+  2 kda_conv  y = bf16(silu(short conv)) of q|k|v, the conv state shifted  k_kda_conv.py
+  3 kda_core  norms, gates, the delta rule in place, the readout o     k_kda_core.py (rows split)
+  4 kda_norm  normed = gated RMSNorm(o)                                 k_kda_norm.py
+  5 kda_out   out = bf16(normed W_o^T)                                  Gemv
 
-The GEMVs are the MoE's (k_gemv.py: a fixed K order whatever the batch), the core has a CTA per
-(token, head): the step is batch-invariant and deterministic, as the backend declares. Null
-tokens (state_idx <= 0) get zero intermediates from the core, so o_proj gives them exact zeros;
-their projections are computed and never read. The states are updated in place.
+The GEMVs are the MoE's (k_gemv.py: a fixed K order whatever the batch); the other kernels work
+per token: the step is batch-invariant and deterministic, as the backend declares. Null tokens
+(state_idx <= 0) get zero intermediates, so o_proj gives them exact zeros; their projections are
+computed and never read. The states are updated in place.
 """
 import torch
 
 from megakernel import cache
 from megakernel.launch_streams import stream
 
-STAGES = ("kda_in", "kda_fb", "kda_core", "kda_out")
+STAGES = ("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out")
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")
 # stage -> {kernel argument: buffer} (the generic Gemv's arguments w, x, y)
 BIND = {
@@ -73,5 +75,5 @@ class KdaStep:
         st = stream()
         for name in STAGES:
             if stages is None or name in stages:
-                cache.compiled(name, kd, **({} if name == "kda_core" else gemv))(named, st, BIND.get(name))
+                cache.compiled(name, kd, **(gemv if name in BIND else {}))(named, st, BIND.get(name))
         return s

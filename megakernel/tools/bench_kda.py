@@ -7,8 +7,8 @@ written, its conv history read and written) / the device-copy bandwidth measured
 Then each of the four launches alone, the same way (over the scratch the full steps left), and,
 when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
-run today. It does less than kda_core (no conv, decay gate or gated norm), so "x fla" (FLA's
-time over kda_core's) understates kda_core's lead.
+run today. It does a little less than kda_core (no decay gate: FLA computes it in a kernel of
+its own); "x fla" is FLA's time over kda_core's.
 """
 import argparse
 import sys

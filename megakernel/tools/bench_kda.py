@@ -2,8 +2,9 @@
 
 Method as bench.py's: R steps captured in one CUDA graph, replays timed with events, median of 5;
 states in fresh slots per step so no state is read from L2 warm. Roofline = the bytes the step
-must move (the four weight matrices once, each live token's D x D f32 state per head read and
-written, its conv history read and written) / the device-copy bandwidth measured in the same run.
+must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
+f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
+in the same run.
 Then each of the six launches alone, the same way (over the scratch the full steps left), and,
 when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people

@@ -27,6 +27,7 @@ from megakernel import kernel_store  # noqa: E402
 from megakernel import fast_call  # noqa: E402
 from megakernel.kernel_args import INT, call_values, dtypes, placeholders  # noqa: E402
 from megakernel.k_gemv import Gemv  # noqa: E402
+from megakernel.k_gemv_mma import GemvMMA  # noqa: E402
 from megakernel.k_route import Route  # noqa: E402
 from megakernel.k_schedule import Schedule  # noqa: E402
 from megakernel.k_expert import ExpertUp, ExpertDown  # noqa: E402
@@ -42,9 +43,54 @@ from megakernel.k_kda_norm import KdaNorm  # noqa: E402
 
 BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 
-TT_GEMV = 8     # tokens per pass over a weight row when T > 1 (T == 1 uses 1)
-# K chunks per lane whose loads each GEMV issues together (device.dot_rows; 0 = the compiler's
-# choice). 4 everywhere: on par with 0 at batch 1 and a little faster at batch 8 in
+# The GEMVs (the MoE's four, KDA's three). Those named in GEMV_MMA run the tensor-core kernel of
+# k_gemv_mma.py at every batch, each weight row streamed once per pass of up to GEMV_PASS tokens,
+# with the variant `python -m megakernel.tools.tune_gemv` chose per GEMV on the H200 (NOTES.md).
+# Its K split count KS decides the bits, so each GEMV has one KS for every batch (batch
+# invariance); the other knobs are per batch class: T <= 8 (one token tile) and T > 8 (NTT = 8
+# tiles per pass). The others run the CUDA-core kernel of k_gemv.py: one warp per row, token tiles
+# of 1 (T == 1) or TT_GEMV, the row re-read per tile. One kernel per GEMV for every batch (never
+# one per batch size: the bits differ, batch invariance would break). MK_GEMV_MMA overrides the
+# set: "0" none, "1" all, or a comma-separated list of names (`python -m megakernel.tools.gemv_choice`).
+ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda_fb", "kda_out")
+# The default, from whole steps (`python -m megakernel.tools.gemv_choice`, `bench`, H200,
+# NOTES.md): the tensor-core kernel is 2-10x faster alone at batch 8-64 but up to 1.4x slower at
+# batch 1 on the narrower GEMVs (its work comes in tiles of 16 rows, the CUDA-core one's in
+# single rows). KDA: all three (its step 1.9x faster at batch 8, 6x at 64, 0.89x at 1). MoE:
+# none. With gemv_shared on the tensor cores the fork-join step was 2-17% faster at batch 8-64
+# and the same at batch 1, but the one-launch step (k_persistent.py, where the GEMV becomes
+# coarse tasks of 8 warps) 1.4-1.8x slower at batch 1 (1.0-1.2x at 8-64):
+# MK_GEMV_MMA=gemv_shared,kda_in,kda_fb,kda_out chooses that trade.
+DEFAULT_MMA = ("kda_in", "kda_fb", "kda_out")
+
+
+def _mma_set(v):
+    if v in (None, ""):
+        return DEFAULT_MMA
+    if v in ("0", "1"):
+        return ALL_GEMVS if v == "1" else ()
+    names = tuple(n for n in ALL_GEMVS if n in v.split(","))
+    if len(names) != len([n for n in v.split(",") if n]):
+        raise ValueError(f"MK_GEMV_MMA: names among {', '.join(ALL_GEMVS)}, or 0 / 1; got {v!r}")
+    return names
+
+
+GEMV_MMA = _mma_set(os.environ.get("MK_GEMV_MMA"))
+GEMV_PASS = 64
+_SMALL_T = dict(NTT=1, MT=1, PF=0)
+_LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0)
+MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8)
+    "gemv_x": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
+    "gemv_shared": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
+    "out_shared": (dict(_SMALL_T, KS=2, U=4, RT=4), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "out_routed": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=4, RT=2, MT=2)),
+    "kda_in": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
+    "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+}
+TT_GEMV = 8     # the CUDA-core GEMV: tokens per pass over a weight row when T > 1
+# K chunks per lane whose loads each CUDA-core GEMV issues together (device.dot_rows; 0 = the
+# compiler's choice). 4 everywhere: on par with 0 at batch 1 and a little faster at batch 8 in
 # `python -m megakernel.tools.tune_streams` (NOTES.md); every choice gives the same bits.
 GEMV_UNROLL = dict(gemv_x=4, out_routed=4, gemv_shared=4, out_shared=4)
 TT_EXPERT = 4
@@ -91,13 +137,49 @@ def mma_ok(dm):
     return dm.r % 128 == 0 and dm.I % 128 == 0
 
 
+def gemv_variant(name, T, threads=0, mma=None):
+    """The variant of GEMV `name` at batch T. threads: a fixed CTA size (the persistent launch,
+    the fused route: 256; the tensor-core kernel's row tiles per CTA then fill it); mma: the
+    names on the tensor cores (None: GEMV_MMA)."""
+    if name not in (GEMV_MMA if mma is None else mma):
+        return dict(TT=1 if T == 1 else TT_GEMV, U=GEMV_UNROLL.get(name, GEMV_UNROLL["gemv_x"]))
+    v = dict(MMA_GEMV[name][T > 8])
+    if threads:
+        v["threads"] = threads
+    return v
+
+
+def _gemv(N, K, out_bf16, ldx=0, coherent=False, TT=None, U=0, **mma):
+    """A GEMV object from a variant (gemv_variant): CUDA-core when it names TT, else tensor-core.
+    `coherent` (the tensor-core kernel): X is written by the same launch."""
+    if TT is not None:
+        return Gemv(N, K, TT, out_bf16, U, ldx)
+    return GemvMMA(N, K, out_bf16=out_bf16, U=U, ldx=ldx, coherent=coherent, **mma)
+
+
+GEMVS = {   # name -> (N, K, out_bf16, ldx) of the dims (a Dims for the MoE's, KdaDims for KDA's)
+    "gemv_x": lambda dm: (dm.E + dm.r, dm.d, False, 0),
+    "gemv_shared": lambda dm: (2 * dm.Is, dm.d, False, 0),
+    "out_shared": lambda dm: (dm.d, dm.Is, True, 0),
+    "out_routed": lambda dm: (dm.d, dm.r, True, 0),
+    "kda_in": lambda kd: (kd.N, kd.d, True, 0),
+    "kda_fb": lambda kd: (kd.P, kd.D, True, kd.N),     # over f_a, a column slice of kda_in's out
+    "kda_out": lambda kd: (kd.d, kd.P, True, 0),
+}
+
+
+def gemv_obj(name, dm, coherent=False, **variant):
+    N, K, bf, ldx = GEMVS[name](dm)
+    return _gemv(N, K, bf, ldx, coherent, **variant)
+
+
 # name -> constructor(dims, **variant); each kernel class declares its arguments (ARGS,
 # kernel_args.py)
 KERNELS = {
-    "gemv_x": lambda dm, TT, U=0: Gemv(dm.E + dm.r, dm.d, TT, False, U),
-    "gemv_shared": lambda dm, TT, U=0: Gemv(2 * dm.Is, dm.d, TT, False, U),
-    "out_shared": lambda dm, TT, U=0: Gemv(dm.d, dm.Is, TT, True, U),
-    "out_routed": lambda dm, TT, U=0: Gemv(dm.d, dm.r, TT, True, U),
+    "gemv_x": lambda dm, **v: gemv_obj("gemv_x", dm, **v),
+    "gemv_shared": lambda dm, **v: gemv_obj("gemv_shared", dm, **v),
+    "out_shared": lambda dm, **v: gemv_obj("out_shared", dm, **v),
+    "out_routed": lambda dm, **v: gemv_obj("out_routed", dm, **v),
     "final_sum": lambda dm: FinalSum(dm),
     "shared_act": lambda dm: SharedAct(dm),
     "route": lambda dm, forced: Route(dm, forced),
@@ -107,32 +189,51 @@ KERNELS = {
     "expert_up_mma": lambda dm, U, WPC, PF=0, S=0: ExpertMMA(dm, True, U, WPC, PF=PF, S=S),
     "expert_down_mma": lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
     "combine": lambda dm: Combine(dm),
-    "gemv_route": lambda dm, forced, U: GemvRoute(dm, forced, U),
-    "persistent": lambda dm, fmt, forced, T1, trace=False: persistent_step(dm, fmt, forced, T1,
-                                                                            trace),
+    "gemv_route": lambda dm, forced, **v: GemvRoute(dm, forced, gemv_obj("gemv_x", dm, **v)),
+    "persistent": lambda dm, fmt, forced, T1, trace=False, gemv_mma=(): persistent_step(
+        dm, fmt, forced, T1, trace, gemv_mma),
     # KDA (kda.py; `dm` is then a dims.KdaDims): in-projection, f_b over the f_a columns, the
     # conv, the core, the gated norm, o_proj
-    "kda_in": lambda kd, TT, U=0: Gemv(kd.N, kd.d, TT, True, U),
-    "kda_fb": lambda kd, TT, U=0: Gemv(kd.P, kd.D, TT, True, U, ldx=kd.N),
+    "kda_in": lambda kd, **v: gemv_obj("kda_in", kd, **v),
+    "kda_fb": lambda kd, **v: gemv_obj("kda_fb", kd, **v),
     "kda_conv": lambda kd: KdaConv(kd),
     "kda_core": lambda kd: KdaCore(kd),
     "kda_norm": lambda kd: KdaNorm(kd),
-    "kda_out": lambda kd, TT, U=0: Gemv(kd.d, kd.P, TT, True, U),
+    "kda_out": lambda kd, **v: gemv_obj("kda_out", kd, **v),
+    # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
+    "gemv": lambda shape, **v: _gemv(*shape, **v),
 }
 KDA_GEMVS = ("kda_in", "kda_fb", "kda_out")
 
 
-def persistent_step(dm, fmt, forced, T1, trace=False):
-    """The PersistentStep object (not compiled) for these dims / format / batch class."""
+def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None):
+    """The PersistentStep object (not compiled) for these dims / format / batch class; gemv_mma:
+    the names of its GEMVs on the tensor cores (None: GEMV_MMA's; part of the compile key, so
+    that a process can hold several)."""
     mma = fmt == "mxfp4" and MX_MMA and mma_ok(dm)
-    return PersistentStep(dm, fmt, forced, 1 if T1 else TT_GEMV, 1 if T1 else TT_EXPERT,
-                          PERSIST_UNROLL, PERSIST_UP if mma else None,
-                          PERSIST_DOWN if mma else None, trace, PERSIST_CTAS)
+    T = 1 if T1 else TT_GEMV + 1          # a batch of the class
+    gemvs = {}
+    for g in GEMV_UNROLL:
+        v = gemv_variant(g, T, threads=256, mma=gemv_mma)
+        if "TT" in v:
+            v["U"] = PERSIST_UNROLL[g]
+        # out_routed and out_shared read what the same launch wrote (yn, act_s)
+        gemvs[g] = gemv_obj(g, dm, coherent=g.startswith("out_") and "TT" not in v, **v)
+    return PersistentStep(dm, fmt, forced, gemvs, 1 if T1 else TT_EXPERT,
+                          PERSIST_UP if mma else None, PERSIST_DOWN if mma else None, trace,
+                          PERSIST_CTAS)
 
 
-def variants():
-    """Every (name, variant) the launch sequence can use."""
-    out = [(g, dict(TT=TT, U=GEMV_UNROLL[g])) for g in GEMV_UNROLL for TT in (1, TT_GEMV)]
+def moe_mma(gemv_mma=None):
+    """The MoE's GEMVs among `gemv_mma` (None: GEMV_MMA), as the persistent launch's key."""
+    return tuple(g for g in GEMV_UNROLL if g in (GEMV_MMA if gemv_mma is None else gemv_mma))
+
+
+def variants(gemv_mma=None):
+    """Every (name, variant) the launch sequence can use (gemv_mma: the GEMVs on the tensor
+    cores; None: GEMV_MMA)."""
+    m = moe_mma(gemv_mma)
+    out = [(g, gemv_variant(g, T, mma=m)) for g in GEMV_UNROLL for T in (1, TT_GEMV + 1)]
     out += [("route", dict(forced=False)), ("route", dict(forced=True)), ("schedule", {}),
             ("combine", {}), ("shared_act", {}), ("final_sum", {})]
     for fmt in ("bf16", "mxfp4"):
@@ -140,15 +241,17 @@ def variants():
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     out += [("expert_up_mma", dict(MMA_UP)), ("expert_down_mma", dict(MMA_DOWN)),
             ("expert_up_mma", dict(ALT_UP)), ("expert_down_mma", dict(ALT_DOWN))]
-    out += [("gemv_route", dict(forced=f, U=GEMV_UNROLL["gemv_x"])) for f in (False, True)]
-    out += [("persistent", dict(fmt=fmt, forced=forced, T1=T1)) for fmt in ("bf16", "mxfp4")
+    out += [("gemv_route", dict(gemv_variant("gemv_x", 1, threads=256, mma=m), forced=f))
+            for f in (False, True)]
+    out += [("persistent", dict(fmt=fmt, forced=forced, T1=T1, gemv_mma=m))
+            for fmt in ("bf16", "mxfp4")
             for T1 in (True, False) for forced in (False, True)]
     return out
 
 
-def kda_variants():
+def kda_variants(gemv_mma=None):
     """Every (name, variant) of the KDA step (compiled for a dims.KdaDims)."""
-    return [(g, dict(TT=TT, U=GEMV_UNROLL["gemv_x"])) for g in KDA_GEMVS for TT in (1, TT_GEMV)] + \
+    return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in KDA_GEMVS for T in (1, TT_GEMV + 1)] + \
         [("kda_conv", {}), ("kda_core", {}), ("kda_norm", {})]
 
 

@@ -30,16 +30,18 @@ MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared
 # Sizes at which the kernels change code path, published to k3diff as the backend's `boundaries`
 # (k3diff/backends/base.py): the fuzzer draws on and around each (n-1, n, n+1; 32 for r and I).
 # Literal copies, so this module imports no cutlass; where each comes from:
-#   batch      1: T == 1 runs token tiles of 1, T > 1 tiles of TT_GEMV = 8 (x-side / out GEMVs) and
-#                 TT_EXPERT = 4 (CUDA-core expert kernels) -- cache.py; 4, 8: a tile full / one over;
-#                 8 is also the mma kernels' N (pairs per pass, k_expert_mma.py); MAX_T = 256 the limit
+#   batch      1: T == 1 runs token tiles of 1, T > 1 tiles of TT_EXPERT = 4 (CUDA-core expert
+#                 kernels) and of TT_GEMV = 8 (the CUDA-core GEMVs, those not in cache.GEMV_MMA) -- cache.py;
+#                 4, 8: a tile full / one over; 8 is also the mma kernels' N (pairs per pass,
+#                 k_expert_mma.py) and where the tensor-core GEMVs change variant (T > 8: 8 token
+#                 tiles per pass); 64 = GEMV_PASS, one pass full / a second one; MAX_T the limit
 #   n_experts  256, 512: experts per thread EPT = ceil(E / 256) in k_route.Route and k_schedule.Schedule
 #                 (256 threads): E = 257 is the first case with a second expert per thread, 513 a third
 #   top_k      1 (no renormalisation partner), 16 (K3's k; lanes 0..k-1 of warp 0 renormalise)
 #   latent_dim, moe_intermediate: the MXFP4 tensor-core path needs r % 128 == 0 and I % 128 == 0
 #                 (cache.mma_ok), else the CUDA-core kernels; around 128 and the presets' widths
 BOUNDARIES = {
-    "batch": (1, 4, 8, MAX_T),
+    "batch": (1, 4, 8, 64, MAX_T),
     "n_experts": (256, 512),
     "top_k": (1, 16),
     "latent_dim": (128, 512, 3584),

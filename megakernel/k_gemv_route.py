@@ -18,7 +18,6 @@ last one comes late.
 """
 from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.k_gemv import Gemv
 from megakernel.k_route import Route, NPW
 from megakernel.k_schedule import Schedule
 
@@ -30,9 +29,11 @@ class GemvRoute:
             ("act_off", Int32), ("act_cnt", Int32), ("pairs", Int32), ("route_ctr", Int32),
             ("T", INT))
 
-    def __init__(self, dims, forced: bool, unroll: int):
+    def __init__(self, dims, forced: bool, gemv):
+        """gemv: gemv_x's object at batch 1 (cache.gemv_obj), a CTA of 8 warps."""
         dm = self.dm = dims
-        self.gx = Gemv(dm.E + dm.r, dm.d, 1, False, unroll)
+        assert getattr(gemv, "WPC", 8) * 32 == THREADS
+        self.gx = gemv
         self.route = Route(dm, forced)
         self.sched = Schedule(dm)
 

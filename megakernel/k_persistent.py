@@ -4,7 +4,7 @@ Each CTA (256 threads) loops: thread 0 picks the next task from two ticket queue
 routed chain, and the shared experts that fill its gaps), waits until the tasks it needs have
 signalled (acquire loads of their counters), a barrier, then the CTA runs the stage's body and
 signals (barrier, release fence, atomic add on the stage's counter). The bodies are the very
-functions the 11-launch path launches (k_gemv.Gemv.body, k_route.Route.body, ...), given the
+functions the 11-launch path launches (the GEMVs' body, k_route.Route.body, ...), given the
 task's indices in place of the block index, so both paths compute the same bits (tested on the
 GPU, every intermediate, natural and forced routing, graph replay, several plans).
 
@@ -38,7 +38,6 @@ from megakernel.ptx import globaltimer, smid
 from megakernel.k_combine import Combine
 from megakernel.k_expert import ExpertUp, ExpertDown
 from megakernel.k_expert_mma import ExpertMMA
-from megakernel.k_gemv import Gemv
 from megakernel.k_route import Route, NPW as ROUTE_NPW
 from megakernel.k_schedule import Schedule
 from megakernel.k_shared_act import SharedAct, NPW as ACT_NPW
@@ -59,14 +58,18 @@ class PersistentStep:
             ("so", BF), ("out", BF), ("plan", I32), ("sync", I32), ("trace", Int64), ("T", INT),
             ("ctas", INT))
 
-    def __init__(self, dims, fmt: str, forced: bool, TTg: int, TTe: int, unroll: dict,
+    def __init__(self, dims, fmt: str, forced: bool, gemvs: dict, TTe: int,
                  mma_up=None, mma_down=None, trace: bool = False, ctas_per_sm: int = 3):
-        """`mma_up` / `mma_down`: ExpertMMA variants (WPC must be 8: one task = one CTA), or None
-        for the CUDA-core expert kernels."""
+        """`gemvs`: the four GEMV objects by stage name (cache.persistent_step: k_gemv.Gemv or
+        k_gemv_mma.GemvMMA of 8 warps, the out_* ones reading coherently); `mma_up` /
+        `mma_down`: ExpertMMA variants (WPC must be 8: one task = one CTA), or None for the
+        CUDA-core expert kernels."""
         dm = self.dm = dims
         self.fmt, self.trace, self.ctas_per_sm = fmt, trace, ctas_per_sm
         self.wdt = BF if fmt == "bf16" else U8
-        self.gx = Gemv(dm.E + dm.r, dm.d, TTg, False, unroll["gemv_x"])
+        for g in gemvs.values():
+            assert getattr(g, "WPC", 8) * 32 == THREADS, "a GEMV task is one CTA of 8 warps"
+        self.gx = gemvs["gemv_x"]
         self.route = Route(dm, forced)
         self.sched = Schedule(dm)
         if mma_up is not None:
@@ -76,10 +79,10 @@ class PersistentStep:
         else:
             self.up, self.down = ExpertUp(dm, fmt, TTe), ExpertDown(dm, fmt, TTe)
         self.comb = Combine(dm, threads=THREADS)
-        self.gor = Gemv(dm.d, dm.r, TTg, True, unroll["out_routed"])
-        self.gsh = Gemv(2 * dm.Is, dm.d, TTg, False, unroll["gemv_shared"])
+        self.gor = gemvs["out_routed"]
+        self.gsh = gemvs["gemv_shared"]
         self.sact = SharedAct(dm)
-        self.gos = Gemv(dm.d, dm.Is, TTg, True, unroll["out_shared"])
+        self.gos = gemvs["out_shared"]
         self.fsum = FinalSum(dm)
 
     def shape(self):

@@ -7,8 +7,8 @@
   4 kda_norm  normed = gated RMSNorm(o)                                 k_kda_norm.py
   5 kda_out   out = bf16(normed W_o^T)                                  Gemv
 
-The GEMVs are the MoE's (k_gemv.py: a fixed K order whatever the batch); the other kernels work
-per token: the step is batch-invariant and deterministic, as the backend declares. Null tokens
+The GEMVs are the MoE's (cache.gemv_variant: k_gemv_mma.py on the tensor cores, a fixed K
+order whatever the batch); the other kernels work per token: the step is batch-invariant and deterministic, as the backend declares. Null tokens
 (state_idx <= 0) get zero intermediates, so o_proj gives them exact zeros; their projections are
 computed and never read. The states are updated in place.
 """
@@ -71,9 +71,9 @@ class KdaStep:
         f_a = s["z"][:, 4 * kd.P:]
         named = dict(s, **self._weights, x=x, f_a=f_a, conv_state=conv_state, rec=rec, T=T, S=S,
                      full_grid=1 << 30)
-        gemv = dict(TT=1 if T == 1 else cache.TT_GEMV, U=cache.GEMV_UNROLL["gemv_x"])
         st = stream()
         for name in STAGES:
             if stages is None or name in stages:
-                cache.compiled(name, kd, **(gemv if name in BIND else {}))(named, st, BIND.get(name))
+                v = cache.gemv_variant(name, T) if name in BIND else {}
+                cache.compiled(name, kd, **v)(named, st, BIND.get(name))
         return s

@@ -23,7 +23,7 @@ def launch(moe, named, T, forced):
     stream; with moe.trace set (an int64 [tickets, 4] tensor), the tracing variant into it."""
     tr = moe.trace is not None
     fn = cache.compiled("persistent", moe.dm, fmt=moe.fmt, forced=forced, T1=T == 1,
-                        **({"trace": True} if tr else {}))
+                        gemv_mma=cache.moe_mma(), **({"trace": True} if tr else {}))
     pl = task_table(moe, T, named["maxU"])
     fn(dict(named, plan=pl, sync=moe._sync, trace=moe.trace if tr else pl,
             ctas=moe._nsm * moe.ctas_per_sm), stream())

@@ -60,7 +60,6 @@ def launches(moe, T, forced):
     """The 11 compiled launches, in STAGES order (launch 0 = gemv_x + route + schedule when
     fused; launches 1 and 2 are then skipped)."""
     dm = moe.dm
-    tg = 1 if T == 1 else cache.TT_GEMV
     te = 1 if T == 1 else cache.TT_EXPERT
     c = cache.compiled
     if moe.uses_mma():
@@ -69,8 +68,8 @@ def launches(moe, T, forced):
     else:
         f_up = c("expert_up", dm, fmt=moe.fmt, TT=te)
         f_down = c("expert_down", dm, fmt=moe.fmt, TT=te)
-    gv = lambda n: c(n, dm, TT=tg, U=cache.GEMV_UNROLL[n])  # noqa: E731
-    first = (c("gemv_route", dm, forced=forced, U=cache.GEMV_UNROLL["gemv_x"])
+    gv = lambda n: c(n, dm, **cache.gemv_variant(n, T))  # noqa: E731
+    first = (c("gemv_route", dm, forced=forced, **cache.gemv_variant("gemv_x", 1, threads=256))
              if moe.fuse_route and T == 1 else gv("gemv_x"))
     return (first, c("route", dm, forced=forced), c("schedule", dm),
             f_up, f_down, c("combine", dm), gv("out_routed"),

@@ -5,7 +5,9 @@
 #   2. `pytest --k3diff -k moe --k3diff-profile ci` against the megakernel (controls and batch
 #      invariance included), then again with MEGAKERNEL_STREAMS=persistent (the one-launch step);
 #   3. a bug planted in a throwaway copy of the kernel (ties to the higher expert id in the route
-#      kernel), hunted with `k3diff hunt`; the copy is deleted afterwards;
+#      kernel), hunted with `k3diff hunt`; the copy is deleted afterwards; 3b. the same for the
+#      tensor-core GEMV (k_gemv_mma.py: the two B words of an mma swapped in every token tile but
+#      the first, so only batches > 8 go wrong);
 #   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage;
 #   5. the same for the KDA step (scripts/gpu_check_kda.sh).
 set -uo pipefail
@@ -35,6 +37,15 @@ sed -i 's/((ov == v) \& (oi < i))/((ov == v) \& (oi > i))/; s/if vals\[j\] > bv:
 diff <(cat megakernel/k_route.py) /tmp/planted/megakernel/k_route.py | head -8
 (cd /tmp/planted && PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt --backend $MK \
   --stage moe --examples 80 --seed $SEED 2>&1 | head -6 | tee "$OUT/planted.txt")
+rm -rf /tmp/planted
+
+step "3b. planted bug: the tensor-core GEMV swaps B words past the first token tile (T > 8)"
+rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/
+sed -i 's/xw\[2 \* j\], xw\[2 \* j + 1\],/xw[2 * j + (1 if n else 0)], xw[2 * j + (0 if n else 1)],/' \
+  /tmp/planted/megakernel/k_gemv_mma.py
+diff megakernel/k_gemv_mma.py /tmp/planted/megakernel/k_gemv_mma.py | head -4
+(cd /tmp/planted && PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt --backend $MK \
+  --stage moe --examples 80 --seed $SEED 2>&1 | head -6 | tee "$OUT/planted_gemv_mma.txt")
 rm -rf /tmp/planted
 
 step "4. sanitizer lane (memcheck) over the moe regression seeds"

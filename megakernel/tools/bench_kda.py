@@ -16,6 +16,7 @@ import sys
 
 import torch
 
+from megakernel import cache
 from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import STAGES, KdaStep
 from megakernel.tools.bench import copy_bw, time_events
@@ -102,8 +103,17 @@ def main(argv=None) -> int:
             idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
             us = {only: graph_us(lambda i, only=only: step.launch(x, conv, rec, idx[i], stages=only), R)
                   for only in (None,) + tuple((n,) for n in STAGES)}
+            # the same step with KDA's GEMVs all on the other kernel (the CUDA-core k_gemv.py when
+            # the tensor-core k_gemv_mma.py is the default, cache.DEFAULT_MMA), in the same run
+            mma_now = any(g in cache.GEMV_MMA for g in cache.KDA_GEMVS)
+            was, cache.GEMV_MMA = cache.GEMV_MMA, (() if mma_now else cache.ALL_GEMVS)
+            try:
+                alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
+            finally:
+                cache.GEMV_MMA = was
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
+            alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
             print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%}  {alone}{vs}",

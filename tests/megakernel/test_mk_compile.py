@@ -44,7 +44,8 @@ def test_declared_boundaries_follow_the_kernels_constants():
     from megakernel.dims import BOUNDARIES, FULL, MAX_T, SMALL
     from megakernel.k_route import Route
 
-    assert set(BOUNDARIES["batch"]) == {1, cache.TT_EXPERT, cache.TT_GEMV, MAX_T}
+    assert set(BOUNDARIES["batch"]) == {1, cache.TT_EXPERT, cache.TT_GEMV, cache.GEMV_PASS, MAX_T}
+    assert all(v[1]["NTT"] * 8 == cache.GEMV_PASS for v in cache.MMA_GEMV.values())
     threads = k_route.THREADS
     assert k_schedule.NT == threads
     assert BOUNDARIES["n_experts"] == (threads, 2 * threads)
@@ -54,3 +55,38 @@ def test_declared_boundaries_follow_the_kernels_constants():
     assert not cache.mma_ok(replace(SMALL, r=128 + 32)) and cache.mma_ok(replace(SMALL, r=128))
     assert {SMALL.r, FULL.r} <= set(BOUNDARIES["latent_dim"]) and {SMALL.I, FULL.I} <= set(BOUNDARIES["moe_intermediate"])
     assert BOUNDARIES["top_k"] == (1, FULL.k)
+
+
+def test_tensor_core_gemvs_keep_one_sum_order_per_gemv():
+    """The K split count decides a tensor-core GEMV's bits (k_gemv_mma.py). Both batch classes,
+    the persistent launch's 8-warp tasks and the fused route must get the same effective split
+    for every shape, or batch invariance / bit-identity across launch modes would break."""
+    from dataclasses import replace
+
+    from megakernel import cache
+    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, SMALL
+
+    moe_dims = [FULL, SMALL, replace(SMALL, d=96, r=160, Is=224), replace(SMALL, d=1056, Is=320)]
+    for name in cache.ALL_GEMVS:
+        dims = moe_dims if name in cache.GEMV_UNROLL else [KDA_FULL, KDA_SMALL]
+        for dm in dims:
+            objs = [cache.gemv_obj(name, dm, **cache.gemv_variant(name, T, mma=cache.ALL_GEMVS))
+                    for T in (1, 9, 300)]
+            objs += [cache.gemv_obj(name, dm, **cache.gemv_variant(name, T, threads=256,
+                                                                   mma=cache.ALL_GEMVS))
+                     for T in (1, 9)]
+            assert len({(o.KS, o.BK) for o in objs}) == 1, (name, dm)
+            assert all(o.WPC == 8 for o in objs[3:]), (name, dm)      # one CTA of 256 threads
+
+
+def test_gemv_kernel_choice_parses_and_defaults():
+    from megakernel import cache
+
+    assert cache._mma_set("0") == () and cache._mma_set("1") == cache.ALL_GEMVS
+    assert cache._mma_set("kda_out,gemv_x") == ("gemv_x", "kda_out")
+    assert cache._mma_set(None) == cache.DEFAULT_MMA
+    with pytest.raises(ValueError, match="MK_GEMV_MMA"):
+        cache._mma_set("kda_in,nope")
+    assert "TT" in cache.gemv_variant("gemv_x", 1, mma=()) and "NTT" in cache.gemv_variant(
+        "gemv_x", 1, mma=("gemv_x",))
+    assert cache.moe_mma(cache.ALL_GEMVS) == tuple(cache.GEMV_UNROLL)

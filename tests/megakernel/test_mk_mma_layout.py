@@ -91,3 +91,36 @@ def test_up_writes_act_in_pair_order():
     # the up epilogue stores logical row r0 + 8hh + g at r0 + 8hh + 2*(g%4) + g//4
     assert [2 * (g % 4) + g // 4 for g in range(8)] == [act_pos(j) for j in range(8)]
     assert sorted(act_pos(j) for j in range(8)) == list(range(8))
+
+
+def emulate_gemv(W, X, BK):
+    """k_gemv_mma.GemvMMA's bookkeeping for one 16-row tile and one 8-token tile: lane (g, t)
+    holds BK/4 consecutive elements of rows g, g+8 and of token g per block; mma j takes its u32
+    words 2j, 2j+1 (bf16 pairs) as k-slots (2t, 2t+1) and (2t+8, 2t+9)."""
+    K = W.shape[1]
+    C = np.zeros((16, 8))
+    for blk in range(K // BK):
+        for j in range(BK // 16):
+            A = np.full((16, 16), np.nan)
+            B = np.full((16, 8), np.nan)
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                base = blk * BK + t * (BK // 4)
+                word = lambda v, i: (v[base + 2 * i], v[base + 2 * i + 1])  # noqa: E731
+                A[g, 2 * t:2 * t + 2] = word(W[g], 2 * j)
+                A[g + 8, 2 * t:2 * t + 2] = word(W[g + 8], 2 * j)
+                A[g, 2 * t + 8:2 * t + 10] = word(W[g], 2 * j + 1)
+                A[g + 8, 2 * t + 8:2 * t + 10] = word(W[g + 8], 2 * j + 1)
+                B[2 * t:2 * t + 2, g] = word(X[g], 2 * j)
+                B[2 * t + 8:2 * t + 10, g] = word(X[g], 2 * j + 1)
+            assert not np.isnan(A).any() and not np.isnan(B).any()   # every fragment slot set
+            C += A @ B
+    return C
+
+
+def test_gemv_mma_bookkeeping_is_a_permuted_dot():
+    rng = np.random.default_rng(1)
+    for BK, K in ((64, 192), (32, 96)):
+        W = rng.integers(-8, 8, (16, K)).astype(np.float64)
+        X = rng.integers(-8, 8, (8, K)).astype(np.float64)
+        assert np.array_equal(emulate_gemv(W, X, BK), W @ X.T), BK

@@ -1,0 +1,186 @@
+"""The dense GEMV on the tensor cores: Y[t, n] = sum_k W[n, k] X[t, k], W [N, K] bf16, X [T, K]
+bf16, every weight row streamed once per pass of up to 8 * NTT tokens (k_gemv.Gemv re-reads it
+for every 8 tokens; at batch 64 that is 8 reads of each row: NOTES.md, KDA at batch > 1).
+
+CTA layout: RT x KS warps. Warp (rt, s) owns MT tiles of 16 output rows (the mma.sync m16n8k16
+A operand, loaded straight from global memory), NTT tiles of 8 tokens (the N = 8 columns of B)
+and the K blocks s, s + KS, s + 2 KS, ... (split K: with 16 rows per warp a small N would leave
+the SMs idle: gemv_x has 280 row tiles of 16). The KS partial sums of a row tile meet in shared
+memory and are added in the order s = 0, 1, ..., KS-1 by warp s = 0. The RT row tiles of a CTA
+walk the same K blocks together, so their activation loads hit L1. K blocks of BK = 64 (32 when
+K % 64 != 0); in a block, lane (g = lane/4, t = lane%4) loads BK/4
+consecutive elements of rows g and g+8 of each row tile (4 lanes cover a row's 2*BK bytes,
+128 B at BK = 64) and the same elements of token g of each token tile. K permutation (the same
+for A and B, so the dot is unchanged): mma j of the block takes the lane's u32 words 2j, 2j+1
+as k-slots (2t, 2t+1) and (2t+8, 2t+9), i.e. A = (w_g[2j], w_g8[2j], w_g[2j+1], w_g8[2j+1]) and
+B = (x[2j], x[2j+1]): no shuffles, no shared memory. Activations are read through L1 (a CTA's
+warps walk the same x blocks at about the same time); weights bypass it.
+
+Numerics: products of bf16 exact, f32 accumulation in the tensor core; per (row, token) the order
+is fixed: each split's sequence of blocks and mma j, then the splits in order, whatever T, NTT,
+the token tile a column lands in or the grid (columns of an mma are independent):
+batch-invariant and deterministic. The bits differ
+from k_gemv.Gemv's CUDA-core order (each instance uses one of the two for every batch, never
+one per batch size: that would break batch invariance). Padded token columns repeat token T-1 and
+are not stored; rows past N repeat row N-1 and are not stored; a token tile wholly past T is
+skipped.
+"""
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
+from megakernel.kernel_args import INT, Args, declare
+from megakernel.ptx import ld_v4_stream, ld_v4_cached, mma_bf16_16816
+
+
+@declare
+class GemvMMA:
+    ARGS = (("w", BFloat16), ("x", BFloat16), ("y", "ydt"), ("T", INT), ("ctas", INT))
+
+    def __init__(self, N: int, K: int, NTT: int, out_bf16: bool, U: int = 2, ldx: int = 0,
+                 RT: int = 4, KS: int = 1, MT: int = 1, PF: int = 0, coherent: bool = False,
+                 threads: int = 0):
+        """NTT: token tiles of 8 per pass (a compile-time width; any T runs, in passes); U: K
+        blocks whose weight loads are issued together; RT x KS warps per CTA (row tiles x K
+        splits; KS is lowered to a power of two dividing the block count: a function of the
+        shape alone, as the bits are); MT: 16-row tiles per warp; PF: L2 prefetch bytes on the
+        weight loads; ldx: X's row stride in elements; `coherent`: read X with plain loads (X
+        written by the same launch); threads: a fixed CTA size (a task of the persistent
+        launch), RT then fills it."""
+        assert K % 32 == 0 and (ldx or K) % 8 == 0
+        self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
+        self.MT, self.PF, self.coherent = MT, PF, coherent
+        self.ldx = ldx or K
+        self.ydt = BFloat16 if out_bf16 else Float32
+        self.BK = 64 if K % 64 == 0 else 32
+        NB = K // self.BK
+        self.KS = max(v for v in (1, 2, 4, 8) if v <= KS and NB % v == 0)
+        self.RT = threads // 32 // self.KS if threads else RT
+        self.WPC = self.RT * self.KS
+        self.NBW = NB // self.KS                              # blocks per warp
+        self.U = min(U, self.NBW)
+        self.RW = 16 * MT
+        self.wtiles = (N + self.RW - 1) // self.RW          # row tiles of 16 MT
+        self.tiles = (self.wtiles + self.RT - 1) // self.RT  # CTA tiles (the grid's unit)
+        self.NACC = MT * NTT * 4
+        assert self.RT * (self.KS - 1) * self.NACC * 32 * 4 <= 48 * 1024, "split-K partials > 48 KB"
+
+    @cute.jit
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        grid = cutlass.min(A.ctas, self.tiles)
+        self.kernel(*A.kernel(ctas=grid)).launch(grid=(grid, 1, 1), block=(32 * self.WPC, 1, 1),
+                                                 stream=A.stream)
+
+    @cute.kernel
+    def kernel(self, *a):             # ARGS, ctas = the grid launched
+        bid, _, _ = cute.arch.block_idx()
+        w, x, y, T, grid = a
+        self.body(w, x, y, T, bid, self.tiles, grid)
+
+    @cute.jit
+    def body(self, w, x, y, T, lo, hi, step):
+        """CTA tiles lo, lo + step, ... below hi. Every warp of the CTA runs every pass (the
+        split-K barriers): a row tile past N loads row N-1 and stores nothing."""
+        tid, _, _ = cute.arch.thread_idx()
+        warp = tid // 32
+        Y = cute.make_tensor(y, cute.make_layout((T, self.N), stride=(self.N, 1)))
+        part = None
+        if cutlass.const_expr(self.KS > 1):
+            smem = cutlass.memory.SmemAllocator()
+            part = smem.allocate_tensor(
+                Float32, cute.make_layout((self.RT, self.KS - 1, self.NACC, 32),
+                                          stride=((self.KS - 1) * self.NACC * 32,
+                                                  self.NACC * 32, 32, 1)), 16)
+        for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
+            rt = warp // self.KS
+            self.warp_tile(w.toint(), x.toint(), Y, part, T,
+                           (tile * self.RT + rt) * self.RW, rt, warp % self.KS, tid % 32)
+
+    @cute.jit
+    def warp_tile(self, wb, xb, Y, part, T, r0, rt, ks, lane):
+        N, K, BK, MT, NTT, KS = self.N, self.K, self.BK, self.MT, self.NTT, self.KS
+        U, NBW = self.U, self.NBW
+        CW = BK // 8                  # u32 words per lane per row per block (4 or 8)
+        g = lane // 4
+        tg = lane % 4
+        lane_off = Int64(tg * (BK // 4) * 2) + Int64(ks * BK * 2)   # + this split's first block
+        wad = []                      # [row tile m][half hh]: this lane's row g + 8 hh
+        for m in cutlass.range_constexpr(MT):
+            for hh in cutlass.range_constexpr(2):
+                row = cutlass.min(r0 + 16 * m + 8 * hh + g, N - 1)
+                wad.append(wb + Int64(row) * Int64(2 * K) + lane_off)
+        Ar = cute.make_rmem_tensor((U * MT * 2 * CW,), Uint32)
+        acc = cute.make_rmem_tensor((self.NACC,), Float32)
+        for t0 in cutlass.range(0, T, 8 * NTT):
+            xad = []
+            for n in cutlass.range_constexpr(NTT):
+                tok = cutlass.min(t0 + 8 * n + g, T - 1)
+                xad.append(xb + Int64(tok) * Int64(2 * self.ldx) + lane_off)
+            for i in cutlass.range_constexpr(self.NACC):
+                acc[i] = Float32(0.0)
+            for it in cutlass.range(NBW // U):
+                self.blocks(Ar, acc, wad, xad, it * U, U, t0, T)
+            if cutlass.const_expr(NBW % U != 0):
+                for b in cutlass.range(NBW - NBW % U, NBW):
+                    self.blocks(Ar, acc, wad, xad, b, 1, t0, T)
+            if cutlass.const_expr(KS > 1):
+                if ks > 0:
+                    for i in cutlass.range_constexpr(self.NACC):
+                        part[rt, ks - 1, i, lane] = acc[i]
+                cute.arch.sync_threads()
+                if ks == 0:
+                    for s in cutlass.range_constexpr(KS - 1):      # the fixed order of splits
+                        for i in cutlass.range_constexpr(self.NACC):
+                            acc[i] = acc[i] + part[rt, s, i, lane]
+                    self.store(Y, acc, T, t0, r0, g, tg)
+                cute.arch.sync_threads()
+            else:
+                self.store(Y, acc, T, t0, r0, g, tg)
+
+    @cute.jit
+    def blocks(self, Ar, acc, wad, xad, j0, nu: cutlass.Constexpr, t0, T):
+        """This warp's blocks j0 .. j0 + nu - 1 (block j = split + KS j): the weight loads of all
+        nu first, then per block the activations and the mma."""
+        BK, MT, NTT, KS, PF = self.BK, self.MT, self.NTT, self.KS, self.PF
+        CW = BK // 8
+        NV = CW // 4                  # 128-bit loads per row per block
+        for uu in cutlass.range_constexpr(nu):
+            boff = Int64((j0 + uu) * KS * BK * 2)
+            for th in cutlass.range_constexpr(MT * 2):
+                for v in cutlass.range_constexpr(NV):
+                    q = ld_v4_stream(wad[th] + boff + Int64(16 * v), PF)
+                    for i in cutlass.range_constexpr(4):
+                        Ar[(uu * MT * 2 + th) * CW + 4 * v + i] = q[i]
+        for uu in cutlass.range_constexpr(nu):
+            boff = Int64((j0 + uu) * KS * BK * 2)
+            for n in cutlass.range_constexpr(NTT):
+                if t0 + 8 * n < T:
+                    xw = []
+                    for v in cutlass.range_constexpr(NV):
+                        xw += ld_v4_cached(xad[n] + boff + Int64(16 * v), self.coherent)
+                    for m in cutlass.range_constexpr(MT):
+                        a_lo = (uu * MT * 2 + 2 * m) * CW
+                        a_hi = a_lo + CW
+                        c = 4 * (m * NTT + n)
+                        for j in cutlass.range_constexpr(BK // 16):
+                            r = mma_bf16_16816(Ar[a_lo + 2 * j], Ar[a_hi + 2 * j],
+                                               Ar[a_lo + 2 * j + 1], Ar[a_hi + 2 * j + 1],
+                                               xw[2 * j], xw[2 * j + 1],
+                                               acc[c], acc[c + 1], acc[c + 2], acc[c + 3])
+                            for i in cutlass.range_constexpr(4):
+                                acc[c + i] = r[i]
+
+    @cute.jit
+    def store(self, Y, acc, T, t0, r0, g, tg):
+        """The lane holds columns (tokens) 2t, 2t+1 of rows g, g+8 of each tile."""
+        for n in cutlass.range_constexpr(self.NTT):
+            for cc in cutlass.range_constexpr(2):
+                tok = t0 + 8 * n + 2 * tg + cc
+                if tok < T:
+                    for m in cutlass.range_constexpr(self.MT):
+                        for hh in cutlass.range_constexpr(2):
+                            row = r0 + 16 * m + 8 * hh + g
+                            if row < self.N:
+                                v = acc[4 * (m * self.NTT + n) + 2 * hh + cc]
+                                if cutlass.const_expr(self.out_bf16):
+                                    Y[tok, row] = v.to(BFloat16)
+                                else:
+                                    Y[tok, row] = v

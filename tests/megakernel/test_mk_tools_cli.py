@@ -1,0 +1,21 @@
+"""CPU: the GEMV tools refuse a machine without a GPU with one line and exit 2, whatever the
+arguments."""
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
+                                       ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"])])
+def test_gemv_tools_exit_2_with_one_line(tool, args):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the tools would run")
+    r = subprocess.run([sys.executable, "-m", f"megakernel.tools.{tool}", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
+    assert len(lines) == 1 and "needs a CUDA GPU" in lines[0], r.stderr

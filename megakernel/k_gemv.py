@@ -18,10 +18,30 @@ from megakernel.device import (THREADS, WARPS, cute, cutlass, BFloat16, Float32,
 from megakernel.kernel_args import INT, Args, declare
 
 
-@declare
-class Gemv:
+class GemvLaunch:
+    """The launch both GEMV kernels share (this one and k_gemv_mma.GemvMMA): min(ctas, tiles)
+    CTAs of self.threads; CTA b takes the tiles b, b + grid, ... (`body`, also a task of
+    k_persistent.py)."""
     # y: f32 or bf16 (out_bf16); ctas: a cap on the grid (the kernel gets the grid launched)
     ARGS = (("w", BFloat16), ("x", BFloat16), ("y", "ydt"), ("T", INT), ("ctas", INT))
+
+    @cute.jit
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        grid = cutlass.min(A.ctas, self.tiles)
+        self.kernel(*A.kernel(ctas=grid)).launch(grid=(grid, 1, 1), block=(self.threads, 1, 1),
+                                                 stream=A.stream)
+
+    @cute.kernel
+    def kernel(self, *a):             # ARGS, ctas = the grid launched
+        bid, _, _ = cute.arch.block_idx()
+        w, x, y, T, grid = a
+        self.body(w, x, y, T, bid, self.tiles, grid)
+
+
+@declare
+class Gemv(GemvLaunch):
+    threads = THREADS
 
     def __init__(self, N: int, K: int, TT: int, out_bf16: bool, unroll: int = 0, ldx: int = 0):
         """ldx: X's row stride in elements (default K; KDA's f_b reads f_a, a column slice)."""
@@ -30,19 +50,6 @@ class Gemv:
         self.ldx = ldx or K
         self.ydt = BFloat16 if out_bf16 else Float32
         self.tiles = (N + WARPS - 1) // WARPS
-
-    @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        grid = cutlass.min(A.ctas, self.tiles)
-        self.kernel(*A.kernel(ctas=grid)).launch(grid=(grid, 1, 1), block=(THREADS, 1, 1),
-                                                 stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS, ctas = the grid launched
-        bid, _, _ = cute.arch.block_idx()
-        w, x, y, T, grid = a
-        self.body(w, x, y, T, bid, self.tiles, grid)
 
     @cute.jit
     def body(self, w, x, y, T, lo, hi, step):

@@ -26,13 +26,13 @@ are not stored; rows past N repeat row N-1 and are not stored; a token tile whol
 skipped.
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
-from megakernel.kernel_args import INT, Args, declare
+from megakernel.kernel_args import declare
+from megakernel.k_gemv import GemvLaunch
 from megakernel.ptx import ld_v4_stream, ld_v4_cached, mma_bf16_16816
 
 
 @declare
-class GemvMMA:
-    ARGS = (("w", BFloat16), ("x", BFloat16), ("y", "ydt"), ("T", INT), ("ctas", INT))
+class GemvMMA(GemvLaunch):
 
     def __init__(self, N: int, K: int, NTT: int, out_bf16: bool, U: int = 2, ldx: int = 0,
                  RT: int = 4, KS: int = 1, MT: int = 1, PF: int = 0, coherent: bool = False,
@@ -54,6 +54,7 @@ class GemvMMA:
         self.KS = max(v for v in (1, 2, 4, 8) if v <= KS and NB % v == 0)
         self.RT = threads // 32 // self.KS if threads else RT
         self.WPC = self.RT * self.KS
+        self.threads = 32 * self.WPC
         self.NBW = NB // self.KS                              # blocks per warp
         self.U = min(U, self.NBW)
         self.RW = 16 * MT
@@ -61,19 +62,6 @@ class GemvMMA:
         self.tiles = (self.wtiles + self.RT - 1) // self.RT  # CTA tiles (the grid's unit)
         self.NACC = MT * NTT * 4
         assert self.RT * (self.KS - 1) * self.NACC * 32 * 4 <= 48 * 1024, "split-K partials > 48 KB"
-
-    @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        grid = cutlass.min(A.ctas, self.tiles)
-        self.kernel(*A.kernel(ctas=grid)).launch(grid=(grid, 1, 1), block=(32 * self.WPC, 1, 1),
-                                                 stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS, ctas = the grid launched
-        bid, _, _ = cute.arch.block_idx()
-        w, x, y, T, grid = a
-        self.body(w, x, y, T, bid, self.tiles, grid)
 
     @cute.jit
     def body(self, w, x, y, T, lo, hi, step):

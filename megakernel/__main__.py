@@ -11,14 +11,15 @@ import time
 def _compile_one_arch(dims_names):
     # runs in a child whose CUTE_DSL_ARCH is already set
     from megakernel import cache
-    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, SMALL
-    table = {"full": (FULL, KDA_FULL), "small": (SMALL, KDA_SMALL)}
+    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
+    table = {"full": (FULL, KDA_FULL, MLA_FULL), "small": (SMALL, KDA_SMALL, MLA_SMALL)}
     arch = os.environ["CUTE_DSL_ARCH"]
     ok = True
     for dn in dims_names:
-        moe, kda = table[dn]
+        moe, kda, mla = table[dn]
         for name, var, dims in ([(n, v, moe) for n, v in cache.variants()]
-                                + [(n, v, kda) for n, v in cache.kda_variants()]):
+                                + [(n, v, kda) for n, v in cache.kda_variants()]
+                                + [(n, v, mla) for n, v in cache.mla_variants()]):
             t0 = time.time()
             try:
                 # always compiled (this is the check), and stored: it warms the disk cache

@@ -1,4 +1,4 @@
-"""k3diff backend "megakernel": the LatentMoE and KDA stages on the GPU through CuTe DSL kernels.
+"""k3diff backend "megakernel": the LatentMoE, KDA (and MLA) stages on the GPU through CuTe DSL kernels.
 
 Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead as the entry point
 `megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
@@ -7,6 +7,8 @@ module imports neither cutlass nor CUDA.
 MEGAKERNEL_STREAMS selects how the step is launched (moe.MODES): "fork" (default, the fastest
 measured: 11 launches over two streams), "serial" (the same on one stream) or "persistent" (the
 whole step in one launch, k_persistent.py). All three compute the same bits.
+MEGAKERNEL_MLA=1 adds the mla stage (mla.py), which has not run on a GPU yet: off by default
+until it has been judged there.
 """
 from __future__ import annotations
 
@@ -15,11 +17,13 @@ import os
 MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "combined",
                "latent_normed", "routed_out", "shared_out")
 KDA_OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")      # = kda.OUTPUTS
+MLA_OUTPUTS = ("out", "q_c", "kv_c", "k_pe", "ql", "attn_latent", "attn_out", "gated")  # mla.OUTPUTS
+OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS}
 
 
 class MegakernelBackend:
     name = "megakernel"
-    stages = ("moe", "kda")
+    stages = ("moe", "kda") + (("mla",) if os.environ.get("MEGAKERNEL_MLA") == "1" else ())
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
@@ -41,17 +45,18 @@ class MegakernelBackend:
 
     def supports(self, cfg, stage) -> str | None:
         """None when the kernels take these dims, else the one-line reason (the case is skipped)."""
-        from megakernel.dims import from_cfg, kda_from_cfg
+        from megakernel.dims import from_cfg, kda_from_cfg, mla_from_cfg
         try:
-            (kda_from_cfg if stage == "kda" else from_cfg)(cfg)
+            dict(kda=kda_from_cfg, mla=mla_from_cfg).get(stage, from_cfg)(cfg)
         except ValueError as e:
             return str(e)
         return None
 
     def provides(self, stage: str) -> set[str]:
         if stage not in self.stages:
-            raise KeyError(f"megakernel implements the moe and kda stages, not {stage!r}")
-        return set(MOE_OUTPUTS if stage == "moe" else KDA_OUTPUTS)
+            raise KeyError(f"megakernel implements the {' and '.join(self.stages)} stages, "
+                           f"not {stage!r}")
+        return set(OUTPUTS[stage])
 
     def prepare(self, cfg, stage, weights):
         self.provides(stage)
@@ -60,6 +65,10 @@ class MegakernelBackend:
             from megakernel.dims import kda_from_cfg
             from megakernel.kda import KdaStep
             return KdaStep(kda_from_cfg(cfg), weights, dev)
+        if stage == "mla":
+            from megakernel.dims import mla_from_cfg
+            from megakernel.mla import MlaStep
+            return MlaStep(mla_from_cfg(cfg), weights, dev)
         from megakernel.dims import from_cfg
         from megakernel.moe import LatentMoE
         return LatentMoE(from_cfg(cfg), weights, dev,
@@ -68,6 +77,9 @@ class MegakernelBackend:
     def run(self, stage, cfg, prepared, inputs, out) -> None:
         if stage == "kda":
             self._run_kda(prepared, inputs, out)
+            return
+        if stage == "mla":
+            self._run_mla(prepared, inputs, out)
             return
         x = inputs["x"].contiguous()
         forced = inputs.get("forced_ids")
@@ -88,6 +100,19 @@ class MegakernelBackend:
             for n, buf in out.items():
                 if n != "out":
                     buf.copy_(inter[n])
+
+    @staticmethod
+    def _run_mla(step, inputs, out) -> None:
+        """The cache row of this step is written in place (a cache the kernel cannot address
+        directly, not contiguous, through a contiguous copy)."""
+        from megakernel.mla import OUTPUTS as NAMES
+        kv = inputs["kv_cache"]
+        work = kv if kv.is_contiguous() else kv.contiguous()
+        s = step.launch(inputs["x"].contiguous(), work, inputs["cache_lens"])
+        if work is not kv:
+            kv.copy_(work)
+        for n, buf in out.items():
+            buf.copy_(s[NAMES[n]].view(buf.shape))
 
     @staticmethod
     def _run_kda(step, inputs, out) -> None:

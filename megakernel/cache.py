@@ -40,6 +40,10 @@ from megakernel.k_gemv_route import GemvRoute  # noqa: E402
 from megakernel.k_kda_conv import KdaConv  # noqa: E402
 from megakernel.k_kda_core import KdaCore  # noqa: E402
 from megakernel.k_kda_norm import KdaNorm  # noqa: E402
+from megakernel.k_mla_norm import MlaNorm  # noqa: E402
+from megakernel.k_mla_absorb import MlaAbsorb  # noqa: E402
+from megakernel.k_mla_attn import MlaAttn  # noqa: E402
+from megakernel.k_mla_merge import MlaMerge  # noqa: E402
 
 BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 
@@ -52,7 +56,8 @@ BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 # of 1 (T == 1) or TT_GEMV, the row re-read per tile. One kernel per GEMV for every batch (never
 # one per batch size: the bits differ, batch invariance would break). MK_GEMV_MMA overrides the
 # set: "0" none, "1" all, or a comma-separated list of names (`python -m megakernel.tools.gemv_choice`).
-ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda_fb", "kda_out")
+ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda_fb", "kda_out",
+             "mla_a", "mla_qb", "mla_out")
 # The default, from whole steps (`python -m megakernel.tools.gemv_choice`, `bench`, H200,
 # NOTES.md): the tensor-core kernel is 2-10x faster alone at batch 8-64 but up to 1.4x slower at
 # batch 1 on the narrower GEMVs (its work comes in tiles of 16 rows, the CUDA-core one's in
@@ -87,6 +92,11 @@ MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8)
     "kda_in": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
     "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    # MLA's: not tuned yet (the variants of the GEMVs closest in shape: gemv_shared, kda_in,
+    # kda_out); off by default
+    "mla_a": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
+    "mla_qb": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
 }
 TT_GEMV = 8     # the CUDA-core GEMV: tokens per pass over a weight row when T > 1
 # K chunks per lane whose loads each CUDA-core GEMV issues together (device.dot_rows; 0 = the
@@ -165,6 +175,9 @@ GEMVS = {   # name -> (N, K, out_bf16, ldx) of the dims (a Dims for the MoE's, K
     "kda_in": lambda kd: (kd.N, kd.d, True, 0),
     "kda_fb": lambda kd: (kd.P, kd.D, True, kd.N),     # over f_a, a column slice of kda_in's out
     "kda_out": lambda kd: (kd.d, kd.P, True, 0),
+    "mla_a": lambda md: (md.NA, md.d, True, 0),
+    "mla_qb": lambda md: (md.H * (md.NP + md.RP), md.QL, True, 0),
+    "mla_out": lambda md: (md.d, md.H * md.V, True, 0),
 }
 
 
@@ -200,10 +213,19 @@ KERNELS = {
     "kda_core": lambda kd: KdaCore(kd),
     "kda_norm": lambda kd: KdaNorm(kd),
     "kda_out": lambda kd, **v: gemv_obj("kda_out", kd, **v),
+    # MLA (mla.py; `dm` is then a dims.MlaDims)
+    "mla_a": lambda md, **v: gemv_obj("mla_a", md, **v),
+    "mla_norm": lambda md: MlaNorm(md),
+    "mla_qb": lambda md, **v: gemv_obj("mla_qb", md, **v),
+    "mla_absorb": lambda md, TT: MlaAbsorb(md, TT),
+    "mla_attn": lambda md: MlaAttn(md),
+    "mla_merge": lambda md: MlaMerge(md),
+    "mla_out": lambda md, **v: gemv_obj("mla_out", md, **v),
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
     "gemv": lambda shape, **v: _gemv(*shape, **v),
 }
 KDA_GEMVS = ("kda_in", "kda_fb", "kda_out")
+MLA_GEMVS = ("mla_a", "mla_qb", "mla_out")
 
 
 def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None):
@@ -253,6 +275,13 @@ def kda_variants(gemv_mma=None):
     """Every (name, variant) of the KDA step (compiled for a dims.KdaDims)."""
     return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in KDA_GEMVS for T in (1, TT_GEMV + 1)] + \
         [("kda_conv", {}), ("kda_core", {}), ("kda_norm", {})]
+
+
+def mla_variants(gemv_mma=None):
+    """Every (name, variant) of the MLA step (compiled for a dims.MlaDims)."""
+    return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in MLA_GEMVS for T in (1, TT_GEMV + 1)] + \
+        [("mla_absorb", dict(TT=1)), ("mla_absorb", dict(TT=TT_GEMV)), ("mla_norm", {}),
+         ("mla_attn", {}), ("mla_merge", {})]
 
 
 _CACHE = {}

@@ -1,4 +1,4 @@
-"""The dimensions a kernel set is compiled for (all compile-time constants): the MoE's, KDA's."""
+"""The dimensions a kernel set is compiled for (all compile-time constants): the MoE's, KDA's, MLA's."""
 from dataclasses import dataclass
 
 
@@ -84,10 +84,52 @@ def kda_from_cfg(cfg) -> KdaDims:
                    lb=float(cfg.gate_lower_bound), eps=float(cfg.rms_eps)).check()
 
 
+@dataclass(frozen=True)
+class MlaDims:
+    """A gated MLA layer's dimensions (K3_SPEC 3): hidden d, H heads, the q latent QL, the kv
+    latent R, the nope / rope / value head widths NP / RP / V, the norms' eps."""
+    d: int
+    H: int
+    QL: int
+    R: int
+    NP: int = 128
+    RP: int = 64
+    V: int = 128
+    eps: float = 1e-5
+
+    @property
+    def C(self) -> int:
+        """One cache entry: the normed kv latent and k_pe."""
+        return self.R + self.RP
+
+    @property
+    def NA(self) -> int:
+        """Width of the fused x-side projection [q_a | kv_a | g]: q_c, kv_c, k_pe, the gate."""
+        return self.QL + self.C + self.H * self.V
+
+    def check(self):
+        for name in ("d", "QL", "R", "RP", "V"):
+            if getattr(self, name) % 32:
+                raise ValueError(f"megakernel MLA needs {name} % 32 == 0 (a lane per 32 elements)")
+        if self.NP % 8 or self.R > 1024 or self.RP > 128:
+            raise ValueError("megakernel MLA needs qk_nope_dim % 8 == 0, kv_lora_rank <= 1024, "
+                             "qk_rope_dim <= 128")
+        return self
+
+
+def mla_from_cfg(cfg) -> MlaDims:
+    """The MLA dims of a reference.config.K3Config (duck typed)."""
+    return MlaDims(d=cfg.hidden, H=cfg.mla_heads, QL=cfg.q_lora_rank, R=cfg.kv_lora_rank,
+                   NP=cfg.qk_nope_dim, RP=cfg.qk_rope_dim, V=cfg.v_head_dim,
+                   eps=float(cfg.rms_eps)).check()
+
+
 FULL = Dims(d=7168, r=3584, E=896, k=16, I=3072, Is=6144)
 SMALL = Dims(d=1024, r=512, E=112, k=16, I=256, Is=512)
 KDA_FULL = KdaDims(d=7168, H=96, D=128)
 KDA_SMALL = KdaDims(d=1024, H=8, D=128)
+MLA_FULL = MlaDims(d=7168, H=96, QL=1536, R=512)
+MLA_SMALL = MlaDims(d=1024, H=8, QL=512, R=512)
 
 
 def from_cfg(cfg) -> Dims:

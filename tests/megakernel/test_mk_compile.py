@@ -64,11 +64,12 @@ def test_tensor_core_gemvs_keep_one_sum_order_per_gemv():
     from dataclasses import replace
 
     from megakernel import cache
-    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, SMALL
+    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
 
     moe_dims = [FULL, SMALL, replace(SMALL, d=96, r=160, Is=224), replace(SMALL, d=1056, Is=320)]
     for name in cache.ALL_GEMVS:
-        dims = moe_dims if name in cache.GEMV_UNROLL else [KDA_FULL, KDA_SMALL]
+        dims = (moe_dims if name in cache.GEMV_UNROLL else [KDA_FULL, KDA_SMALL]
+                if name in cache.KDA_GEMVS else [MLA_FULL, MLA_SMALL])
         for dm in dims:
             objs = [cache.gemv_obj(name, dm, **cache.gemv_variant(name, T, mma=cache.ALL_GEMVS))
                     for T in (1, 9, 300)]

@@ -1,0 +1,82 @@
+"""The gated MLA decode step (K3_SPEC 3) on the GPU: seven launches on the caller's stream.
+
+  0 mla_a       z = bf16(x [W_q_a | W_kv_a | W_g]^T): q_c, kv_c, k_pe, gz   GEMV (cache.gemv_obj)
+  1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]              k_mla_norm.py
+  2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]                        GEMV
+  3 mla_absorb  ql = bf16(q_nope W_UK)                                        k_mla_absorb.py
+  4 mla_attn    per split of the cache: online-softmax partials              k_mla_attn.py
+  5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
+  6 mla_out     out = bf16(gated W_o^T)                                       GEMV
+
+Each token row is one sequence with its own cache [Lcap, C] and length L_t (k3diff.stages: the
+mla stage's kv_cache [T, Lcap, R + RP], cache_lens [T]); row L_t is written in place, no other
+row is touched. Every sum has a fixed order: the step is batch-invariant and deterministic.
+Status: compiled for sm_90a and sm_103a by CI; written in a session without GPU time left, it
+has not run on a GPU yet, so the backend serves mla only with MEGAKERNEL_MLA=1 (backend.py).
+"""
+import torch
+
+from megakernel import cache
+from megakernel.k_mla_attn import CH
+from megakernel.launch_streams import stream
+
+STAGES = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
+OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
+               attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
+BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
+    "mla_a": dict(w="w_a", x="x", y="z", ctas="full_grid"),
+    "mla_qb": dict(w="w_qb", x="qc", y="q", ctas="full_grid"),
+    "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
+}
+
+
+class MlaStep:
+    def __init__(self, md, weights: dict, device):
+        self.md, self.device = md, device
+        w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
+        bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
+        self._weights = dict(w_a=bf(torch.cat([w["q_a"], w["kv_a"], w["g"]])), w_qb=bf(w["q_b"]),
+                             kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
+                             kv_norm=bf(w["kv_a_norm"]))
+        self._scratch = {}
+
+    def scratch(self, T, NS):
+        s = self._scratch.get((T, NS))
+        if s is None:
+            md, dev = self.md, self.device
+            e = lambda *sh, dt=torch.bfloat16: torch.empty(*sh, dtype=dt, device=dev)  # noqa: E731
+            f = torch.float32
+            s = dict(z=e(T, md.NA), qc=e(T, md.QL), kvc=e(T, md.R), kpe=e(T, md.RP),
+                     q=e(T, md.H * (md.NP + md.RP)), ql=e(T, md.H, md.R), lat=e(T, md.H, md.R),
+                     o=e(T, md.H, md.V), gated=e(T, md.H * md.V), out=e(T, md.d),
+                     lens=e(T, dt=torch.int32), pm=e(T, md.H, NS, dt=f), pl=e(T, md.H, NS, dt=f),
+                     pa=e(T, md.H, NS, md.R, dt=f))
+            self._scratch = {(T, NS): s}          # one shape kept: the partials can be large
+        return s
+
+    def launch(self, x, kv_cache, cache_lens, stages=None):
+        """Enqueue the step on the caller's stream; `kv_cache` [T, Lcap, C] bf16 (contiguous)
+        gets row cache_lens[t] of each token written in place. Returns the scratch dict (the
+        buffers OUTPUTS names hold the results)."""
+        md = self.md
+        T, Lcap = x.shape[0], kv_cache.shape[1]
+        for t, dt in ((x, torch.bfloat16), (kv_cache, torch.bfloat16)):
+            assert t.dtype == dt and t.is_contiguous()
+        # splits up to the longest sequence (one host read): splits past a row's length would
+        # only add exact zeros, so the bits do not depend on NS, and the partials stay small
+        n_max = int(cache_lens.max()) + 1
+        if n_max > Lcap:
+            raise ValueError(f"megakernel MLA: a cache length {n_max - 1} leaves no row for this "
+                             f"step in a cache of {Lcap}")
+        NS = (n_max + CH - 1) // CH
+        s = self.scratch(T, NS)
+        s["lens"].copy_(cache_lens.to(torch.int32))
+        named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
+                     full_grid=1 << 30)
+        st = stream()
+        for name in STAGES:
+            if stages is None or name in stages:
+                v = cache.gemv_variant(name, T) if name in BIND else (
+                    dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else {})
+                cache.compiled(name, md, **v)(named, st, BIND.get(name))
+        return s

@@ -1,0 +1,92 @@
+"""python -m megakernel.tools.bench_mla: the MLA step (mla.py) against the copy roofline and torch.
+
+Method as bench_kda.py's: R steps captured in one CUDA graph, the replay timed with events,
+median of 5; every token row is one sequence of the given cache length. Roofline = the bytes the
+step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
+cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
+each of the seven launches alone, and torch eager: k3diff's torch-blocked MLA (absorbed, split
+over the cache, cuBLAS projections; host loops, so timed with events without a graph).
+"""
+import argparse
+import sys
+
+import torch
+
+from megakernel.dims import MLA_FULL, MLA_SMALL
+from megakernel.mla import STAGES, MlaStep
+from megakernel.tools.bench import copy_bw, time_events
+from megakernel.tools.bench_kda import graph_us
+
+DEV = torch.device("cuda")
+
+
+def draw_weights(md, seed=1):
+    g = torch.Generator(DEV).manual_seed(seed)
+    rn = lambda *s, fan: (torch.randn(*s, generator=g, device=DEV) / fan ** 0.5).to(torch.bfloat16)  # noqa: E731
+    H, Q = md.H, md.NP + md.RP
+    return {"q_a.weight": rn(md.QL, md.d, fan=md.d), "kv_a.weight": rn(md.C, md.d, fan=md.d),
+            "q_a_norm.weight": (1 + 0.1 * torch.randn(md.QL, generator=g, device=DEV)).to(torch.bfloat16),
+            "kv_a_norm.weight": (1 + 0.1 * torch.randn(md.R, generator=g, device=DEV)).to(torch.bfloat16),
+            "q_b.weight": rn(H * Q, md.QL, fan=md.QL), "kv_b.weight": rn(H * (md.NP + md.V), md.R, fan=md.R),
+            "g.weight": rn(H * md.V, md.d, fan=md.d), "o.weight": rn(md.d, H * md.V, fan=H * md.V)}
+
+
+def step_bytes(md, T, L):
+    weights = 2 * (md.NA * md.d + md.H * (md.NP + md.RP) * md.QL + md.H * (md.NP + md.V) * md.R
+                   + md.d * md.H * md.V)
+    return weights + T * 2 * md.C * (L + 2)        # L + 1 rows read, one written
+
+
+def torch_us(md, w, x, cache, lens, cfg):
+    from k3diff.backends.blocked_attn import prepare_mla, run_mla
+    p = prepare_mla(cfg, w)
+    run_mla(cfg, p, x, cache, lens)
+    return time_events(lambda: run_mla(cfg, p, x, cache, lens), reps=3)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_mla", description=__doc__.splitlines()[0])
+    p.add_argument("--dims", default="full", help="full, small or both")
+    p.add_argument("--batches", default="1,8,64")
+    p.add_argument("--lens", default="1024,8192,32768", help="cache lengths")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench_mla: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    try:
+        batches = [int(b) for b in a.batches.split(",")]
+        lens = [int(n) for n in a.lens.split(",")]
+        dims = [{"full": MLA_FULL, "small": MLA_SMALL}[d] for d in a.dims.split(",")]
+    except (ValueError, KeyError):
+        print("bench_mla: --batches / --lens take integers, --dims full and/or small", file=sys.stderr)
+        return 2
+    from reference.config import preset
+    bw = copy_bw()
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9} {'torch us':>9} "
+          f"{'x torch':>8}  each launch alone (us)")
+    for md, dn in zip(dims, a.dims.split(",")):
+        cfg = preset(dn)
+        w = draw_weights(md)
+        step = MlaStep(md, w, DEV)
+        for T in batches:
+            for L in lens:
+                R = 4
+                cache = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
+                x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
+                ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
+                us = {only: graph_us(lambda i, only=only: step.launch(x, cache, ln[i], stages=only), R)
+                      for only in (None,) + tuple((n,) for n in STAGES)}
+                tu = torch_us(md, w, x, cache, ln[0], cfg)
+                mb = step_bytes(md, T, L)
+                alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
+                print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
+                      f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f}  {alone}",
+                      flush=True)
+                del cache
+        del step
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,9 +7,9 @@
 #   3. a bug planted in a throwaway copy of the kernel (ties to the higher expert id in the route
 #      kernel), hunted with `k3diff hunt`; the copy is deleted afterwards; 3b. the same for the
 #      tensor-core GEMV (k_gemv_mma.py: the two B words of an mma swapped in every token tile but
-#      the first, so only batches > 8 go wrong);
+#      the first, so only batches > 8 go wrong; every GEMV on it for the hunt, MK_GEMV_MMA=1);
 #   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage;
-#   5. the same for the KDA step (scripts/gpu_check_kda.sh).
+#   5. the same for the KDA step (scripts/gpu_check_kda.sh); 6. for the MLA step (gpu_check_mla.sh).
 set -uo pipefail
 OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
 MK=megakernel.backend:MegakernelBackend
@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee 
 step() { echo; echo "=== $*"; }
 
 step "1. megakernel GPU tests"
-python3 -m pytest -q -x tests/megakernel -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/mk_tests.txt"
+python3 -m pytest -q -x tests/megakernel --ignore=tests/megakernel/test_mk_mla_gpu.py -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/mk_tests.txt"
 
 step "2. k3diff moe suite vs megakernel (ci profile)"
 python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK --k3diff-profile ci \
@@ -44,8 +44,9 @@ rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /
 sed -i 's/xw\[2 \* j\], xw\[2 \* j + 1\],/xw[2 * j + (1 if n else 0)], xw[2 * j + (0 if n else 1)],/' \
   /tmp/planted/megakernel/k_gemv_mma.py
 diff megakernel/k_gemv_mma.py /tmp/planted/megakernel/k_gemv_mma.py | head -4
-(cd /tmp/planted && PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt --backend $MK \
-  --stage moe --examples 80 --seed $SEED 2>&1 | head -6 | tee "$OUT/planted_gemv_mma.txt")
+# MK_GEMV_MMA=1: every GEMV on the tensor cores (the MoE's are on the CUDA cores by default)
+(cd /tmp/planted && MK_GEMV_MMA=1 PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt \
+  --backend $MK --stage moe --examples 80 --seed $SEED 2>&1 | head -6 | tee "$OUT/planted_gemv_mma.txt")
 rm -rf /tmp/planted
 
 step "4. sanitizer lane (memcheck) over the moe regression seeds"
@@ -59,3 +60,6 @@ done 2>&1 | tee "$OUT/sanitizer.txt"
 
 step "5. the KDA step (scripts/gpu_check_kda.sh)"
 bash scripts/gpu_check_kda.sh
+
+step "6. the MLA step (scripts/gpu_check_mla.sh, MEGAKERNEL_MLA=1)"
+bash scripts/gpu_check_mla.sh

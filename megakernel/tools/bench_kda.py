@@ -5,8 +5,9 @@ states in fresh slots per step so no state is read from L2 warm. Roofline = the 
 must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
 in the same run.
-Then each of the six launches alone, the same way (over the scratch the full steps left), and,
-when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
+Then each of the six launches alone, the same way (over the scratch the full steps left); torch
+eager and torch.compile (k3diff's torch-blocked KDA step, timed with events: it syncs on the live
+rows) as "x eager" / "x compile", their time over the step's; and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
 run today. It does a little less than kda_core (no decay gate: FLA computes it in a kernel of
 its own); "x fla" is FLA's time over kda_core's.
@@ -74,6 +75,33 @@ def fla_core_us(kd, T, R):
         use_beta_sigmoid_in_kernel=True), R)
 
 
+def torch_us(kd, dn, w, T, do_compile):
+    """k3diff's torch-blocked KDA step (cuBLAS projections, the delta rule as batched torch ops;
+    a host sync on the live rows, so timed with events, no graph) eager, and under
+    torch.compile (dynamic shapes; nan when off or when it fails)."""
+    from k3diff.backends.blocked_attn import prepare_kda, run_kda
+    from reference.config import preset
+    cfg = preset(dn)
+    p = prepare_kda(cfg, w)
+    S = T + 1
+    conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
+    rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
+    x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
+    idx = torch.arange(1, T + 1, device=DEV)
+    out = []
+    fns = [run_kda] + ([torch.compile(run_kda, dynamic=True)] if do_compile else [])
+    for fn in fns:
+        try:
+            for _ in range(2):
+                fn(cfg, p, x, conv, rec, idx)          # warm-up (and compile)
+            out.append(time_events(lambda: fn(cfg, p, x, conv, rec, idx), reps=5))
+        except Exception as e:  # noqa: BLE001 - a column, not the run
+            print(f"  torch {'compile' if out else 'eager'} failed: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0][:160]}", flush=True)
+            out.append(float("nan"))
+    return out + [float("nan")] * (2 - len(out))
+
+
 def step_bytes(kd, T):
     weights = 2 * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P)
     states = T * (2 * kd.H * kd.D * kd.D * 4 + 2 * 3 * kd.P * (kd.W - 1) * 2)
@@ -84,16 +112,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_kda", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full,small")
     p.add_argument("--batches", default="1,8,64")
+    p.add_argument("--no-torch", action="store_true", help="skip the torch eager / compile columns")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_kda: needs a CUDA device", file=sys.stderr)
         return 2
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9}  each launch alone (us)")
+    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9} {'x eager':>8} "
+          f"{'x compile':>9}  each launch alone (us)")
     for dn in a.dims.split(","):
         kd = {"full": KDA_FULL, "small": KDA_SMALL}[dn]
-        step = KdaStep(kd, draw_weights(kd), DEV)
+        w = draw_weights(kd)
+        step = KdaStep(kd, w, DEV)
         for T in (int(b) for b in a.batches.split(",")):
             R = 8
             S = R * T + 1                        # fresh slots for each captured step
@@ -116,8 +148,10 @@ def main(argv=None) -> int:
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
-            print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%}  {alone}{vs}",
-                  flush=True)
+            te, tc = (float("nan"),) * 2 if a.no_torch else torch_us(kd, dn, w, T, not a.no_compile)
+            vs += f"  torch eager {te:.1f} compile {tc:.1f}"
+            print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%} "
+                  f"{te / us[None]:8.2f} {tc / us[None]:9.2f}  {alone}{vs}", flush=True)
             del conv, rec
         del step
     return 0

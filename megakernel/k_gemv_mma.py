@@ -36,17 +36,19 @@ class GemvMMA(GemvLaunch):
 
     def __init__(self, N: int, K: int, NTT: int, out_bf16: bool, U: int = 2, ldx: int = 0,
                  RT: int = 4, KS: int = 1, MT: int = 1, PF: int = 0, coherent: bool = False,
-                 threads: int = 0):
+                 threads: int = 0, PIPE: int = 0):
         """NTT: token tiles of 8 per pass (a compile-time width; any T runs, in passes); U: K
         blocks whose weight loads are issued together; RT x KS warps per CTA (row tiles x K
         splits; KS is lowered to a power of two dividing the block count: a function of the
         shape alone, as the bits are); MT: 16-row tiles per warp; PF: L2 prefetch bytes on the
         weight loads; ldx: X's row stride in elements; `coherent`: read X with plain loads (X
         written by the same launch); threads: a fixed CTA size (a task of the persistent
-        launch), RT then fills it."""
+        launch), RT then fills it; PIPE = 1: two register buffers, the next U blocks' weight
+        loads issued before the current U blocks' mma (the same sums in the same order: the
+        same bits; not yet measured on a GPU)."""
         assert K % 32 == 0 and (ldx or K) % 8 == 0
         self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
-        self.MT, self.PF, self.coherent = MT, PF, coherent
+        self.MT, self.PF, self.coherent, self.PIPE = MT, PF, coherent, PIPE
         self.ldx = ldx or K
         self.ydt = BFloat16 if out_bf16 else Float32
         self.BK = 64 if K % 64 == 0 else 32
@@ -95,7 +97,9 @@ class GemvMMA(GemvLaunch):
             for hh in cutlass.range_constexpr(2):
                 row = cutlass.min(r0 + 16 * m + 8 * hh + g, N - 1)
                 wad.append(wb + Int64(row) * Int64(2 * K) + lane_off)
-        Ar = cute.make_rmem_tensor((U * MT * 2 * CW,), Uint32)
+        SZ = U * MT * 2 * CW          # one register buffer: U blocks of this warp's rows
+        NG = NBW // U                 # groups of U blocks
+        Ar = cute.make_rmem_tensor(((2 if self.PIPE else 1) * SZ,), Uint32)
         acc = cute.make_rmem_tensor((self.NACC,), Float32)
         for t0 in cutlass.range(0, T, 8 * NTT):
             xad = []
@@ -104,11 +108,27 @@ class GemvMMA(GemvLaunch):
                 xad.append(xb + Int64(tok) * Int64(2 * self.ldx) + lane_off)
             for i in cutlass.range_constexpr(self.NACC):
                 acc[i] = Float32(0.0)
-            for it in cutlass.range(NBW // U):
-                self.blocks(Ar, acc, wad, xad, it * U, U, t0, T)
+            if cutlass.const_expr(self.PIPE):
+                # buffer 0 holds the even groups, buffer 1 the odd ones; each group's loads are
+                # issued while the group before it is multiplied
+                self.load(Ar, 0, wad, 0, U)
+                for it2 in cutlass.range(NG // 2):
+                    g0 = 2 * it2
+                    self.load(Ar, SZ, wad, (g0 + 1) * U, U)
+                    self.mma(Ar, 0, acc, xad, g0 * U, U, t0, T)
+                    if g0 + 2 < NG:
+                        self.load(Ar, 0, wad, (g0 + 2) * U, U)
+                    self.mma(Ar, SZ, acc, xad, (g0 + 1) * U, U, t0, T)
+                if cutlass.const_expr(NG % 2 == 1):
+                    self.mma(Ar, 0, acc, xad, (NG - 1) * U, U, t0, T)
+            else:
+                for it in cutlass.range(NG):
+                    self.load(Ar, 0, wad, it * U, U)
+                    self.mma(Ar, 0, acc, xad, it * U, U, t0, T)
             if cutlass.const_expr(NBW % U != 0):
                 for b in cutlass.range(NBW - NBW % U, NBW):
-                    self.blocks(Ar, acc, wad, xad, b, 1, t0, T)
+                    self.load(Ar, 0, wad, b, 1)
+                    self.mma(Ar, 0, acc, xad, b, 1, t0, T)
             if cutlass.const_expr(KS > 1):
                 if ks > 0:
                     for i in cutlass.range_constexpr(self.NACC):
@@ -124,19 +144,25 @@ class GemvMMA(GemvLaunch):
                 self.store(Y, acc, T, t0, r0, g, tg)
 
     @cute.jit
-    def blocks(self, Ar, acc, wad, xad, j0, nu: cutlass.Constexpr, t0, T):
-        """This warp's blocks j0 .. j0 + nu - 1 (block j = split + KS j): the weight loads of all
-        nu first, then per block the activations and the mma."""
-        BK, MT, NTT, KS, PF = self.BK, self.MT, self.NTT, self.KS, self.PF
+    def load(self, Ar, a0: cutlass.Constexpr, wad, j0, nu: cutlass.Constexpr):
+        """The weight loads of this warp's blocks j0 .. j0 + nu - 1 (block j = split + KS j)
+        into Ar[a0:]."""
+        BK, MT, KS, PF = self.BK, self.MT, self.KS, self.PF
         CW = BK // 8
-        NV = CW // 4                  # 128-bit loads per row per block
         for uu in cutlass.range_constexpr(nu):
             boff = Int64((j0 + uu) * KS * BK * 2)
             for th in cutlass.range_constexpr(MT * 2):
-                for v in cutlass.range_constexpr(NV):
+                for v in cutlass.range_constexpr(CW // 4):          # 128-bit loads per row
                     q = ld_v4_stream(wad[th] + boff + Int64(16 * v), PF)
                     for i in cutlass.range_constexpr(4):
-                        Ar[(uu * MT * 2 + th) * CW + 4 * v + i] = q[i]
+                        Ar[a0 + (uu * MT * 2 + th) * CW + 4 * v + i] = q[i]
+
+    @cute.jit
+    def mma(self, Ar, a0: cutlass.Constexpr, acc, xad, j0, nu: cutlass.Constexpr, t0, T):
+        """Blocks j0 .. j0 + nu - 1 from Ar[a0:]: per block the activations, then the mma."""
+        BK, MT, NTT, KS = self.BK, self.MT, self.NTT, self.KS
+        CW = BK // 8
+        NV = CW // 4
         for uu in cutlass.range_constexpr(nu):
             boff = Int64((j0 + uu) * KS * BK * 2)
             for n in cutlass.range_constexpr(NTT):
@@ -145,7 +171,7 @@ class GemvMMA(GemvLaunch):
                     for v in cutlass.range_constexpr(NV):
                         xw += ld_v4_cached(xad[n] + boff + Int64(16 * v), self.coherent)
                     for m in cutlass.range_constexpr(MT):
-                        a_lo = (uu * MT * 2 + 2 * m) * CW
+                        a_lo = a0 + (uu * MT * 2 + 2 * m) * CW
                         a_hi = a_lo + CW
                         c = 4 * (m * NTT + n)
                         for j in cutlass.range_constexpr(BK // 16):

@@ -4,7 +4,7 @@ one (k_gemv.py) on every GEMV shape of the MoE and KDA steps, at several batches
 Method as bench.py's: R launches captured in one CUDA graph, the replay timed with events, median
 of 5; weights rotated over enough copies that a replay never reads them from L2 (60 MB); the
 device-copy bandwidth measured in the same run. The K split count KS decides the bits (the order
-of the sum), the other knobs do not. Checks, every shape and batch: the variants of one KS give
+of the sum), the other knobs (U, RT, MT, PF, PIPE) do not. Checks, every shape and batch: the variants of one KS give
 the same bits; the output is close to an f32 matmul of the same operands (rel L2); row t of a
 batch equals the same token alone (batch invariance).
 Prints a table per shape: per batch, the CUDA-core GEMV and the best GemvMMA variant of each KS
@@ -35,19 +35,19 @@ def shapes(preset):
             "kda_out": (kd.d, kd.P, True, 0)}
 
 
-KEYS = ("NTT", "U", "RT", "KS", "MT", "PF")
+KEYS = ("NTT", "U", "RT", "KS", "MT", "PF", "PIPE")
 
 
 def mma_variants(shape, T, grid):
     """The GemvMMA variants tried at batch T (NTT 1 up to 8 tokens, else 8; MT > 1 only then),
     as they compile: KS and U lowered to what the shape allows, duplicates and variants over the
     shared-memory cap dropped."""
-    U, RTKS, MT, PF = grid
+    U, RTKS, MT, PF, PIPE = grid
     out = []
-    for u, (rt, ks), mt, pf in itertools.product(U, RTKS, MT if T > 8 else (1,), PF):
-        v = dict(NTT=1 if T <= 8 else 8, U=u, RT=rt, KS=ks, MT=mt, PF=pf)
+    for u, (rt, ks), mt, pf, pipe in itertools.product(U, RTKS, MT if T > 8 else (1,), PF, PIPE):
+        v = dict(NTT=1 if T <= 8 else 8, U=u, RT=rt, KS=ks, MT=mt, PF=pf, PIPE=pipe)
         try:
-            o = cache.KERNELS["gemv_mma"](shape, **v)
+            o = cache.KERNELS["gemv"](shape, **v)
         except AssertionError:
             continue
         v.update(KS=o.KS, U=o.U)
@@ -98,7 +98,7 @@ def one(name, shape, T, args, bw, log):
     row["core_us"] = run_us(lc, named, args.R)
     by_ks = {}
     for v in mma_variants(shape, T, args.grid):
-        lm = cache.compiled("gemv_mma", shape, **v)
+        lm = cache.compiled("gemv", shape, **v)
         us = run_us(lm, named, args.R)
         lm(named[0], st())
         torch.cuda.synchronize()
@@ -111,7 +111,7 @@ def one(name, shape, T, args, bw, log):
     for ks, grp in by_ks.items():
         v, us = grp["best"]
         inv = True              # batch invariance: the first 3 tokens alone, NTT = 1
-        lm = cache.compiled("gemv_mma", shape, **dict(v, NTT=1, MT=1))
+        lm = cache.compiled("gemv", shape, **dict(v, NTT=1, MT=1))
         for t in range(min(T, 3)):
             y1 = torch.empty(1, N, dtype=ydt, device=DEV)
             lm(dict(w=ws[0], x=x[t:t + 1].contiguous(), y=y1, T=1, ctas=1 << 30), st())
@@ -143,6 +143,7 @@ def main(argv=None) -> int:
                     help="warps per CTA as row tiles x K splits")
     ap.add_argument("--MT", default="1,2")
     ap.add_argument("--PF", default="0")
+    ap.add_argument("--PIPE", default="0", help="0, 1 or 0,1: the double-buffered weight loads")
     ap.add_argument("--json", default="")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -153,9 +154,9 @@ def main(argv=None) -> int:
         ints = lambda k: tuple(int(v) for v in getattr(a, k).split(","))  # noqa: E731
         rtks = tuple(tuple(int(v) for v in p.split("x")) for p in a.RTKS.split(","))
         assert all(len(p) == 2 for p in rtks)
-        a.grid = (ints("U"), rtks, ints("MT"), ints("PF"))
+        a.grid = (ints("U"), rtks, ints("MT"), ints("PF"), ints("PIPE"))
     except (ValueError, AssertionError):
-        print("tune_gemv: --batches/--U/--MT/--PF take comma-separated integers, --RTKS pairs "
+        print("tune_gemv: --batches/--U/--MT/--PF/--PIPE take comma-separated integers, --RTKS pairs "
               "like 4x1,1x8", file=sys.stderr)
         return 2
     sh = shapes(a.preset)

@@ -47,7 +47,7 @@ from megakernel.k_mla_merge import MlaMerge  # noqa: E402
 
 BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 
-# The GEMVs (the MoE's four, KDA's three). Those named in GEMV_MMA run the tensor-core kernel of
+# The GEMVs (the MoE's four, KDA's three, MLA's three). Those named in GEMV_MMA run the tensor-core kernel of
 # k_gemv_mma.py at every batch, each weight row streamed once per pass of up to GEMV_PASS tokens,
 # with the variant `python -m megakernel.tools.tune_gemv` chose per GEMV on the H200 (NOTES.md).
 # Its K split count KS decides the bits, so each GEMV has one KS for every batch (batch
@@ -167,7 +167,7 @@ def _gemv(N, K, out_bf16, ldx=0, coherent=False, TT=None, U=0, **mma):
     return GemvMMA(N, K, out_bf16=out_bf16, U=U, ldx=ldx, coherent=coherent, **mma)
 
 
-GEMVS = {   # name -> (N, K, out_bf16, ldx) of the dims (a Dims for the MoE's, KdaDims for KDA's)
+GEMVS = {   # name -> (N, K, out_bf16, ldx) of the dims (Dims, KdaDims or MlaDims)
     "gemv_x": lambda dm: (dm.E + dm.r, dm.d, False, 0),
     "gemv_shared": lambda dm: (2 * dm.Is, dm.d, False, 0),
     "out_shared": lambda dm: (dm.d, dm.Is, True, 0),

@@ -5,34 +5,26 @@ bf16(sum_s w_s acc_s / sum_s w_s l_s) in split order; o[c] = bf16(sum_l lat[l] W
 gz the gate columns of the fused x-side projection. f32 math, the spec's roundings.
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32
-from megakernel.kernel_args import INT, Args, declare
+from megakernel.kernel_args import INT, TokenLaunch, declare
 from megakernel.pointwise import sigmoid
 
 THREADS = 128
 
 
 @declare
-class MlaMerge:
+class MlaMerge(TokenLaunch):
     ARGS = (("pm", Float32), ("pl", Float32), ("pa", Float32), ("kv_b", BFloat16), ("z", BFloat16),
             ("lat", BFloat16), ("o", BFloat16), ("gated", BFloat16), ("T", INT), ("NS", INT))
 
+    threads = THREADS
+
     def __init__(self, md):
-        self.md = md
-
-    @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, self.md.H, 1), block=(THREADS, 1, 1),
-                                        stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS
-        t, h, _ = cute.arch.block_idx()
-        self.body(*a, t, h)
+        super().__init__(md)
+        self.CTAS = md.H              # grid (T, H): one CTA per (token, head) (TokenLaunch)
 
     @cute.jit
     def body(self, pm, pl, pa, kv_b, z, lat, o, gated, T, NS, t, h):
-        md = self.md
+        md = self.dm
         H, R, NP, V, NA = md.H, md.R, md.NP, md.V, md.NA
         G0 = md.QL + md.C                    # first gate column of z
         i, _, _ = cute.arch.thread_idx()

@@ -5,33 +5,22 @@ before any attention reads it. Sums of squares: each thread's elements in order,
 butterfly, then the warps' partials in order (fixed, whatever the batch).
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, row_ptr, warp_sum
-from megakernel.kernel_args import INT, Args, declare
+from megakernel.kernel_args import INT, TokenLaunch, declare
 
 THREADS = 256
 
 
 @declare
-class MlaNorm:
+class MlaNorm(TokenLaunch):
     ARGS = (("z", BFloat16), ("q_norm", BFloat16), ("kv_norm", BFloat16), ("lens", Int32),
             ("qc", BFloat16), ("kvc", BFloat16), ("kpe", BFloat16), ("kv_cache", BFloat16),
             ("T", INT), ("Lcap", INT))
 
-    def __init__(self, md):
-        self.md = md
+    CTAS, threads = 1, THREADS        # grid (T, 1): one CTA per token (TokenLaunch)
 
     @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, 1, 1), block=(THREADS, 1, 1), stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS
-        t, _, _ = cute.arch.block_idx()
-        self.body(*a, t)
-
-    @cute.jit
-    def body(self, z, q_norm, kv_norm, lens, qc, kvc, kpe, kv_cache, T, Lcap, t):
-        md = self.md
+    def body(self, z, q_norm, kv_norm, lens, qc, kvc, kpe, kv_cache, T, Lcap, t, by):
+        md = self.dm
         QL, R, RP, C, NA = md.QL, md.R, md.RP, md.C, md.NA
         NW = THREADS // 32
         i, _, _ = cute.arch.thread_idx()

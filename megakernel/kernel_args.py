@@ -51,8 +51,8 @@ def call_values(args, named, bind=None):
 
 
 class TokenLaunch:
-    """The launch of the per-token pointwise kernels (k_shared_act.py, k_final_sum.py): grid
-    (T, CTAS) of `threads`, body(*ARGS, token, CTA index)."""
+    """The launch of the per-token kernels (k_shared_act.py, k_final_sum.py, k_mla_norm.py,
+    k_mla_merge.py): grid (T, CTAS) of `threads`, body(*ARGS, token, CTA index)."""
 
     def __init__(self, dims):
         self.dm = dims

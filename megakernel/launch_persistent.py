@@ -8,8 +8,9 @@ from megakernel.launch_streams import stream
 
 
 def task_table(moe, T, maxU):
-    """The launch's task table for this batch and order (plan.py), on the GPU (kept per T)."""
-    key = (T, moe.order)
+    """The launch's task table for this batch and order (plan.py), on the GPU (kept per T, order
+    and GEMV kernels: a tensor-core GEMV has other tile counts than a CUDA-core one)."""
+    key = (T, moe.order, cache.moe_mma())
     t = moe._plans.get(key)
     if t is None:
         shape = cache.persistent_step(moe.dm, moe.fmt, False, T == 1).shape()

@@ -4,8 +4,8 @@ A GEMV keeps one kernel for every batch (cache.py: the two kernels round differe
 per batch size would break batch invariance). The tensor-core kernel (k_gemv_mma.py) streams each
 weight row once per 64 tokens, the CUDA-core one (k_gemv.py) once per 8 and is finer-grained at
 batch 1. So the choice trades batch 1 against batch > 1, per GEMV, and is measured on whole
-steps: for every subset of the MoE's four GEMVs (fork-join, full dims, each format) and of KDA's
-three, the step at each batch, R steps in one CUDA graph, median of 5 replays (bench.py's
+steps: for every subset of the MoE's four GEMVs (fork-join, and with --persistent the one
+launch too; full dims, each format) and of KDA's three, the step at each batch, R steps in one CUDA graph, median of 5 replays (bench.py's
 method), all in one run. Prints, per step, the time of every subset relative to all-CUDA-core,
 and the subset with the best geometric mean over the batches (also among the subsets no more
 than --t1-slack slower at batch 1).
@@ -31,14 +31,17 @@ def subsets(names):
     return [c for n in range(len(names) + 1) for c in itertools.combinations(names, n)]
 
 
-def moe_times(fmt, batches, R):
-    mod = LatentMoE(FULL, bench.draw_weights(FULL, fmt, seed=0), DEV)
+def moe_times(fmt, batches, R, mode="fork"):
+    """Step us per (subset, T); mode: the launch mode (moe.MODES: fork, serial, persistent)."""
+    mod = LatentMoE(FULL, bench.draw_weights(FULL, fmt, seed=0), DEV, streams=mode)
     out = {}
     for T in batches:
         xs = [torch.randn(T, FULL.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
         for s in subsets(MOE_GEMVS):
             cache.GEMV_MMA = s
             out[s, T] = bench.graph_us([mod], xs, R)
+        if mode == "persistent":
+            mod.check_persistent()
     del mod
     torch.cuda.empty_cache()
     return out
@@ -87,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--R", type=int, default=8)
     ap.add_argument("--t1-slack", type=float, default=0.02)
+    ap.add_argument("--persistent", action="store_true",
+                    help="the MoE also as one persistent launch (k_persistent.py)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("gemv_choice: needs a CUDA GPU", file=sys.stderr)
@@ -104,8 +109,10 @@ def main(argv=None) -> int:
     try:
         if "moe" in steps:
             for fmt in a.formats.split(","):
-                report(f"MoE {fmt}, fork-join, full dims", MOE_GEMVS, moe_times(fmt, batches, a.R),
-                       batches, a.t1_slack)
+                for mode in ("fork", "persistent") if a.persistent else ("fork",):
+                    name = "fork-join" if mode == "fork" else "one launch"
+                    report(f"MoE {fmt}, {name}, full dims", MOE_GEMVS,
+                           moe_times(fmt, batches, a.R, mode), batches, a.t1_slack)
         if "kda" in steps:
             report("KDA, full dims", cache.KDA_GEMVS, kda_times(batches, a.R), batches, a.t1_slack)
     finally:

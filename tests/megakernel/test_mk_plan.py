@@ -115,3 +115,23 @@ def test_check_rejects_an_order_that_could_hang():
     deps = {P.ROUTE: [(P.DONE + P.GEMV_X, 1)]}
     with pytest.raises(AssertionError, match="would wait on gemv_x"):
         P._check(segs, n, deps, shape)
+
+
+def test_task_table_follows_the_gemv_kernels(monkeypatch):
+    """The one launch's task table counts each GEMV's tiles, which differ between the CUDA-core
+    and the tensor-core kernel: switching cache.GEMV_MMA on the same module must not reuse a
+    table built for the other kernels (a reused one did a quarter of gemv_shared's rows)."""
+    from types import SimpleNamespace
+
+    from megakernel import launch_persistent
+
+    moe = SimpleNamespace(dm=SMALL, fmt="bf16", order=P.Order(), _plans={}, _nsm=132,
+                          device="cpu")
+    monkeypatch.setattr(cache, "GEMV_MMA", ())
+    core = launch_persistent.task_table(moe, 5, 4)
+    monkeypatch.setattr(cache, "GEMV_MMA", ("gemv_shared",))
+    mma = launch_persistent.task_table(moe, 5, 4)
+    assert len(moe._plans) == 2 and not bool((core == mma).all())
+    words, _, _ = P.build(cache.persistent_step(SMALL, "bf16", False, False).shape(), 5, 4,
+                          P.Order(), 132)
+    assert mma.tolist() == words

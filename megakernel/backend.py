@@ -1,4 +1,4 @@
-"""k3diff backend "megakernel": the LatentMoE, KDA (and MLA) stages on the GPU through CuTe DSL kernels.
+"""k3diff backend "megakernel": the LatentMoE, KDA and MLA stages on the GPU through CuTe DSL kernels.
 
 Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead as the entry point
 `megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
@@ -7,8 +7,6 @@ module imports neither cutlass nor CUDA.
 MEGAKERNEL_STREAMS selects how the step is launched (moe.MODES): "fork" (default, the fastest
 measured: 11 launches over two streams), "serial" (the same on one stream) or "persistent" (the
 whole step in one launch, k_persistent.py). All three compute the same bits.
-MEGAKERNEL_MLA=1 adds the mla stage (mla.py), which has not run on a GPU yet: off by default
-until it has been judged there.
 """
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS}
 
 class MegakernelBackend:
     name = "megakernel"
-    stages = ("moe", "kda") + (("mla",) if os.environ.get("MEGAKERNEL_MLA") == "1" else ())
+    stages = ("moe", "kda", "mla")
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
@@ -54,7 +52,8 @@ class MegakernelBackend:
 
     def provides(self, stage: str) -> set[str]:
         if stage not in self.stages:
-            raise KeyError(f"megakernel implements the {' and '.join(self.stages)} stages, "
+            raise KeyError(f"megakernel implements the {', '.join(self.stages[:-1])} and "
+                           f"{self.stages[-1]} stages, "
                            f"not {stage!r}")
         return set(OUTPUTS[stage])
 

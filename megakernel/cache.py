@@ -58,16 +58,16 @@ BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 # set: "0" none, "1" all, or a comma-separated list of names (`python -m megakernel.tools.gemv_choice`).
 ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda_fb", "kda_out",
              "mla_a", "mla_qb", "mla_out")
-# The default, from whole steps (`python -m megakernel.tools.gemv_choice`, `bench`, H200,
-# NOTES.md): the tensor-core kernel is 2-10x faster alone at batch 8-64 but up to 1.4x slower at
-# batch 1 on the narrower GEMVs (its work comes in tiles of 16 rows, the CUDA-core one's in
-# single rows). KDA: all three (its step 1.9x faster at batch 8, 6x at 64, 0.89x at 1). MoE:
-# none. With gemv_shared on the tensor cores the fork-join step was 2-17% faster at batch 8-64
-# and the same at batch 1, but the one-launch step (k_persistent.py, where the GEMV becomes
-# coarse tasks of 8 warps) took 596 us at bf16 batch 1, against 447 us with the CUDA-core GEMVs
-# in an earlier session (not measured side by side): MK_GEMV_MMA=gemv_shared,kda_in,kda_fb,
-# kda_out chooses that trade.
-DEFAULT_MMA = ("kda_in", "kda_fb", "kda_out")
+# The default: all of them. Alone (`python -m megakernel.tools.tune_gemv`, H200, NOTES.md) the
+# tensor-core kernel is 7-11x faster at batch 64 and 2-28% slower at batch 1 (its work comes in
+# tiles of 16 rows, the CUDA-core one's in single rows; PIPE = 1, the next blocks' weight loads
+# issued under the current blocks' mma, closed most of that gap on the MoE's GEMVs). Whole MoE
+# steps, fork-join, against the same step with every GEMV on the CUDA cores (`bench`'s
+# "other-GEMV us", one run, 2026-12-01 fourth session): bf16 1.06x / 1.13x faster at batch 8 /
+# 64 and 0.97x at batch 1; MXFP4 1.16x / 1.41x and 0.89x at batch 1 (a step that measured +-10%
+# between runs before). KDA's step: 1.9x / 6.3x at batch 8 / 64, 0.91x at 1 (`bench_kda`).
+# MK_GEMV_MMA=kda_in,kda_fb,kda_out,mla_a,mla_qb,mla_out keeps the MoE's on the CUDA cores.
+DEFAULT_MMA = ALL_GEMVS
 
 
 def _mma_set(v):
@@ -84,20 +84,24 @@ def _mma_set(v):
 GEMV_MMA = _mma_set(os.environ.get("MK_GEMV_MMA"))
 GEMV_PASS = 64
 _SMALL_T = dict(NTT=1, MT=1, PF=0)
+_PIPED = dict(_SMALL_T, PIPE=1)   # batch <= 8: double-buffered weight loads (same bits; at batch
+                                  # 64 PIPE = 1 was 1.1-2.6x slower in tune_gemv, so not there)
 _LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0)
 MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8)
-    "gemv_x": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
-    "gemv_shared": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
-    "out_shared": (dict(_SMALL_T, KS=2, U=4, RT=4), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
-    "out_routed": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=4, RT=2, MT=2)),
+    # the MoE's: tune_gemv --PIPE 0,1 (fourth session; us at T = 1 / 64 in the comment above)
+    "gemv_x": (dict(_PIPED, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
+    "gemv_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "out_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "out_routed": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "kda_in": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
     "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    # MLA's: not tuned yet (the variants of the GEMVs closest in shape: gemv_shared, kda_in,
-    # kda_out); off by default
-    "mla_a": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
-    "mla_qb": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    # MLA's: tune_gemv --PIPE 0,1 (fourth session): us at T = 1 / 64, CUDA-core kernel in
+    # brackets: mla_a 50.4 / 108.9 (48.1 / 962.7), mla_qb 19.4 / 38.0 (15.1 / 296.7), mla_out
+    # 46.3 / 89.4 (45.2 / 1008.1)
+    "mla_a": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "mla_qb": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
 }
 TT_GEMV = 8     # the CUDA-core GEMV: tokens per pass over a weight row when T > 1
 # K chunks per lane whose loads each CUDA-core GEMV issues together (device.dot_rows; 0 = the
@@ -211,7 +215,7 @@ KERNELS = {
     "kda_in": lambda kd, **v: gemv_obj("kda_in", kd, **v),
     "kda_fb": lambda kd, **v: gemv_obj("kda_fb", kd, **v),
     "kda_conv": lambda kd: KdaConv(kd),
-    "kda_core": lambda kd: KdaCore(kd),
+    "kda_core": lambda kd, **v: KdaCore(kd, **v),
     "kda_norm": lambda kd: KdaNorm(kd),
     "kda_out": lambda kd, **v: gemv_obj("kda_out", kd, **v),
     # MLA (mla.py; `dm` is then a dims.MlaDims)
@@ -219,7 +223,7 @@ KERNELS = {
     "mla_norm": lambda md: MlaNorm(md),
     "mla_qb": lambda md, **v: gemv_obj("mla_qb", md, **v),
     "mla_absorb": lambda md, TT: MlaAbsorb(md, TT),
-    "mla_attn": lambda md: MlaAttn(md),
+    "mla_attn": lambda md, **v: MlaAttn(md, **v),
     "mla_merge": lambda md: MlaMerge(md),
     "mla_out": lambda md, **v: gemv_obj("mla_out", md, **v),
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
@@ -272,10 +276,19 @@ def variants(gemv_mma=None):
     return out
 
 
+def kda_core_variant(T):
+    """kda_core's CTAs per (token, head) at batch T (k_kda_core.py: the bits do not depend on
+    it). `python -m megakernel.tools.tune_attn` (H200, 2026-12-01 fourth session; bits equal
+    across splits), us at T = 1 / 8 / 64: split 4 8.0 / 32.0 / 223.8, split 8 7.5 / 32.4 / 236.9,
+    split 16 7.6 / 32.9 / 244.1; FLA's fused recurrent KDA 8.0 / 33.3 / 225.6."""
+    return dict(split=8 if T == 1 else 4)
+
+
 def kda_variants(gemv_mma=None):
     """Every (name, variant) of the KDA step (compiled for a dims.KdaDims)."""
     return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in KDA_GEMVS for T in (1, TT_GEMV + 1)] + \
-        [("kda_conv", {}), ("kda_core", {}), ("kda_norm", {})]
+        [("kda_conv", {}), ("kda_core", kda_core_variant(1)), ("kda_core", kda_core_variant(2)),
+         ("kda_norm", {})]
 
 
 def mla_variants(gemv_mma=None):

@@ -40,12 +40,16 @@ MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared
 #   top_k      1 (no renormalisation partner), 16 (K3's k; lanes 0..k-1 of warp 0 renormalise)
 #   latent_dim, moe_intermediate: the MXFP4 tensor-core path needs r % 128 == 0 and I % 128 == 0
 #                 (cache.mma_ok), else the CUDA-core kernels; around 128 and the presets' widths
+#   cache_len  MLA (k_mla_attn.py): a cache of L rows attends over n = L + 1; splits of CH_SHORT =
+#                 64 rows up to SHORT = 2048 rows, of CH = 256 beyond: 63 puts n on the first split
+#                 edge, 2047 on the switch (n = 2048: 32 splits of 64; n = 2049: 9 of 256)
 BOUNDARIES = {
     "batch": (1, 4, 8, 64, MAX_T),
     "n_experts": (256, 512),
     "top_k": (1, 16),
     "latent_dim": (128, 512, 3584),
     "moe_intermediate": (128, 256, 3072),
+    "cache_len": (63, 2047),
 }
 
 @dataclass(frozen=True)

@@ -84,90 +84,109 @@ class _ExpertBase(ExpertLaunch):
         Y = cute.make_tensor(yout, cute.make_layout((P, NOUT), stride=(NOUT, 1)))
         batom = copy_atom_128(BFloat16)
         if u < NA[0] and row < NOUT:
-            e = AE[u]
-            off = AO[u]
             cnt = AC[u]
-            ra = e * R + row                  # gate row (up) or the row (down)
-            rb = ra + NOUT                    # up row (up only)
-            tix = cute.make_rmem_tensor((TT,), Int32)
-            pix = cute.make_rmem_tensor((TT,), Int32)
-            acca = cute.make_rmem_tensor((TT,), Float32)
-            accb = cute.make_rmem_tensor((TT,), Float32)
+            ra = AE[u] * R + row              # gate row (up) or the row (down)
+            # passes of TT pairs; the last pass only as wide as the pairs left (1, 2 or TT), so
+            # an expert chosen once (most of them at batch <= 64) costs the FMAs of one pair,
+            # not TT. The bits do not change: each pair's sum runs the same chunks in the same
+            # order whatever the pass width (T == 1 builds TT = 1 and gives the same bits).
             for b0 in cutlass.range(0, cnt, TT):
-                _pair_rows(PR, off, cnt, b0, k, tix, pix, TT)
-                for j in cutlass.range_constexpr(TT):
-                    acca[j] = Float32(0.0)
-                    accb[j] = Float32(0.0)
-                    if cutlass.const_expr(not UP):
-                        tix[j] = pix[j]       # down reads ACT by pair
-                if cutlass.const_expr(self.fmt == "bf16"):
-                    lay = cute.make_layout((K // 8, 8), stride=(8, 1))
-                    WA = cute.make_tensor(row_ptr(w, ra, K, 8), lay)
-                    WB = cute.make_tensor(row_ptr(w, rb, K, 8), lay)
-                    for c in cutlass.range(lane, K // 8, 32):
-                        wa = load8_bf16_f32(batom, WA[c, None])
-                        if cutlass.const_expr(UP):
-                            wb = load8_bf16_f32(batom, WB[c, None])
-                        for j in cutlass.range_constexpr(TT):
-                            xv = load8_bf16_f32(batom, X[tix[j], c, None])
-                            a = acca[j]
-                            for i in cutlass.range_constexpr(8):
-                                a = a + wa[i] * xv[i]
-                            acca[j] = a
-                            if cutlass.const_expr(UP):
-                                b = accb[j]
-                                for i in cutlass.range_constexpr(8):
-                                    b = b + wb[i] * xv[i]
-                                accb[j] = b
+                left = cnt - b0
+                if cutlass.const_expr(TT <= 2):
+                    self.one_pass(w, ws, X, Y, PR, AO[u], cnt, b0, ra, row, lane, batom, TT)
                 else:
-                    G = K // 32
-                    lay = cute.make_layout((G, 16), stride=(16, 1))
-                    WA = cute.make_tensor(row_ptr(w, ra, K // 2, 16), lay)
-                    WB = cute.make_tensor(row_ptr(w, rb, K // 2, 16), lay)
-                    slay = cute.make_layout((G,), stride=(1,))
-                    SA = cute.make_tensor(row_ptr(ws, ra, G, 1), slay)
-                    SB = cute.make_tensor(row_ptr(ws, rb, G, 1), slay)
-                    uatom = copy_atom_128(Uint8)
-                    for c in cutlass.range(lane, G, 32):
-                        fa = cute.make_rmem_tensor((16,), Uint8)
-                        cute.copy(uatom, WA[c, None], fa)
-                        wa32 = cute.recast_tensor(fa, Uint32)
-                        sa = mx_scale2(SA[c])
-                        fb = cute.make_rmem_tensor((16,), Uint8)
-                        if cutlass.const_expr(UP):
-                            cute.copy(uatom, WB[c, None], fb)
-                        wb32 = cute.recast_tensor(fb, Uint32)
-                        sb = sa
-                        if cutlass.const_expr(UP):
-                            sb = mx_scale2(SB[c])
-                        for q in cutlass.range_constexpr(4):
-                            va = mxfp4_word_to_f32x8(wa32[q], sa)
-                            if cutlass.const_expr(UP):
-                                vb = mxfp4_word_to_f32x8(wb32[q], sb)
-                            for j in cutlass.range_constexpr(TT):
-                                xv = load8_bf16_f32(batom, X[tix[j], 4 * c + q, None])
-                                a = acca[j]
-                                for i in cutlass.range_constexpr(8):
-                                    a = a + va[i] * xv[i]
-                                acca[j] = a
-                                if cutlass.const_expr(UP):
-                                    b = accb[j]
-                                    for i in cutlass.range_constexpr(8):
-                                        b = b + vb[i] * xv[i]
-                                    accb[j] = b
+                    if left >= 3:
+                        self.one_pass(w, ws, X, Y, PR, AO[u], cnt, b0, ra, row, lane, batom, TT)
+                    elif left == 2:
+                        self.one_pass(w, ws, X, Y, PR, AO[u], cnt, b0, ra, row, lane, batom, 2)
+                    else:
+                        self.one_pass(w, ws, X, Y, PR, AO[u], cnt, b0, ra, row, lane, batom, 1)
+
+    @cute.jit
+    def one_pass(self, w, ws, X, Y, PR, off, cnt, b0, ra, row, lane, batom, TT: cutlass.Constexpr):
+        """Pairs b0 .. b0 + TT - 1 of the expert (clamped to cnt) against weight row ra (up: and
+        its up row ra + NOUT): each lane's chunks in order, then the warp sum."""
+        dm, K, NOUT, UP = self.dm, self.K, self.NOUT, self.up
+        k = dm.k
+        rb = ra + NOUT                        # up row (up only)
+        tix = cute.make_rmem_tensor((TT,), Int32)
+        pix = cute.make_rmem_tensor((TT,), Int32)
+        acca = cute.make_rmem_tensor((TT,), Float32)
+        accb = cute.make_rmem_tensor((TT,), Float32)
+        _pair_rows(PR, off, cnt, b0, k, tix, pix, TT)
+        for j in cutlass.range_constexpr(TT):
+            acca[j] = Float32(0.0)
+            accb[j] = Float32(0.0)
+            if cutlass.const_expr(not UP):
+                tix[j] = pix[j]               # down reads ACT by pair
+        if cutlass.const_expr(self.fmt == "bf16"):
+            lay = cute.make_layout((K // 8, 8), stride=(8, 1))
+            WA = cute.make_tensor(row_ptr(w, ra, K, 8), lay)
+            WB = cute.make_tensor(row_ptr(w, rb, K, 8), lay)
+            for c in cutlass.range(lane, K // 8, 32):
+                wa = load8_bf16_f32(batom, WA[c, None])
+                if cutlass.const_expr(UP):
+                    wb = load8_bf16_f32(batom, WB[c, None])
                 for j in cutlass.range_constexpr(TT):
-                    ga = warp_sum(acca[j])
-                    gb = Float32(0.0)
+                    xv = load8_bf16_f32(batom, X[tix[j], c, None])
+                    a = acca[j]
+                    for i in cutlass.range_constexpr(8):
+                        a = a + wa[i] * xv[i]
+                    acca[j] = a
                     if cutlass.const_expr(UP):
-                        gb = warp_sum(accb[j])
-                    if cutlass.const_expr(self.fmt == "mxfp4"):
-                        ga = ga * Float32(MX_POST)
-                        gb = gb * Float32(MX_POST)
-                    if lane == 0 and b0 + j < cnt:
+                        b = accb[j]
+                        for i in cutlass.range_constexpr(8):
+                            b = b + wb[i] * xv[i]
+                        accb[j] = b
+        else:
+            G = K // 32
+            lay = cute.make_layout((G, 16), stride=(16, 1))
+            WA = cute.make_tensor(row_ptr(w, ra, K // 2, 16), lay)
+            WB = cute.make_tensor(row_ptr(w, rb, K // 2, 16), lay)
+            slay = cute.make_layout((G,), stride=(1,))
+            SA = cute.make_tensor(row_ptr(ws, ra, G, 1), slay)
+            SB = cute.make_tensor(row_ptr(ws, rb, G, 1), slay)
+            uatom = copy_atom_128(Uint8)
+            for c in cutlass.range(lane, G, 32):
+                fa = cute.make_rmem_tensor((16,), Uint8)
+                cute.copy(uatom, WA[c, None], fa)
+                wa32 = cute.recast_tensor(fa, Uint32)
+                sa = mx_scale2(SA[c])
+                fb = cute.make_rmem_tensor((16,), Uint8)
+                if cutlass.const_expr(UP):
+                    cute.copy(uatom, WB[c, None], fb)
+                wb32 = cute.recast_tensor(fb, Uint32)
+                sb = sa
+                if cutlass.const_expr(UP):
+                    sb = mx_scale2(SB[c])
+                for q in cutlass.range_constexpr(4):
+                    va = mxfp4_word_to_f32x8(wa32[q], sa)
+                    if cutlass.const_expr(UP):
+                        vb = mxfp4_word_to_f32x8(wb32[q], sb)
+                    for j in cutlass.range_constexpr(TT):
+                        xv = load8_bf16_f32(batom, X[tix[j], 4 * c + q, None])
+                        a = acca[j]
+                        for i in cutlass.range_constexpr(8):
+                            a = a + va[i] * xv[i]
+                        acca[j] = a
                         if cutlass.const_expr(UP):
-                            Y[pix[j], row] = situ(ga, gb, dm.beta, dm.beta_lin).to(BFloat16)
-                        else:
-                            Y[pix[j], row] = ga.to(BFloat16)
+                            b = accb[j]
+                            for i in cutlass.range_constexpr(8):
+                                b = b + vb[i] * xv[i]
+                            accb[j] = b
+        for j in cutlass.range_constexpr(TT):
+            ga = warp_sum(acca[j])
+            gb = Float32(0.0)
+            if cutlass.const_expr(UP):
+                gb = warp_sum(accb[j])
+            if cutlass.const_expr(self.fmt == "mxfp4"):
+                ga = ga * Float32(MX_POST)
+                gb = gb * Float32(MX_POST)
+            if lane == 0 and b0 + j < cnt:
+                if cutlass.const_expr(UP):
+                    Y[pix[j], row] = situ(ga, gb, dm.beta, dm.beta_lin).to(BFloat16)
+                else:
+                    Y[pix[j], row] = ga.to(BFloat16)
 
 
 class ExpertUp(_ExpertBase):

@@ -12,8 +12,11 @@ write zeros and touch no state.
 Why splits: the state update is the memory traffic (D x D f32 read and written per token and
 head), and one CTA per head walked its 128 rows four warps wide, one dependent load, two
 butterflies and a store per row: at batch 1 that was latency, 0.45 TB/s (NOTES.md). With SPLIT
-CTAs per head each warp walks D / (4 SPLIT) rows. One warp per state row, its lanes over the keys
-at a stride of 32 (each load instruction reads 128 contiguous bytes). Every sum has a fixed order
+CTAs per head each warp owns D / (4 SPLIT) rows, its lanes over the keys at a stride of 32 (each
+load instruction reads 128 contiguous bytes). The warp loads its rows before the norms and gates
+(they do not depend on them) and then runs each step of the rule for all its rows at once, so
+neither the loads nor the butterflies wait one row at a time (v2 walked its rows one by one: 10.4
+us at batch 1 against FLA's 8.0, NOTES.md). Every sum has a fixed order
 (per lane in key order, then the butterfly; the norms' warp partials in warp order), so a token's
 results depend neither on the batch, nor the split, nor the run.
 """
@@ -32,7 +35,7 @@ class KdaCore:
             ("beta", Float32), ("core", Float32), ("T", INT), ("S", INT))
 
     def __init__(self, kd, split: int = SPLIT):
-        assert kd.D % 32 == 0 and (kd.D // split) % (kd.D // 32) == 0
+        assert kd.D % 32 == 0 and (kd.D // split) % (kd.D // 32) == 0   # whole rows per warp
         self.kd, self.split = kd, split
 
     @cute.jit
@@ -75,6 +78,13 @@ class KdaCore:
                 if i == 0:
                     BETA[t, h] = Float32(0.0)
         else:
+            # this warp's state rows v = part RPS + warp + NW r, loaded first: nothing below
+            # depends on them until the delta rule, so their latency hides under the norms
+            RPW = RPS // NW
+            st = cute.make_rmem_tensor((RPW * KPL,), Float32)
+            for r in cutlass.range_constexpr(RPW):
+                for j in cutlass.range_constexpr(KPL):
+                    st[r * KPL + j] = REC[slot, h, part * RPS + warp + NW * r, lane + 32 * j]
             smem = cutlass.memory.SmemAllocator()
             red = smem.allocate_tensor(Float32, cute.make_layout((2, NW), stride=(NW, 1)), 16)
             vec = smem.allocate_tensor(Float32, cute.make_layout((4, D), stride=(D, 1)), 16)
@@ -108,23 +118,34 @@ class KdaCore:
             kq = cute.make_rmem_tensor((KPL,), Float32)
             kk = cute.make_rmem_tensor((KPL,), Float32)
             ke = cute.make_rmem_tensor((KPL,), Float32)
-            s = cute.make_rmem_tensor((KPL,), Float32)
             for j in cutlass.range_constexpr(KPL):
                 kq[j] = vec[0, lane + 32 * j]
                 kk[j] = vec[1, lane + 32 * j]
                 ke[j] = vec[2, lane + 32 * j]
-            for v in cutlass.range(part * RPS + warp, (part + 1) * RPS, NW):
-                e = Float32(0.0)
+            # the rows' sums are independent: each step runs for all RPW rows before the next,
+            # so the butterflies of different rows overlap (per row the same sums in the same
+            # order as one row at a time)
+            e = cute.make_rmem_tensor((RPW,), Float32)
+            o = cute.make_rmem_tensor((RPW,), Float32)
+            for r in cutlass.range_constexpr(RPW):
+                a_ = Float32(0.0)
                 for j in cutlass.range_constexpr(KPL):
-                    s[j] = REC[slot, h, v, lane + 32 * j] * ke[j]      # decayed state
-                    e = e + s[j] * kk[j]
-                e = warp_sum(e)
-                u = b * (vec[3, v] - e)
-                o = Float32(0.0)
+                    st[r * KPL + j] = st[r * KPL + j] * ke[j]        # decayed state
+                    a_ = a_ + st[r * KPL + j] * kk[j]
+                e[r] = a_
+            for r in cutlass.range_constexpr(RPW):
+                e[r] = warp_sum(e[r])
+            for r in cutlass.range_constexpr(RPW):
+                v = part * RPS + warp + NW * r
+                u = b * (vec[3, v] - e[r])
+                a_ = Float32(0.0)
                 for j in cutlass.range_constexpr(KPL):
-                    s[j] = s[j] + u * kk[j]
-                    REC[slot, h, v, lane + 32 * j] = s[j]
-                    o = o + s[j] * kq[j]
-                o = warp_sum(o)
-                if lane == 0:
-                    CORE[t, h, v] = o
+                    st[r * KPL + j] = st[r * KPL + j] + u * kk[j]
+                    REC[slot, h, v, lane + 32 * j] = st[r * KPL + j]
+                    a_ = a_ + st[r * KPL + j] * kq[j]
+                o[r] = a_
+            for r in cutlass.range_constexpr(RPW):
+                o[r] = warp_sum(o[r])
+            if lane == 0:
+                for r in cutlass.range_constexpr(RPW):
+                    CORE[t, h, part * RPS + warp + NW * r] = o[r]

@@ -74,6 +74,7 @@ class KdaStep:
         st = stream()
         for name in STAGES:
             if stages is None or name in stages:
-                v = cache.gemv_variant(name, T) if name in BIND else {}
+                v = cache.gemv_variant(name, T) if name in BIND else (
+                    cache.kda_core_variant(T) if name == "kda_core" else {})
                 cache.compiled(name, kd, **v)(named, st, BIND.get(name))
         return s

@@ -11,13 +11,13 @@
 Each token row is one sequence with its own cache [Lcap, C] and length L_t (k3diff.stages: the
 mla stage's kv_cache [T, Lcap, R + RP], cache_lens [T]); row L_t is written in place, no other
 row is touched. Every sum has a fixed order: the step is batch-invariant and deterministic.
-Status: compiled for sm_90a and sm_103a by CI; written in a session without GPU time left, it
-has not run on a GPU yet, so the backend serves mla only with MEGAKERNEL_MLA=1 (backend.py).
+Judged on the H200 by scripts/gpu_check_mla.sh (tests, the ci suite, a planted bug, memcheck);
+timed by `python -m megakernel.tools.bench_mla` (NOTES.md).
 """
 import torch
 
 from megakernel import cache
-from megakernel.k_mla_attn import CH
+from megakernel.k_mla_attn import max_splits
 from megakernel.launch_streams import stream
 
 STAGES = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
@@ -54,21 +54,23 @@ class MlaStep:
             self._scratch = {(T, NS): s}          # one shape kept: the partials can be large
         return s
 
-    def launch(self, x, kv_cache, cache_lens, stages=None):
+    def launch(self, x, kv_cache, cache_lens, stages=None, max_len=None):
         """Enqueue the step on the caller's stream; `kv_cache` [T, Lcap, C] bf16 (contiguous)
-        gets row cache_lens[t] of each token written in place. Returns the scratch dict (the
-        buffers OUTPUTS names hold the results)."""
+        gets row cache_lens[t] of each token written in place. `max_len`: a bound on
+        cache_lens known on the host (a CUDA graph cannot hold the host read that finds it
+        otherwise). Returns the scratch dict (the buffers OUTPUTS names hold the results)."""
         md = self.md
         T, Lcap = x.shape[0], kv_cache.shape[1]
         for t, dt in ((x, torch.bfloat16), (kv_cache, torch.bfloat16)):
             assert t.dtype == dt and t.is_contiguous()
-        # splits up to the longest sequence (one host read): splits past a row's length would
-        # only add exact zeros, so the bits do not depend on NS, and the partials stay small
-        n_max = int(cache_lens.max()) + 1
+        # splits up to the longest sequence (one host read, unless the caller knows a bound):
+        # splits past a row's length only add exact zeros, so the bits do not depend on NS,
+        # and the partials stay small
+        n_max = (int(cache_lens.max()) if max_len is None else int(max_len)) + 1
         if n_max > Lcap:
             raise ValueError(f"megakernel MLA: a cache length {n_max - 1} leaves no row for this "
                              f"step in a cache of {Lcap}")
-        NS = (n_max + CH - 1) // CH
+        NS = max_splits(n_max)
         s = self.scratch(T, NS)
         s["lens"].copy_(cache_lens.to(torch.int32))
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,

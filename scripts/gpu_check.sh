@@ -61,5 +61,5 @@ done 2>&1 | tee "$OUT/sanitizer.txt"
 step "5. the KDA step (scripts/gpu_check_kda.sh)"
 bash scripts/gpu_check_kda.sh
 
-step "6. the MLA step (scripts/gpu_check_mla.sh, MEGAKERNEL_MLA=1)"
+step "6. the MLA step (scripts/gpu_check_mla.sh)"
 bash scripts/gpu_check_mla.sh

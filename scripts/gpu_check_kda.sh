@@ -23,7 +23,7 @@ python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend 
 
 step "kda 3. planted bug: the decay along the value axis"
 rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/
-sed -i 's/s\[j\] = REC\[slot, h, v, lane + 32 \* j\] \* ke\[j\]/s[j] = REC[slot, h, v, lane + 32 * j] * vec[2, v]/' \
+sed -i 's/st\[r \* KPL + j\] \* ke\[j\]        # decayed state/st[r * KPL + j] * vec[2, part * RPS + warp + NW * r]/' \
   /tmp/planted/megakernel/k_kda_core.py
 diff megakernel/k_kda_core.py /tmp/planted/megakernel/k_kda_core.py | head -4
 (cd /tmp/planted && PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt --backend $MK \

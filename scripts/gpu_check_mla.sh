@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The MLA step of the megakernel (megakernel/mla.py) on a GPU machine; from the project root after
-# `source .device/env.sh`. The backend serves mla only with MEGAKERNEL_MLA=1 until this passes.
+# `source .device/env.sh`.
 #   1. its GPU tests (k3diff verdicts: empty caches, split boundaries, ragged lengths; batch
 #      invariance);
 #   2. `pytest --k3diff -k mla --k3diff-profile ci` against the megakernel;
@@ -11,7 +11,6 @@ set -uo pipefail
 OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
 MK=megakernel.backend:MegakernelBackend
 SEED=${K3DIFF_SEED:-20261201}
-export MEGAKERNEL_MLA=1
 step() { echo; echo "=== $*"; }
 
 step "mla 1. GPU tests"
@@ -24,7 +23,7 @@ python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend 
 
 step "mla 3. planted bug: the last cache row of every split skipped"
 rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/
-sed -i 's/cutlass.min(s \* CH + CH, n)/cutlass.min(s * CH + CH, n) - 1/' /tmp/planted/megakernel/k_mla_attn.py
+sed -i 's/end = cutlass.min(s \* ch + ch, n)/end = cutlass.min(s * ch + ch, n) - 1/' /tmp/planted/megakernel/k_mla_attn.py
 diff megakernel/k_mla_attn.py /tmp/planted/megakernel/k_mla_attn.py | head -4
 (cd /tmp/planted && PYTHONPATH=/tmp/planted:$PYTHONPATH python3 -m k3diff.cli hunt --backend $MK \
   --stage mla --examples 40 --seed $SEED 2>&1 | head -6 | tee "$OUT/mla_planted.txt")

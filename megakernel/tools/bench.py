@@ -6,7 +6,8 @@ GB anyway); the kernel's 11 launches (fork-join over two streams, and again all 
 are captured R times in one CUDA graph and the replays timed with events, median of 5 (and the
 one-launch persistent step, k_persistent.py, the same way: "1-launch us"; and the fork-join
 with the MoE's four GEMVs all on the other kernel: the tensor-core k_gemv_mma.py when none is on
-it by default (cache.DEFAULT_MMA), else the CUDA-core k_gemv.py: "other-GEMV us"); torch
+it by default (cache.DEFAULT_MMA), else the CUDA-core k_gemv.py: "other-GEMV us", and the
+one launch so: "other-GEMV 1-launch"); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
@@ -142,8 +143,13 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         was, cache.GEMV_MMA = cache.GEMV_MMA, (() if mma_now else cache.ALL_GEMVS)
         try:
             alt_us = graph_us(mods, xs, R)
+            for m in mods:             # and the one launch so (its task table follows the set)
+                m.streams = "persistent"
+            alt_one_us = graph_us(mods, xs, R)
         finally:
             cache.GEMV_MMA = was
+            for m in mods:
+                m.streams = "fork"
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):
@@ -163,6 +169,7 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
             + f" | sum {sum(parts):.1f} | one stream {serial_us:.1f} | fork-join {k_us:.1f}"
             + f" | one launch {one_us:.1f}"
             + f" | fork-join, GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt_us:.1f}"
+            + f" | one launch so {alt_one_us:.1f}"
             + f" | distinct experts {statistics.mean(nexp):.1f}")
 
         def eager_loop(fns, Re):
@@ -186,20 +193,21 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
                 tc = None
         roof_us = nbytes / bw * 1e6
         row = (dm.tag, fmt, T, nbytes, k_us, 100 * roof_us / k_us, e_us / k_us, c_us / k_us,
-               roof_us, e_us, c_us, serial_us, one_us, alt_us)
+               roof_us, e_us, c_us, serial_us, one_us, alt_us, alt_one_us)
         rows.append(row)
         log(fmt_row(row))
 
 
 HDR = (f"{'config':6s} {'format':6s} {'batch':>5s} {'MB read':>9s} {'kernel us':>10s} "
        f"{'%copyBW':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
-       f"{'compile us':>10s} {'1-stream us':>11s} {'1-launch us':>11s} {'other-GEMV us':>13s}")
+       f"{'compile us':>10s} {'1-stream us':>11s} {'1-launch us':>11s} {'other-GEMV us':>13s} "
+       f"{'other-GEMV 1-launch':>19s}")
 
 
 def fmt_row(r):
     return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% "
             f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f} {r[11]:11.1f} "
-            f"{r[12]:11.1f} {r[13]:13.1f}")
+            f"{r[12]:11.1f} {r[13]:13.1f} {r[14]:19.1f}")
 
 
 def out_log(name):

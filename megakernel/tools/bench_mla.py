@@ -4,14 +4,17 @@ Method as bench_kda.py's: R steps captured in one CUDA graph, the replay timed w
 median of 5; every token row is one sequence of the given cache length. Roofline = the bytes the
 step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
 cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
-each of the seven launches alone, and torch eager: k3diff's torch-blocked MLA (absorbed, split
-over the cache, cuBLAS projections; host loops, so timed with events without a graph).
+each of the seven launches alone, the step with its three GEMVs on the other GEMV kernel
+(k_gemv.py / k_gemv_mma.py), and torch eager and torch.compile (dynamic shapes): k3diff's
+torch-blocked MLA (absorbed, split over the cache, cuBLAS projections; host loops, so timed
+with events without a graph), as "x torch" / "x compile", their time over the step's.
 """
 import argparse
 import sys
 
 import torch
 
+from megakernel import cache as kcache
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import STAGES, MlaStep
 from megakernel.tools.bench import copy_bw, time_events
@@ -37,11 +40,22 @@ def step_bytes(md, T, L):
     return weights + T * 2 * md.C * (L + 2)        # L + 1 rows read, one written
 
 
-def torch_us(md, w, x, cache, lens, cfg):
+def torch_us(md, w, x, cache, lens, cfg, do_compile):
+    """[eager, compile] us of k3diff's torch-blocked MLA step (nan when off or when it fails)."""
     from k3diff.backends.blocked_attn import prepare_mla, run_mla
     p = prepare_mla(cfg, w)
-    run_mla(cfg, p, x, cache, lens)
-    return time_events(lambda: run_mla(cfg, p, x, cache, lens), reps=3)
+    out = []
+    fns = [run_mla] + ([torch.compile(run_mla, dynamic=True)] if do_compile else [])
+    for fn in fns:
+        try:
+            for _ in range(2):
+                fn(cfg, p, x, cache, lens)             # warm-up (and compile)
+            out.append(time_events(lambda: fn(cfg, p, x, cache, lens), reps=3))
+        except Exception as e:  # noqa: BLE001 - a column, not the run
+            print(f"  torch {'compile' if out else 'eager'} failed: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0][:160]}", flush=True)
+            out.append(float("nan"))
+    return out + [float("nan")] * (2 - len(out))
 
 
 def main(argv=None) -> int:
@@ -49,6 +63,7 @@ def main(argv=None) -> int:
     p.add_argument("--dims", default="full", help="full, small or both")
     p.add_argument("--batches", default="1,8,64")
     p.add_argument("--lens", default="1024,8192,32768", help="cache lengths")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_mla: needs a CUDA GPU", file=sys.stderr)
@@ -64,7 +79,7 @@ def main(argv=None) -> int:
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9} {'torch us':>9} "
-          f"{'x torch':>8}  each launch alone (us)")
+          f"{'x torch':>8} {'x compile':>9}  each launch alone (us)")
     for md, dn in zip(dims, a.dims.split(",")):
         cfg = preset(dn)
         w = draw_weights(md)
@@ -75,13 +90,23 @@ def main(argv=None) -> int:
                 cache = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
                 x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
                 ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
-                us = {only: graph_us(lambda i, only=only: step.launch(x, cache, ln[i], stages=only), R)
+                us = {only: graph_us(lambda i, only=only: step.launch(x, cache, ln[i], stages=only,
+                                                           max_len=L + R), R)
                       for only in (None,) + tuple((n,) for n in STAGES)}
-                tu = torch_us(md, w, x, cache, ln[0], cfg)
+                # the same step with MLA's GEMVs all on the other kernel, in the same run
+                mma_now = any(g in kcache.GEMV_MMA for g in kcache.MLA_GEMVS)
+                was, kcache.GEMV_MMA = kcache.GEMV_MMA, (() if mma_now else kcache.ALL_GEMVS)
+                try:
+                    alt = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
+                finally:
+                    kcache.GEMV_MMA = was
+                tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
+                alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
-                      f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f}  {alone}",
+                      f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f} "
+                      f"{tc / us[None]:9.2f}  {alone}",
                       flush=True)
                 del cache
         del step

@@ -20,19 +20,20 @@ import zlib
 import torch
 
 from megakernel import cache
-from megakernel.dims import FULL, SMALL, KDA_FULL, KDA_SMALL
+from megakernel.dims import FULL, SMALL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL
 from megakernel.tools.bench import copy_bw, time_events
 
 DEV = torch.device("cuda")
 
 
 def shapes(preset):
-    """name -> (N, K, out_bf16, ldx) of each GEMV of the MoE and KDA steps."""
-    dm, kd = (FULL, KDA_FULL) if preset == "full" else (SMALL, KDA_SMALL)
+    """name -> (N, K, out_bf16, ldx) of each GEMV of the MoE, KDA and MLA steps."""
+    dm, kd, md = (FULL, KDA_FULL, MLA_FULL) if preset == "full" else (SMALL, KDA_SMALL, MLA_SMALL)
     return {"gemv_x": (dm.E + dm.r, dm.d, False, 0), "gemv_shared": (2 * dm.Is, dm.d, False, 0),
             "out_shared": (dm.d, dm.Is, True, 0), "out_routed": (dm.d, dm.r, True, 0),
             "kda_in": (kd.N, kd.d, True, 0), "kda_fb": (kd.P, kd.D, True, 0),
-            "kda_out": (kd.d, kd.P, True, 0)}
+            "kda_out": (kd.d, kd.P, True, 0),
+            **{n: cache.GEMVS[n](md) for n in cache.MLA_GEMVS}}
 
 
 KEYS = ("NTT", "U", "RT", "KS", "MT", "PF", "PIPE")

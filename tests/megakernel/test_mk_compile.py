@@ -21,12 +21,13 @@ def test_compile_all_kernels(arch):
 def test_backend_imports_without_cutlass_side_effects():
     from megakernel.backend import MegakernelBackend
     b = MegakernelBackend()
-    assert b.name == "megakernel" and b.stages == ("moe", "kda")
+    assert b.name == "megakernel" and b.stages == ("moe", "kda", "mla")
     assert "out" in b.provides("moe") and len(b.provides("moe")) == 9
     from k3diff.stages import OUTPUTS
     assert b.provides("kda") == {spec.name for spec in OUTPUTS["kda"]}
-    with pytest.raises(KeyError, match="moe and kda"):
-        b.provides("mla")
+    assert b.provides("mla") == {spec.name for spec in OUTPUTS["mla"]}
+    with pytest.raises(KeyError, match="moe, kda and mla"):
+        b.provides("layer")
     from reference.config import preset
     assert b.supports(preset("small"), "kda") is None and b.supports(preset("full"), "kda") is None
     assert "kda_head_dim % 32" in b.supports(preset("tiny"), "kda")        # D 16: skipped, not run
@@ -55,6 +56,37 @@ def test_declared_boundaries_follow_the_kernels_constants():
     assert not cache.mma_ok(replace(SMALL, r=128 + 32)) and cache.mma_ok(replace(SMALL, r=128))
     assert {SMALL.r, FULL.r} <= set(BOUNDARIES["latent_dim"]) and {SMALL.I, FULL.I} <= set(BOUNDARIES["moe_intermediate"])
     assert BOUNDARIES["top_k"] == (1, FULL.k)
+    from megakernel import k_mla_attn as at
+    assert BOUNDARIES["cache_len"] == (at.CH_SHORT - 1, at.SHORT - 1)
+
+
+def test_kda_core_split_builds_for_every_batch_class():
+    """kda_core's split (CTAs per head) differs by batch class; every warp must still own whole
+    state rows for any head width the dims allow (D % 32 == 0)."""
+    from dataclasses import replace
+
+    from megakernel import cache
+    from megakernel.dims import KDA_SMALL
+
+    for D in (32, 64, 96, 128, 160, 256):
+        for T in (1, 2, 300):
+            o = cache.KERNELS["kda_core"](replace(KDA_SMALL, D=D), **cache.kda_core_variant(T))
+            assert (D // o.split) % (D // 32) == 0
+
+
+def test_mla_split_count_covers_every_shorter_sequence():
+    """The MLA split size depends on the sequence's own length (batch invariance), so the grid's
+    split count for a batch must cover every length up to its longest, across the switch."""
+    from megakernel import k_mla_attn as at
+
+    def own(n):
+        ch = at.CH_SHORT if n <= at.SHORT else at.CH
+        return -(-n // ch)
+    need = 0
+    for n in range(1, 3 * at.SHORT):
+        need = max(need, own(n))
+        assert at.max_splits(n) == need, n
+    assert at.max_splits(at.SHORT) == at.SHORT // at.CH_SHORT and at.max_splits(at.SHORT + 1) == 32
 
 
 def test_tensor_core_gemvs_keep_one_sum_order_per_gemv():

@@ -1,7 +1,6 @@
 """GPU: the MLA step (megakernel/mla.py) judged by k3diff against the reference (every
 intermediate, the cache written in place, the controls), and its batch invariance. The backend
-serves mla with MEGAKERNEL_MLA=1 only (set here) until these have passed on a GPU."""
-import os
+serves mla by default since these passed on the H200 (2026-12-01)."""
 
 import pytest
 import torch
@@ -16,21 +15,16 @@ from k3diff.runner import check_case  # noqa: E402
 
 
 @pytest.fixture()
-def backend(monkeypatch):
-    monkeypatch.setenv("MEGAKERNEL_MLA", "1")
-    import importlib
-
-    import megakernel.backend as mb
-    importlib.reload(mb)                 # `stages` is read from the environment at import
-    yield mb.MegakernelBackend()
-    monkeypatch.delenv("MEGAKERNEL_MLA")
-    importlib.reload(mb)
+def backend():
+    from megakernel.backend import MegakernelBackend
+    return MegakernelBackend()
 
 
 @pytest.mark.parametrize("lens", [
     (0,),                                  # an empty cache: the new row alone
     (1,),
-    (255, 256, 257, 0, 3, 511, 1, 100),    # split boundaries (CH = 256), ragged lengths
+    (255, 256, 257, 0, 3, 511, 1, 100),    # ragged lengths
+    (63, 64, 62, 2046, 2047, 2048, 2300, 7),   # split edges (64 rows), the switch to splits of 256
     tuple((37 * i) % 700 for i in range(33)),
 ])
 @pytest.mark.parametrize("value_dist", ["plain", "outliers"])
@@ -48,10 +42,3 @@ def test_mla_step_is_batch_invariant(backend):
     v = check_batch_invariance(case, backend, 5, device="cuda")
     assert not v.skipped, v.skipped
     assert v.ok, v.failures()
-
-
-def test_mla_is_off_without_the_switch():
-    if os.environ.get("MEGAKERNEL_MLA") == "1":
-        pytest.skip("MEGAKERNEL_MLA=1 is set for this run")
-    from megakernel.backend import MegakernelBackend
-    assert "mla" not in MegakernelBackend().stages

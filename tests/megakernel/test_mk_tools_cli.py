@@ -1,4 +1,4 @@
-"""CPU: the GEMV tools and bench_mla refuse a machine without a GPU with one line and exit 2, whatever the
+"""CPU: the GEMV tools, bench_mla and tune_attn refuse a machine without a GPU with one line and exit 2, whatever the
 arguments."""
 import subprocess
 import sys
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
-                                       ("bench_mla", [])])
+                                       ("bench_mla", []), ("tune_attn", [])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the tools would run")

@@ -1,0 +1,121 @@
+"""python -m megakernel.tools.tune_attn: the attention kernels' layout knobs, each alone on the H200.
+
+- kda_core (k_kda_core.py): `split`, CTAs per (token, head), against FLA's fused recurrent KDA
+  when fla-core is installed (bench_kda.fla_core_us);
+- mla_attn (k_mla_attn.py): `hg`, heads (warps) per CTA.
+
+Neither knob changes a sum, so every variant must give the bits of the default (checked: the
+readout and the updated state for kda_core, the split partials for mla_attn). Method as
+bench_kda.py's: R launches in one CUDA graph over fresh state slots, the replay timed with
+events, median of 5; full dims.
+"""
+import argparse
+import sys
+
+import torch
+
+from megakernel import cache
+from megakernel.dims import KDA_FULL, MLA_FULL
+from megakernel.launch_streams import stream
+
+DEV = torch.device("cuda")
+
+
+def kda_rows(T, splits, R=8):
+    from megakernel.k_kda_core import SPLIT
+    from megakernel.kda import KdaStep
+    from megakernel.tools.bench_kda import draw_weights, fla_core_us, graph_us
+    kd = KDA_FULL
+    step = KdaStep(kd, draw_weights(kd), DEV)
+    S = R * T + 1
+    conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
+    rec0 = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
+    x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
+    idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+    step.launch(x, conv.clone(), rec0.clone(), idx[0])        # the core's inputs, in scratch
+    s = step.scratch(T)
+    out, bits = {}, {}
+    for sp in splits:
+        rec = rec0.clone()
+        named = dict(s, **step._weights, x=x, conv_state=conv, rec=rec, T=T, S=S)
+        launch = cache.compiled("kda_core", kd, split=sp)
+        s["sidx"].copy_(idx[0].to(torch.int32))
+        launch(named, stream())
+        torch.cuda.synchronize()
+        bits[sp] = (s["core"].clone(), rec[idx[0]].clone())
+        rec.copy_(rec0)
+
+        def one(i, launch=launch, named=named):
+            s["sidx"].copy_(idx[i].to(torch.int32))
+            launch(named, stream())
+        out[sp] = graph_us(one, R)
+    same = {sp: all(torch.equal(a, b) for a, b in zip(bits[sp], bits[SPLIT])) for sp in splits}
+    return out, same, fla_core_us(kd, T, R)
+
+
+def mla_rows(T, L, hgs, R=4):
+    from megakernel.k_mla_attn import HG
+    from megakernel.mla import MlaStep
+    from megakernel.tools.bench_kda import graph_us
+    from megakernel.tools.bench_mla import draw_weights
+    md = MLA_FULL
+    step = MlaStep(md, draw_weights(md), DEV)
+    kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
+    x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
+    lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
+    s = step.launch(x, kv, lens, max_len=L + R)                 # every launch once: q, ql, the row
+    NS = s["pm"].shape[2]
+    named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=NS)
+    out, bits = {}, {}
+    for hg in hgs:
+        launch = cache.compiled("mla_attn", md, hg=hg)
+        launch(named, stream())
+        torch.cuda.synchronize()
+        bits[hg] = tuple(s[k].clone() for k in ("pm", "pl", "pa"))
+        out[hg] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
+    same = {hg: all(torch.equal(a, b) for a, b in zip(bits[hg], bits[HG])) for hg in hgs}
+    return out, same
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_attn", description=__doc__.splitlines()[0])
+    p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head)")
+    p.add_argument("--hgs", default="4,8", help="mla_attn heads per CTA")
+    p.add_argument("--batches", default="1,8,64")
+    p.add_argument("--mla", default="1x32768,8x8192,64x1024", help="batch x cache length")
+    a = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("tune_attn: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    try:
+        splits = [int(v) for v in a.splits.split(",")]
+        hgs = [int(v) for v in a.hgs.split(",")]
+        batches = [int(v) for v in a.batches.split(",")]
+        mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
+        assert all(len(c) == 2 for c in mla)
+        for sp in splits:
+            cache.KERNELS["kda_core"](KDA_FULL, split=sp)
+    except (ValueError, AssertionError):
+        print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
+              "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla pairs like 1x32768", file=sys.stderr)
+        return 2
+    ok = True
+    print("kda_core us (bits equal to the default split: y/n)" + " | FLA fused recurrent us")
+    for T in batches:
+        us, same, fla = kda_rows(T, splits)
+        ok &= all(same.values())
+        print(f"  T={T:3d} " + " ".join(f"split {sp}: {us[sp]:7.1f} {'y' if same[sp] else 'n'}"
+                                      for sp in splits) + ("" if fla is None else f" | FLA {fla:.1f}"),
+              flush=True)
+    print("mla_attn us (bits equal to the default: y/n)")
+    for T, L in mla:
+        us, same = mla_rows(T, L, hgs)
+        ok &= all(same.values())
+        print(f"  T={T:3d} L={L:6d} " + " ".join(f"hg {hg}: {us[hg]:8.1f} {'y' if same[hg] else 'n'}"
+                                                 for hg in hgs), flush=True)
+    print("bits equal across every variant:", "ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

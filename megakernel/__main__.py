@@ -19,7 +19,8 @@ def _compile_one_arch(dims_names):
         moe, kda, mla = table[dn]
         for name, var, dims in ([(n, v, moe) for n, v in cache.variants()]
                                 + [(n, v, kda) for n, v in cache.kda_variants()]
-                                + [(n, v, mla) for n, v in cache.mla_variants()]):
+                                + [(n, v, mla) for n, v in cache.mla_variants()]
+                                + [(n, v, moe) for n, v in cache.layer_variants()]):
             t0 = time.time()
             try:
                 # always compiled (this is the check), and stored: it warms the disk cache

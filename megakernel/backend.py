@@ -7,6 +7,9 @@ module imports neither cutlass nor CUDA.
 MEGAKERNEL_STREAMS selects how the step is launched (moe.MODES): "fork" (default, the fastest
 measured: 11 launches over two streams), "serial" (the same on one stream) or "persistent" (the
 whole step in one launch, k_persistent.py). All three compute the same bits.
+MEGAKERNEL_LAYER=1 adds the layer stage (layer.py: AttnRes, the attention, AttnRes, the MoE or
+the dense MLP, as launches), which has not run on a GPU yet: off by default until it has been
+judged there.
 """
 from __future__ import annotations
 
@@ -16,12 +19,13 @@ MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "co
                "latent_normed", "routed_out", "shared_out")
 KDA_OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")      # = kda.OUTPUTS
 MLA_OUTPUTS = ("out", "q_c", "kv_c", "k_pe", "ql", "attn_latent", "attn_out", "gated")  # mla.OUTPUTS
-OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS}
+LAYER_OUTPUTS = ("delta", "x_attn", "attn_out", "x_mlp")                     # = layer.OUTPUTS
+OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS, "layer": LAYER_OUTPUTS}
 
 
 class MegakernelBackend:
     name = "megakernel"
-    stages = ("moe", "kda", "mla")
+    stages = ("moe", "kda", "mla") + (("layer",) if os.environ.get("MEGAKERNEL_LAYER") == "1" else ())
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
@@ -45,7 +49,11 @@ class MegakernelBackend:
         """None when the kernels take these dims, else the one-line reason (the case is skipped)."""
         from megakernel.dims import from_cfg, kda_from_cfg, mla_from_cfg
         try:
-            dict(kda=kda_from_cfg, mla=mla_from_cfg).get(stage, from_cfg)(cfg)
+            if stage == "layer":          # any layer: the MoE's dims and both attentions'
+                for f in (from_cfg, kda_from_cfg, mla_from_cfg):
+                    f(cfg)
+            else:
+                dict(kda=kda_from_cfg, mla=mla_from_cfg).get(stage, from_cfg)(cfg)
         except ValueError as e:
             return str(e)
         return None
@@ -68,6 +76,9 @@ class MegakernelBackend:
             from megakernel.dims import mla_from_cfg
             from megakernel.mla import MlaStep
             return MlaStep(mla_from_cfg(cfg), weights, dev)
+        if stage == "layer":
+            from megakernel.layer import LayerStep
+            return LayerStep(cfg, weights, dev)
         from megakernel.dims import from_cfg
         from megakernel.moe import LatentMoE
         return LatentMoE(from_cfg(cfg), weights, dev,
@@ -79,6 +90,9 @@ class MegakernelBackend:
             return
         if stage == "mla":
             self._run_mla(prepared, inputs, out)
+            return
+        if stage == "layer":
+            self._run_layer(prepared, inputs, out)
             return
         x = inputs["x"].contiguous()
         forced = inputs.get("forced_ids")
@@ -112,6 +126,29 @@ class MegakernelBackend:
             kv.copy_(work)
         for n, buf in out.items():
             buf.copy_(s[NAMES[n]].view(buf.shape))
+
+    @staticmethod
+    def _run_layer(step, inputs, out) -> None:
+        """prefix, blocks and the attention's caches / states are updated in place (through
+        contiguous copies where the kernels cannot address them directly); the outputs are
+        written into contiguous buffers, then into the framework's."""
+        import torch
+        STATE = ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state")
+        work = dict(inputs)
+        for n in STATE:
+            if n in inputs and not inputs[n].is_contiguous():
+                work[n] = inputs[n].contiguous()
+        if "delta" in inputs:
+            work["delta"] = inputs["delta"].contiguous()
+        T, d = inputs["prefix"].shape
+        res = {n: torch.empty(T, d, dtype=torch.bfloat16, device=inputs["prefix"].device)
+               for n in LAYER_OUTPUTS}
+        step.launch(work, res)
+        for n in STATE:
+            if n in inputs and work[n] is not inputs[n]:
+                inputs[n].copy_(work[n])
+        for n, buf in out.items():
+            buf.copy_(res[n])
 
     @staticmethod
     def _run_kda(step, inputs, out) -> None:

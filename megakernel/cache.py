@@ -43,6 +43,8 @@ from megakernel.k_kda_norm import KdaNorm  # noqa: E402
 from megakernel.k_mla_norm import MlaNorm  # noqa: E402
 from megakernel.k_mla_absorb import MlaAbsorb  # noqa: E402
 from megakernel.k_mla_attn import MlaAttn  # noqa: E402
+from megakernel.k_mla_attn_mma import MlaAttnMMA  # noqa: E402
+from megakernel.k_attn_res import AttnRes  # noqa: E402
 from megakernel.k_mla_merge import MlaMerge  # noqa: E402
 
 BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
@@ -224,6 +226,8 @@ KERNELS = {
     "mla_qb": lambda md, **v: gemv_obj("mla_qb", md, **v),
     "mla_absorb": lambda md, TT: MlaAbsorb(md, TT),
     "mla_attn": lambda md, **v: MlaAttn(md, **v),
+    "mla_attn_mma": lambda md, **v: MlaAttnMMA(md, **v),
+    "attn_res": lambda dm: AttnRes(dm),
     "mla_merge": lambda md: MlaMerge(md),
     "mla_out": lambda md, **v: gemv_obj("mla_out", md, **v),
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
@@ -295,7 +299,25 @@ def mla_variants(gemv_mma=None):
     """Every (name, variant) of the MLA step (compiled for a dims.MlaDims)."""
     return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in MLA_GEMVS for T in (1, TT_GEMV + 1)] + \
         [("mla_absorb", dict(TT=1)), ("mla_absorb", dict(TT=TT_GEMV)), ("mla_norm", {}),
-         ("mla_attn", {}), ("mla_merge", {})]
+         ("mla_attn", {}), ("mla_attn_mma", {}), ("mla_merge", {})]
+
+
+def layer_variants():
+    """Every (name, variant) of the layer's own kernels (compiled for a dims.Dims; the rest of
+    the layer is the MoE's, KDA's and MLA's)."""
+    return [("attn_res", {})]
+
+
+# MLA's attention on the tensor cores (k_mla_attn_mma.py): written after the device time ran out
+# and never run on a GPU, so off unless MK_MLA_MMA=1 (the two kernels round differently: one of
+# them serves every batch).
+MLA_MMA = os.environ.get("MK_MLA_MMA") == "1"
+
+
+def mla_attn_kernel(md):
+    """The name of the attention kernel the MLA step launches for these dims."""
+    ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
+    return "mla_attn_mma" if MLA_MMA and ok else "mla_attn"
 
 
 _CACHE = {}

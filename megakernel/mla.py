@@ -80,5 +80,6 @@ class MlaStep:
             if stages is None or name in stages:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else {})
-                cache.compiled(name, md, **v)(named, st, BIND.get(name))
+                kname = cache.mla_attn_kernel(md) if name == "mla_attn" else name
+                cache.compiled(kname, md, **v)(named, st, BIND.get(name))
         return s

@@ -1,5 +1,5 @@
 """Inline-PTX instructions the DSL does not expose as wanted (raw global / shared loads with cache
-hints, cp.async, prmt, mma.sync m16n8k16, %globaltimer, %smid), each an `@dsl_user_op` around
+hints, cp.async, prmt, mma.sync m16n8k16, ldmatrix, bf16x2 packing, %globaltimer, %smid), each an `@dsl_user_op` around
 `llvm.inline_asm` (CUTEDSL_NOTES)."""
 from megakernel.device import Float32, Int32, Int64, Uint32
 from cutlass.cutlass_dsl import T, dsl_user_op
@@ -99,6 +99,26 @@ def ld_shared_v4(saddr, *, loc=None, ip=None):
              "ld.shared.v4.u32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}", loc, ip,
              side=True)
     return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def ldmatrix_x4_trans(saddr, *, loc=None, ip=None):
+    """ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8x8 b16 matrices, rows at the 16-byte
+    aligned shared addresses of lanes 0-7, 8-15, 16-23, 24-31; register i of lane (g, t) holds
+    elements (row 2t, column g) and (row 2t + 1, column g) of matrix i, the first in the low half
+    (an mma.sync B fragment when the stored rows are k)."""
+    r = asm_op(4, T.i32(), [Int32(saddr).ir_value(loc=loc, ip=ip)],
+             "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];",
+             "=r,=r,=r,=r,r,~{memory}", loc, ip, side=True)
+    return [Uint32(v) for v in r]
+
+
+@dsl_user_op
+def pack_bf16x2(lo, hi, *, loc=None, ip=None):
+    """Two f32 rounded to bf16 (nearest even) in one u32: `lo` in the low half, `hi` in the high."""
+    r = asm_op(1, T.i32(), [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
+             "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f", loc, ip)
+    return Uint32(r)
 
 
 @dsl_user_op

@@ -9,7 +9,8 @@
 #      tensor-core GEMV (k_gemv_mma.py: the two B words of an mma swapped in every token tile but
 #      the first, so only batches > 8 go wrong; every GEMV on it for the hunt, MK_GEMV_MMA=1);
 #   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage;
-#   5. the same for the KDA step (scripts/gpu_check_kda.sh); 6. for the MLA step (gpu_check_mla.sh).
+#   5. the same for the KDA step (scripts/gpu_check_kda.sh); 6. for the MLA step (gpu_check_mla.sh);
+#   7. for the layer stage (gpu_check_layer.sh; not yet run on a GPU).
 set -uo pipefail
 OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
 MK=megakernel.backend:MegakernelBackend
@@ -63,3 +64,6 @@ bash scripts/gpu_check_kda.sh
 
 step "6. the MLA step (scripts/gpu_check_mla.sh)"
 bash scripts/gpu_check_mla.sh
+
+step "7. the layer stage (scripts/gpu_check_layer.sh, MEGAKERNEL_LAYER=1)"
+bash scripts/gpu_check_layer.sh

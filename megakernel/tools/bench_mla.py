@@ -5,7 +5,8 @@ median of 5; every token row is one sequence of the given cache length. Roofline
 step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
 cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
 each of the seven launches alone, the step with its three GEMVs on the other GEMV kernel
-(k_gemv.py / k_gemv_mma.py), and torch eager and torch.compile (dynamic shapes): k3diff's
+(k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
+k_mla_attn_mma.py: cache.MLA_MMA), and torch eager and torch.compile (dynamic shapes): k3diff's
 torch-blocked MLA (absorbed, split over the cache, cuBLAS projections; host loops, so timed
 with events without a graph), as "x torch" / "x compile", their time over the step's.
 """
@@ -100,10 +101,18 @@ def main(argv=None) -> int:
                     alt = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 finally:
                     kcache.GEMV_MMA = was
+                # and with the other attention kernel (k_mla_attn.py / k_mla_attn_mma.py)
+                kcache.MLA_MMA = not kcache.MLA_MMA
+                try:
+                    alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
+                finally:
+                    kcache.MLA_MMA = not kcache.MLA_MMA
                 tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
+                alone += (f"  step with the attention on the {'CUDA' if kcache.MLA_MMA else 'tensor'} "
+                          f"cores {alt_at:.1f}")
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
                       f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f} "
                       f"{tc / us[None]:9.2f}  {alone}",

@@ -74,6 +74,22 @@ def test_kda_core_split_builds_for_every_batch_class():
             assert (D // o.split) % (D // 32) == 0
 
 
+def test_mla_attention_kernel_choice(monkeypatch):
+    """The tensor-core attention (never run on a GPU) only with MK_MLA_MMA=1 and dims it takes."""
+    from dataclasses import replace
+
+    from megakernel import cache
+    from megakernel.dims import MLA_FULL
+
+    monkeypatch.setattr(cache, "MLA_MMA", False)
+    assert cache.mla_attn_kernel(MLA_FULL) == "mla_attn"
+    monkeypatch.setattr(cache, "MLA_MMA", True)
+    assert cache.mla_attn_kernel(MLA_FULL) == "mla_attn_mma"
+    assert cache.mla_attn_kernel(replace(MLA_FULL, R=480)) == "mla_attn"     # R % 64 != 0
+    o = cache.KERNELS["mla_attn_mma"](MLA_FULL)
+    assert o.groups * 16 * o.mtc >= MLA_FULL.H and o.hg == o.mtc * o.ncol
+
+
 def test_mla_split_count_covers_every_shorter_sequence():
     """The MLA split size depends on the sequence's own length (batch invariance), so the grid's
     split count for a batch must cover every length up to its longest, across the switch."""
@@ -123,3 +139,17 @@ def test_gemv_kernel_choice_parses_and_defaults():
     assert "TT" in cache.gemv_variant("gemv_x", 1, mma=()) and "NTT" in cache.gemv_variant(
         "gemv_x", 1, mma=("gemv_x",))
     assert cache.moe_mma(cache.ALL_GEMVS) == tuple(cache.GEMV_UNROLL)
+
+
+def test_layer_plan_follows_the_spec():
+    """layer.plan against K3_SPEC 2.3's counts: the pre-attention mix has ceil(i / Bk) + 1
+    sources, the post-attention one ceil(i / Bk) + [i % Bk == 0] + 1; a block-write layer writes
+    block i / Bk, which the pre-attention mix does not read (it is the prefix source)."""
+    from megakernel.layer import plan
+
+    for Bk in (1, 4, 12):
+        for i in range(40):
+            nb, W, wi = plan(i, Bk)
+            assert nb + 1 == -(-i // Bk) + 1 and (nb + int(W)) + 1 == -(-i // Bk) + (i % Bk == 0) + 1
+            assert W == (i % Bk == 0) and wi == (i // Bk if W else -1)
+            assert wi < 0 or wi >= nb          # never among the sources 0 .. nb - 1

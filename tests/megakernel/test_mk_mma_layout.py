@@ -124,3 +124,126 @@ def test_gemv_mma_bookkeeping_is_a_permuted_dot():
         W = rng.integers(-8, 8, (16, K)).astype(np.float64)
         X = rng.integers(-8, 8, (8, K)).astype(np.float64)
         assert np.array_equal(emulate_gemv(W, X, BK), W @ X.T), BK
+
+
+def bf16(x):
+    """Round float64 values to bf16 (nearest even), as cvt.rn.bf16x2.f32 does (via f32)."""
+    f = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((f + 0x7FFF + ((f >> 16) & 1)) >> 16) << 16
+    return r.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def emulate_mla_split(Qm, rows, start, end, R, ncol, scale):
+    """k_mla_attn_mma.MlaAttnMMA's bookkeeping for one head tile (Qm [16, C]) over rows
+    [start, end) of one sequence (rows [n, C]), all NCOL column groups: the scores through
+    GemvMMA's K permutation (emulate_gemv, BK = 64), the C layout of S read as the A layout of P
+    (hi + lo bf16 parts), B from ldmatrix.trans, the per-quad softmax. Returns m [16], l [16],
+    acc [16, R] as the kernel stores them."""
+    RT, CW = 16, R // ncol
+    m = np.full((32, 2), -np.inf)           # per lane: head lo, hi
+    lsum = np.zeros((32, 2))
+    O = np.zeros((ncol, 32, (CW // 8) * 4))
+    for rb in range(start, end, RT):
+        tile = np.stack([rows[min(rb + r, end - 1)] for r in range(RT)])
+        C0 = emulate_gemv(Qm, tile[0:8], 64)
+        C1 = emulate_gemv(Qm, tile[8:16], 64)
+        z = np.zeros((32, 8))
+        for lane in range(32):
+            g, t = lane // 4, lane % 4
+            for nt, Cn in enumerate((C0, C1)):
+                vals = (Cn[g, 2 * t], Cn[g, 2 * t + 1], Cn[g + 8, 2 * t], Cn[g + 8, 2 * t + 1])
+                for e in range(4):
+                    row = 8 * nt + 2 * t + e % 2
+                    z[lane, 4 * nt + e] = -np.inf if rb + row >= end else vals[e] * scale
+        # quad max (lanes 4g .. 4g + 3 hold head g's and g + 8's 16 scores)
+        mx = np.zeros((32, 2))
+        for lane in range(32):
+            q = range(4 * (lane // 4), 4 * (lane // 4) + 4)
+            mx[lane, 0] = max(z[x, e] for x in q for e in (0, 1, 4, 5))
+            mx[lane, 1] = max(z[x, e] for x in q for e in (2, 3, 6, 7))
+        mn = np.maximum(m, mx)
+        a = np.exp(m - mn)
+        p = np.zeros((32, 8))
+        for lane in range(32):
+            for e in range(8):
+                hh = 0 if e % 4 < 2 else 1
+                p[lane, e] = np.exp(z[lane, e] - mn[lane, hh])
+                lsum[lane, hh] = lsum[lane, hh] * (a[lane, hh] if e in (0, 2) else 1) + p[lane, e]
+        m = mn
+        # P as the A operand: words w = (z[4(w//2) + 2(w%2)], z[... + 1]) -> a0..a3
+        for part in ("hi", "lo"):
+            A = np.full((16, 16), np.nan)
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                for w in range(4):
+                    x = p[lane, [4 * (w // 2) + 2 * (w % 2), 4 * (w // 2) + 2 * (w % 2) + 1]]
+                    v = bf16(x) if part == "hi" else bf16(x - bf16(x))
+                    r = g + 8 * (w % 2)
+                    k = 2 * t + 8 * (w // 2)
+                    A[r, k:k + 2] = v
+            assert not np.isnan(A).any()
+            for cg in range(ncol):
+                if part == "hi":
+                    for jn in range(CW // 8):
+                        O[cg, :, 4 * jn:4 * jn + 2] *= a[:, 0:1]
+                        O[cg, :, 4 * jn + 2:4 * jn + 4] *= a[:, 1:2]
+                for jp in range(CW // 16):
+                    n0 = cg * CW + 16 * jp
+                    # ldmatrix.x4.trans: lane L gives the address of row L % 16, column
+                    # n0 + 8 (L // 16); matrix i is lanes 8i .. 8i + 7; lane (g, t) receives
+                    # (row 2t, col g), (row 2t + 1, col g) of each
+                    mats = []
+                    for i in range(4):
+                        r0, c0 = (8 * i) % 16, n0 + 8 * ((8 * i) // 16)
+                        mats.append(tile[r0:r0 + 8, c0:c0 + 8])
+                    for hf in range(2):
+                        B = np.full((16, 8), np.nan)
+                        for lane in range(32):
+                            g, t = lane // 4, lane % 4
+                            b0 = mats[2 * hf][2 * t:2 * t + 2, g]
+                            b1 = mats[2 * hf + 1][2 * t:2 * t + 2, g]
+                            B[2 * t:2 * t + 2, g] = b0
+                            B[2 * t + 8:2 * t + 10, g] = b1
+                        assert np.array_equal(B, tile[:, n0 + 8 * hf:n0 + 8 * hf + 8])
+                        D = A @ B
+                        jn = 2 * jp + hf
+                        for lane in range(32):
+                            g, t = lane // 4, lane % 4
+                            O[cg, lane, 4 * jn:4 * jn + 4] += (D[g, 2 * t], D[g, 2 * t + 1],
+                                                               D[g + 8, 2 * t], D[g + 8, 2 * t + 1])
+    # the quad's partial sums in butterfly order (xor 1, then xor 2)
+    l1 = lsum + lsum[np.arange(32) ^ 1]
+    l2 = l1 + l1[np.arange(32) ^ 2]
+    mo, lo, acc = np.zeros(16), np.zeros(16), np.zeros((16, R))
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for hh in range(2):
+            h = g + 8 * hh
+            mo[h], lo[h] = m[lane, hh], l2[lane, hh]
+            for cg in range(ncol):
+                for jn in range(CW // 8):
+                    col = cg * CW + 8 * jn + 2 * t
+                    acc[h, col:col + 2] = O[cg, lane, 4 * jn + 2 * hh:4 * jn + 2 * hh + 2]
+    return mo, lo, acc
+
+
+def test_mla_attention_mma_bookkeeping_matches_a_split_softmax():
+    """The tensor-core MLA attention (k_mla_attn_mma.py), lane by lane: the split's partials
+    equal a direct softmax over its rows (exact scores; probabilities kept to about 2^-16 by the
+    bf16 hi + lo parts), including a ragged last tile and an empty split."""
+    rng = np.random.default_rng(3)
+    R, RP, ncol = 128, 64, 4
+    C = R + RP
+    Qm = rng.integers(-4, 5, (16, C)).astype(np.float64)
+    rows = rng.integers(-4, 5, (70, C)).astype(np.float64)
+    scale = 0.0625                                   # a power of two: scaled scores stay exact
+    for start, end in ((0, 70), (16, 37), (64, 65)):
+        m, lsum, acc = emulate_mla_split(Qm, rows, start, end, R, ncol, scale)
+        z = scale * Qm @ rows[start:end].T
+        mr = z.max(axis=1)
+        p = np.exp(z - mr[:, None])
+        assert np.array_equal(m, mr)                     # the scores are exact (integers)
+        assert np.allclose(lsum, p.sum(axis=1), rtol=1e-12)
+        assert np.allclose(acc, p @ rows[start:end, :R], rtol=1e-4, atol=1e-4 * np.abs(rows).max())
+    m, lsum, acc = emulate_mla_split(Qm, rows, 70, 70, R, ncol, scale)   # empty split
+    assert np.all(m == -np.inf) and not lsum.any() and not acc.any()

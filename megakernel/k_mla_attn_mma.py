@@ -1,0 +1,242 @@
+"""MLA launch 4 on the tensor cores (K3_SPEC 3.4): the same splits and partials as k_mla_attn.py
+(the merge, k_mla_merge.py, is shared), the products on mma.sync m16n8k16.
+
+Why: on the CUDA cores every cached row costs every head 576 + 512 f32 multiply-adds, so the
+attention is bound by instructions, not bytes (580 us at batch 1 x 32k rows against 9 us of row
+bytes, NOTES.md). Here the heads are the M = 16 rows of the mma and a tile of 16 cache rows the N
+(scores) or K (values) side.
+
+CTA = (token, group of 16 MTC heads, split), 32 MTC NCOL threads: warp (mt, cg) owns head tile mt
+(16 heads) and latent columns [cg R / NCOL, (cg + 1) R / NCOL) of the output. Per tile of RT = 16
+rows of the split (cp.async into a double-buffered shared tile, row stride C + 8 elements: the
+fragment loads below are free of bank conflicts):
+- scores S = Q K^T: A = the head tile's query [ql | q_pe] (16 heads x 576, read through L1), B =
+  the tile's rows; c in blocks of 64, lane (g, t) holding the 16 consecutive elements 64 b + 16 t
+  of head g / g + 8 and of row g / g + 8, mma j taking its u32 words 2j, 2j+1 (the K permutation
+  of k_gemv_mma.py: the same on A and B, so the dot is unchanged). The warps of a head tile
+  compute the same scores (NCOL-fold, cheap next to P V);
+- z = s S, rows past the split's end -inf; per head the online softmax over the tile (the quad of
+  lanes holding a head's 16 scores reduces its max with two butterflies);
+- O = O a + P V: the score accumulators are the A fragments of P (rows 2t, 2t + 1 of each 8-row
+  half: the C layout of S is the A layout of P), each p split into bf16 hi + lo (two mma, so the
+  probabilities keep ~16 bits, as the spec's f32 softmax asks); B = the tile's latent columns
+  through ldmatrix.trans (stored rows are k).
+The sum per head: l per lane over its tiles, the quad's four in butterfly order at the end.
+Partials (m, l, acc) as k_mla_attn.py's (acc un-normalised, m in the scaled domain), so an empty
+split writes (-inf, 0, 0). Everything depends on the sequence's own length only (its splits and
+tiles): batch-invariant and deterministic. Its bits differ from k_mla_attn.py's: one of the two
+serves every batch (cache.MLA_MMA).
+
+Needs (R + RP) % 64 == 0 and R % (16 NCOL) == 0 (cache.mla_mma_ok).
+Status: written and compiled for sm_90a and sm_103a after the session's device time ran out;
+never run on a GPU, so off by default (MK_MLA_MMA=1 selects it; scripts/gpu_check_mla.sh judges
+it the same way as the CUDA-core kernel when that is set).
+"""
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
+from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
+from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_v4_cached, ldmatrix_x4_trans,
+                            mma_bf16_16816, pack_bf16x2)
+
+RT = 16        # cache rows per tile
+MTC = 1        # 16-head tiles per CTA
+NCOL = 4       # warps per head tile (each over R / NCOL latent columns): 175 registers,
+               # no spills (NCOL = 2: 255 and a spill; ptxas -v, sm_90a)
+
+
+class MlaAttnMMA(MlaAttn):
+    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL):
+        assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
+        self.md, self.mtc, self.ncol = md, mtc, ncol
+        self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)
+        self.groups = (md.H + 16 * mtc - 1) // (16 * mtc)
+        self.SR = md.C + 8                        # shared row stride, elements
+        assert 2 * RT * self.SR * 2 <= 48 * 1024
+
+    @cute.jit
+    def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, s):
+        md = self.md
+        H, R, RP, NP, C = md.H, md.R, md.RP, md.NP, md.C
+        Q = NP + RP
+        SR, NCOL = self.SR, self.ncol
+        NB = C // 64                  # 64-wide blocks of c
+        CW = R // NCOL                # latent columns per warp
+        NJ = CW // 8                  # their 8-column mma tiles
+        CPR = C * 2 // 16             # 16-byte chunks per cache row
+        TB = RT * SR * 2              # bytes per shared tile
+        NT = 32 * self.hg
+        scale = Float32(float(Q) ** -0.5)
+        i, _, _ = cute.arch.thread_idx()
+        lane = i % 32
+        warp = i // 32
+        gq = lane // 4
+        tq = lane % 4
+        cg = warp % NCOL
+        h0 = (g * self.mtc + warp // NCOL) * 16
+        hlo = h0 + gq
+        hhi = hlo + 8
+        LENS = cute.make_tensor(lens, cute.make_layout((T,), stride=(1,)))
+        PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
+        PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
+        PA = cute.make_tensor(pa, cute.make_layout((T, H, NS, R), stride=(H * NS * R, NS * R, R, 1)))
+        smem = cutlass.memory.SmemAllocator()
+        buf = smem.allocate(2 * TB, 16)
+        sbase = buf.toint()
+        kvb = kv_cache.toint()
+        # this lane's query rows (heads past H read head H - 1 and store nothing)
+        qlb = ql.toint()
+        qb = q.toint()
+        ql_lo = qlb + (Int64(t) * Int64(H) + Int64(cutlass.min(hlo, H - 1))) * Int64(2 * R) + Int64(32 * tq)
+        ql_hi = qlb + (Int64(t) * Int64(H) + Int64(cutlass.min(hhi, H - 1))) * Int64(2 * R) + Int64(32 * tq)
+        qp_lo = qb + ((Int64(t) * Int64(H) + Int64(cutlass.min(hlo, H - 1))) * Int64(Q) + Int64(NP - R)) * Int64(2) + Int64(32 * tq)
+        qp_hi = qb + ((Int64(t) * Int64(H) + Int64(cutlass.min(hhi, H - 1))) * Int64(Q) + Int64(NP - R)) * Int64(2) + Int64(32 * tq)
+
+        n = LENS[t] + 1
+        ch = CH
+        if n <= SHORT:
+            ch = CH_SHORT
+        start = s * ch
+        end = cutlass.min(start + ch, n)
+        ntiles = Int32(0)
+        if end > start:
+            ntiles = (end - start + RT - 1) // RT
+
+        m_lo = Float32(-float("inf"))
+        m_hi = Float32(-float("inf"))
+        l_lo = Float32(0.0)
+        l_hi = Float32(0.0)
+        O = cute.make_rmem_tensor((NJ * 4,), Float32)
+        for e in cutlass.range_constexpr(NJ * 4):
+            O[e] = Float32(0.0)
+        S = cute.make_rmem_tensor((8,), Float32)
+        z = cute.make_rmem_tensor((8,), Float32)
+        qa = cute.make_rmem_tensor((8,), Uint32)
+        qh = cute.make_rmem_tensor((8,), Uint32)
+        k0 = cute.make_rmem_tensor((8,), Uint32)
+        k1 = cute.make_rmem_tensor((8,), Uint32)
+
+        if ntiles > 0:
+            self.issue(kvb, sbase, t, Lcap, start, end, 0, 0, i, NT, CPR, SR)
+        cute.arch.cp_async_commit_group()
+        for it in cutlass.range(ntiles):
+            if it + 1 < ntiles:
+                self.issue(kvb, sbase, t, Lcap, start, end, it + 1, (it + 1) % 2, i, NT, CPR, SR)
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(1)
+            cute.arch.sync_threads()
+            sb = sbase + (it % 2) * TB
+            # --- scores: S[0..3] rows 0-7 of the tile, S[4..7] rows 8-15
+            for e in cutlass.range_constexpr(8):
+                S[e] = Float32(0.0)
+            for b in cutlass.range_constexpr(NB):
+                for v in cutlass.range_constexpr(2):
+                    if cutlass.const_expr(64 * b < R):
+                        wl = ld_v4_cached(ql_lo + Int64(128 * b + 16 * v))
+                        wh = ld_v4_cached(ql_hi + Int64(128 * b + 16 * v))
+                    else:
+                        wl = ld_v4_cached(qp_lo + Int64(128 * b + 16 * v))
+                        wh = ld_v4_cached(qp_hi + Int64(128 * b + 16 * v))
+                    r0 = ld_shared_v4(sb + (gq * SR + 64 * b + 16 * tq) * 2 + 16 * v)
+                    r1 = ld_shared_v4(sb + ((gq + 8) * SR + 64 * b + 16 * tq) * 2 + 16 * v)
+                    for w in cutlass.range_constexpr(4):
+                        qa[4 * v + w] = wl[w]
+                        qh[4 * v + w] = wh[w]
+                        k0[4 * v + w] = r0[w]
+                        k1[4 * v + w] = r1[w]
+                for j in cutlass.range_constexpr(4):
+                    c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
+                                       k0[2 * j], k0[2 * j + 1], S[0], S[1], S[2], S[3])
+                    for e in cutlass.range_constexpr(4):
+                        S[e] = c[e]
+                    c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
+                                       k1[2 * j], k1[2 * j + 1], S[4], S[5], S[6], S[7])
+                    for e in cutlass.range_constexpr(4):
+                        S[4 + e] = c[e]
+            # --- online softmax: element e of half nt is row 8 nt + 2 tq + e % 2 of head lo (e < 2)
+            # or hi (e >= 2)
+            rb = start + RT * it
+            mx_lo = Float32(-float("inf"))
+            mx_hi = Float32(-float("inf"))
+            for e in cutlass.range_constexpr(8):
+                zv = S[e] * scale
+                if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
+                    zv = Float32(-float("inf"))
+                z[e] = zv
+                if cutlass.const_expr(e % 4 < 2):
+                    mx_lo = cutlass.max(mx_lo, zv)
+                else:
+                    mx_hi = cutlass.max(mx_hi, zv)
+            for off in cutlass.range_constexpr(1, 3):
+                mx_lo = cutlass.max(mx_lo, cute.arch.shuffle_sync_bfly(mx_lo, off))
+                mx_hi = cutlass.max(mx_hi, cute.arch.shuffle_sync_bfly(mx_hi, off))
+            mn_lo = cutlass.max(m_lo, mx_lo)
+            mn_hi = cutlass.max(m_hi, mx_hi)
+            a_lo = cute.math.exp(m_lo - mn_lo)
+            a_hi = cute.math.exp(m_hi - mn_hi)
+            l_lo = l_lo * a_lo
+            l_hi = l_hi * a_hi
+            for e in cutlass.range_constexpr(8):
+                if cutlass.const_expr(e % 4 < 2):
+                    z[e] = cute.math.exp(z[e] - mn_lo)
+                    l_lo = l_lo + z[e]
+                else:
+                    z[e] = cute.math.exp(z[e] - mn_hi)
+                    l_hi = l_hi + z[e]
+            for jn in cutlass.range_constexpr(NJ):
+                O[4 * jn] = O[4 * jn] * a_lo
+                O[4 * jn + 1] = O[4 * jn + 1] * a_lo
+                O[4 * jn + 2] = O[4 * jn + 2] * a_hi
+                O[4 * jn + 3] = O[4 * jn + 3] * a_hi
+            m_lo = mn_lo
+            m_hi = mn_hi
+            # --- P as A fragments, hi + lo parts: a0 = rows 2t, 2t+1 of head lo (half 0), a1 head
+            # hi (half 0), a2 / a3 the same of half 1
+            ph = []
+            pr = []
+            for w in cutlass.range_constexpr(4):
+                x0 = z[4 * (w // 2) + 2 * (w % 2)]
+                x1 = z[4 * (w // 2) + 2 * (w % 2) + 1]
+                h0v = x0.to(BFloat16).to(Float32)
+                h1v = x1.to(BFloat16).to(Float32)
+                ph.append(pack_bf16x2(h0v, h1v))
+                pr.append(pack_bf16x2(x0 - h0v, x1 - h1v))
+            # --- O += P V over this warp's columns, two 8-column tiles per ldmatrix
+            for jp in cutlass.range_constexpr(NJ // 2):
+                n0 = cg * CW + 16 * jp
+                bv = ldmatrix_x4_trans(sb + ((lane % 16) * SR + n0 + 8 * (lane // 16)) * 2)
+                for hf in cutlass.range_constexpr(2):
+                    jn = 2 * jp + hf
+                    for part in cutlass.range_constexpr(2):
+                        A = ph if part == 0 else pr
+                        c = mma_bf16_16816(A[0], A[1], A[2], A[3], bv[2 * hf], bv[2 * hf + 1],
+                                           O[4 * jn], O[4 * jn + 1], O[4 * jn + 2], O[4 * jn + 3])
+                        for e in cutlass.range_constexpr(4):
+                            O[4 * jn + e] = c[e]
+            cute.arch.sync_threads()          # the tile is refilled two steps on
+        cute.arch.cp_async_wait_group(0)
+        for off in cutlass.range_constexpr(1, 3):
+            l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
+            l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
+        for hh in cutlass.range_constexpr(2):
+            h = hlo + 8 * hh
+            if h < H:
+                if tq == 0:
+                    if cg == 0:
+                        PM[t, h, s] = m_lo if hh == 0 else m_hi
+                        PL[t, h, s] = l_lo if hh == 0 else l_hi
+                for jn in cutlass.range_constexpr(NJ):
+                    col = cg * CW + 8 * jn + 2 * tq
+                    PA[t, h, s, col] = O[4 * jn + 2 * hh]
+                    PA[t, h, s, col + 1] = O[4 * jn + 2 * hh + 1]
+
+    @cute.jit
+    def issue(self, kvb, sbase, t, Lcap, start, end, tile, bufno, i, NT: cutlass.Constexpr,
+              CPR: cutlass.Constexpr, SR: cutlass.Constexpr):
+        """cp.async rows start + RT tile .. + RT - 1 of token t's cache (rows past `end` repeat
+        row end - 1: finite, and scored -inf) into shared tile `bufno`."""
+        C = self.md.C
+        for k in cutlass.range(i, RT * CPR, NT):
+            r = k // CPR
+            cc = k % CPR
+            row = Int64(t) * Int64(Lcap) + Int64(cutlass.min(start + RT * tile + r, end - 1))
+            cp_async_16(sbase + bufno * (RT * SR * 2) + r * (SR * 2) + cc * 16,
+                        kvb + row * Int64(2 * C) + Int64(16 * cc))

@@ -52,6 +52,22 @@ def warp_sum(v):
     return cute.arch.warp_reduction(v, lambda a, b: a + b)
 
 
+@cute.jit
+def block_sum(v, red, warp, lane, NW: cutlass.Constexpr):
+    """The CTA's sum of v: a warp butterfly, then the warp partials in warp order (every thread
+    gets the same value; `red`: NW floats of shared memory). Two barriers, so the next call may
+    reuse `red`. (k_kda_norm.py, k_mla_norm.py and k_kda_core.py inline the same order.)"""
+    s = warp_sum(v)
+    if lane == 0:
+        red[warp] = s
+    cute.arch.sync_threads()
+    tot = red[0]
+    for w in cutlass.range_constexpr(1, NW):
+        tot = tot + red[w]
+    cute.arch.sync_threads()
+    return tot
+
+
 
 def row_ptr(base, row, row_elems: int, divby: int):
     """Pointer to `row` of a row-major matrix, offset in 64 bits: the expert tensors hold more

@@ -14,26 +14,11 @@ sources are read twice (logits, then the mix; the second time from L2).
 Status: written and compiled for sm_90a and sm_103a after the session's device time ran out;
 never run on a GPU (layer.py, MEGAKERNEL_LAYER=1).
 """
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, warp_sum
+from megakernel.device import cute, cutlass, BFloat16, Float32, block_sum
 from megakernel.kernel_args import INT, TokenLaunch, declare
 
 THREADS = 256
 MAX_SOURCES = 64      # n + 1 <= this (the logits live in shared memory); K3: at most 9
-
-
-@cute.jit
-def block_sum(v, red, warp, lane, NW: cutlass.Constexpr):
-    """The CTA's sum of v: a warp butterfly, then the warp partials in warp order (every thread
-    gets the same value). Two barriers: `red` is reused by the next call."""
-    s = warp_sum(v)
-    if lane == 0:
-        red[warp] = s
-    cute.arch.sync_threads()
-    tot = red[0]
-    for w in cutlass.range_constexpr(1, NW):
-        tot = tot + red[w]
-    cute.arch.sync_threads()
-    return tot
 
 
 @declare

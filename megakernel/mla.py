@@ -5,6 +5,7 @@
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]                        GEMV
   3 mla_absorb  ql = bf16(q_nope W_UK)                                        k_mla_absorb.py
   4 mla_attn    per split of the cache: online-softmax partials              k_mla_attn.py
+                (the tensor-core k_mla_attn_mma.py with MK_MLA_MMA=1: cache.mla_attn_kernel)
   5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
   6 mla_out     out = bf16(gated W_o^T)                                       GEMV
 

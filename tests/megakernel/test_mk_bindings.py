@@ -1,0 +1,64 @@
+"""CPU: every launch of the attention steps and the layer stage finds each argument its kernel
+declares (kernel_args: ARGS, bound by name) among the buffers the host code passes, with nothing
+compiled or run. A name the host code forgets, or misspells, fails here instead of on a GPU.
+The kernels are replaced by a recorder; the MoE (whose launches need CUDA streams) by a stub."""
+import pytest
+
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture()
+def recorder(monkeypatch):
+    from megakernel import cache, kda, layer, mla
+    from megakernel.kernel_args import call_values, dtypes
+
+    calls = []
+
+    class Recorded:
+        def __init__(self, name, dims, variant):
+            self.name = name
+            self.args = dtypes(cache.KERNELS[name](dims, **variant))
+
+        def __call__(self, named, stream, bind=None):
+            values = call_values(self.args, named, bind)      # KeyError: a missing buffer
+            for v, (n, t) in zip(values, self.args):
+                assert isinstance(v, int), (self.name, n)
+            calls.append(self.name)
+
+    class MoeStub:
+        def __init__(self, dims, weights, device, streams="fork"):
+            pass
+
+        def launch(self, x, forced_ids=None, out=None):
+            assert out is not None and out.shape == x.shape
+            calls.append("moe")
+
+    monkeypatch.setattr(cache, "compiled", lambda name, dims, fresh=False, **v: Recorded(name, dims, v))
+    for mod in (kda, mla, layer):
+        monkeypatch.setattr(mod, "stream", lambda: 0)
+    import megakernel.moe
+    monkeypatch.setattr(megakernel.moe, "LatentMoE", MoeStub)
+    return calls
+
+
+@pytest.mark.parametrize("layer_idx,expect", [
+    (0, ["attn_res", "kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out", "attn_res",
+         "gemv_shared", "shared_act", "out_shared"]),        # KDA, dense MLP, a block-write layer
+    (3, ["attn_res", "mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge",
+         "mla_out", "attn_res", "moe"]),                      # MLA, MoE
+])
+def test_layer_launches_bind_every_kernel_argument(recorder, layer_idx, expect):
+    from k3diff.case import Case
+    from k3diff.materialize import materialize
+    from k3diff.stages import OUTPUTS
+    from megakernel.backend import MegakernelBackend
+    from megakernel.layer import LayerStep
+
+    kw = (dict(cache_lens=(0, 300, 5)) if layer_idx == 3 else dict(n_slots=5, state_idx=(1, 3, 0)))
+    case = Case(stage="layer", preset="small", layer_idx=layer_idx, batch=3, **kw)
+    cfg, weights, inputs = materialize(case, "cpu")
+    step = LayerStep(cfg, weights, "cpu")
+    out = {s.name: torch.empty(3, cfg.hidden, dtype=s.dtype) for s in OUTPUTS["layer"]}
+    MegakernelBackend._run_layer(step, inputs, out)
+    assert recorder == expect

@@ -12,6 +12,7 @@ process (an isolated k3diff child, an xdist worker, the next nightly run) loads 
 what it would otherwise compile again (0.1-3 s a kernel, ~10 s per new set of dims).
 """
 import ast
+import contextlib
 import os
 import time
 
@@ -70,6 +71,20 @@ ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda
 # between runs before). KDA's step: 1.9x / 6.3x at batch 8 / 64, 0.91x at 1 (`bench_kda`).
 # MK_GEMV_MMA=kda_in,kda_fb,kda_out,mla_a,mla_qb,mla_out keeps the MoE's on the CUDA cores.
 DEFAULT_MMA = ALL_GEMVS
+
+
+@contextlib.contextmanager
+def other_gemv_kernel(names):
+    """For the benches' side-by-side columns: within the block every GEMV runs on the kernel that
+    `names` do not use now (all on the CUDA cores if any of them is on the tensor cores, else all
+    on the tensor cores). Yields whether they were on the tensor cores."""
+    global GEMV_MMA
+    mma_now = any(g in GEMV_MMA for g in names)
+    was, GEMV_MMA = GEMV_MMA, (() if mma_now else ALL_GEMVS)
+    try:
+        yield mma_now
+    finally:
+        GEMV_MMA = was
 
 
 def _mma_set(v):
@@ -312,6 +327,19 @@ def layer_variants():
 # and never run on a GPU, so off unless MK_MLA_MMA=1 (the two kernels round differently: one of
 # them serves every batch).
 MLA_MMA = os.environ.get("MK_MLA_MMA") == "1"
+
+
+@contextlib.contextmanager
+def other_mla_attention():
+    """Within the block MLA's attention runs on the other kernel (k_mla_attn.py /
+    k_mla_attn_mma.py). Yields whether the tensor-core one was selected before."""
+    global MLA_MMA
+    was = MLA_MMA
+    MLA_MMA = not was
+    try:
+        yield was
+    finally:
+        MLA_MMA = was
 
 
 def mla_attn_kernel(md):

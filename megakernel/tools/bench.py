@@ -139,17 +139,15 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
             m.streams = "fork"
         # the same fork-join with the MoE's GEMVs on the other kernel (cache.py: every one on the
         # tensor cores, k_gemv_mma.py, when none is by default; else every one on the CUDA cores)
-        mma_now = bool(cache.moe_mma())
-        was, cache.GEMV_MMA = cache.GEMV_MMA, (() if mma_now else cache.ALL_GEMVS)
-        try:
-            alt_us = graph_us(mods, xs, R)
-            for m in mods:             # and the one launch so (its task table follows the set)
-                m.streams = "persistent"
-            alt_one_us = graph_us(mods, xs, R)
-        finally:
-            cache.GEMV_MMA = was
-            for m in mods:
-                m.streams = "fork"
+        with cache.other_gemv_kernel(cache.GEMV_UNROLL) as mma_now:
+            try:
+                alt_us = graph_us(mods, xs, R)
+                for m in mods:         # and the one launch so (its task table follows the set)
+                    m.streams = "persistent"
+                alt_one_us = graph_us(mods, xs, R)
+            finally:
+                for m in mods:
+                    m.streams = "fork"
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):

@@ -137,12 +137,8 @@ def main(argv=None) -> int:
                   for only in (None,) + tuple((n,) for n in STAGES)}
             # the same step with KDA's GEMVs all on the other kernel (the CUDA-core k_gemv.py when
             # the tensor-core k_gemv_mma.py is the default, cache.DEFAULT_MMA), in the same run
-            mma_now = any(g in cache.GEMV_MMA for g in cache.KDA_GEMVS)
-            was, cache.GEMV_MMA = cache.GEMV_MMA, (() if mma_now else cache.ALL_GEMVS)
-            try:
+            with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
                 alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
-            finally:
-                cache.GEMV_MMA = was
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"

@@ -95,18 +95,11 @@ def main(argv=None) -> int:
                                                            max_len=L + R), R)
                       for only in (None,) + tuple((n,) for n in STAGES)}
                 # the same step with MLA's GEMVs all on the other kernel, in the same run
-                mma_now = any(g in kcache.GEMV_MMA for g in kcache.MLA_GEMVS)
-                was, kcache.GEMV_MMA = kcache.GEMV_MMA, (() if mma_now else kcache.ALL_GEMVS)
-                try:
+                with kcache.other_gemv_kernel(kcache.MLA_GEMVS) as mma_now:
                     alt = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
-                finally:
-                    kcache.GEMV_MMA = was
                 # and with the other attention kernel (k_mla_attn.py / k_mla_attn_mma.py)
-                kcache.MLA_MMA = not kcache.MLA_MMA
-                try:
+                with kcache.other_mla_attention():
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
-                finally:
-                    kcache.MLA_MMA = not kcache.MLA_MMA
                 tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)

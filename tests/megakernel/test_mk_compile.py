@@ -153,3 +153,19 @@ def test_layer_plan_follows_the_spec():
             assert nb + 1 == -(-i // Bk) + 1 and (nb + int(W)) + 1 == -(-i // Bk) + (i % Bk == 0) + 1
             assert W == (i % Bk == 0) and wi == (i // Bk if W else -1)
             assert wi < 0 or wi >= nb          # never among the sources 0 .. nb - 1
+
+
+def test_bench_swaps_restore_the_kernel_choice():
+    """The benches' side-by-side columns swap the GEMV kernel and the MLA attention kernel for a
+    block; the choice comes back afterwards, also when the block raises."""
+    from megakernel import cache
+
+    before, mla = cache.GEMV_MMA, cache.MLA_MMA
+    with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
+        assert mma_now == any(g in before for g in cache.KDA_GEMVS)
+        assert cache.GEMV_MMA == (() if mma_now else cache.ALL_GEMVS)
+    with pytest.raises(RuntimeError):
+        with cache.other_mla_attention() as was:
+            assert was == mla and cache.MLA_MMA == (not mla)
+            raise RuntimeError
+    assert cache.GEMV_MMA == before and cache.MLA_MMA == mla

@@ -1,4 +1,5 @@
-"""k3diff backend "megakernel": the LatentMoE, KDA and MLA stages on the GPU through CuTe DSL kernels.
+"""k3diff backend "megakernel": the LatentMoE, KDA, MLA and layer stages on the GPU through CuTe DSL
+kernels.
 
 Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead as the entry point
 `megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
@@ -7,9 +8,8 @@ module imports neither cutlass nor CUDA.
 MEGAKERNEL_STREAMS selects how the step is launched (moe.MODES): "fork" (default, the fastest
 measured: 11 launches over two streams), "serial" (the same on one stream) or "persistent" (the
 whole step in one launch, k_persistent.py). All three compute the same bits.
-MEGAKERNEL_LAYER=1 adds the layer stage (layer.py: AttnRes, the attention, AttnRes, the MoE or
-the dense MLP, as launches), which has not run on a GPU yet: off by default until it has been
-judged there.
+The layer stage is layer.py: AttnRes, the attention, AttnRes, the MoE or the dense MLP, as
+launches (judged on the H200 since the fifth session; MEGAKERNEL_LAYER=0 leaves it out).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS, "layer": 
 
 class MegakernelBackend:
     name = "megakernel"
-    stages = ("moe", "kda", "mla") + (("layer",) if os.environ.get("MEGAKERNEL_LAYER") == "1" else ())
+    stages = ("moe", "kda", "mla") + (() if os.environ.get("MEGAKERNEL_LAYER") == "0" else ("layer",))
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the

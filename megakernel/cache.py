@@ -243,7 +243,7 @@ KERNELS = {
     "mla_attn": lambda md, **v: MlaAttn(md, **v),
     "mla_attn_mma": lambda md, **v: MlaAttnMMA(md, **v),
     "attn_res": lambda dm: AttnRes(dm),
-    "mla_merge": lambda md: MlaMerge(md),
+    "mla_merge": lambda md, **v: MlaMerge(md, **v),
     "mla_out": lambda md, **v: gemv_obj("mla_out", md, **v),
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
     "gemv": lambda shape, **v: _gemv(*shape, **v),
@@ -314,7 +314,19 @@ def mla_variants(gemv_mma=None):
     """Every (name, variant) of the MLA step (compiled for a dims.MlaDims)."""
     return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in MLA_GEMVS for T in (1, TT_GEMV + 1)] + \
         [("mla_absorb", dict(TT=1)), ("mla_absorb", dict(TT=TT_GEMV)), ("mla_norm", {}),
-         ("mla_attn", {}), ("mla_attn_mma", {}), ("mla_merge", {})]
+         ("mla_attn", {}), ("mla_attn_mma", {})] + \
+        [("mla_merge", mla_merge_variant(T)) for T in (1, 2)]
+
+
+def mla_merge_variant(T):
+    """mla_merge's tile of tokens and slices of a head's output columns at batch T
+    (k_mla_merge.py: the bits depend on neither). `python -m megakernel.tools.tune_attn` (H200,
+    fifth session), us at 1k / 32k cache rows, TTxVQ: batch 1: 1x1 16.4 / 44.7, 1x4 9.1 / 34.4,
+    2x4 11.3 / 40.6, 8x1 55.1 / 111.3; batch 8: 1x1 24.1 / 77.8, 1x4 38.6 / 148.1, 2x1 34.8 /
+    108.8; batch 64: 1x1 159.7 / 504.9, 2x1 173.4 / 529.8, 8x1 316.0 / 734.3. Merging the splits
+    is the cost, and a token tile merges its tokens' splits in one CTA, so tiles never paid;
+    slices pay only while the heads alone leave SMs idle."""
+    return dict(TT=1, VQ=4 if T == 1 else 1)
 
 
 def layer_variants():
@@ -323,10 +335,11 @@ def layer_variants():
     return [("attn_res", {})]
 
 
-# MLA's attention on the tensor cores (k_mla_attn_mma.py): written after the device time ran out
-# and never run on a GPU, so off unless MK_MLA_MMA=1 (the two kernels round differently: one of
-# them serves every batch).
-MLA_MMA = os.environ.get("MK_MLA_MMA") == "1"
+# MLA's attention on the tensor cores (k_mla_attn_mma.py) unless MK_MLA_MMA=0 (the CUDA-core
+# k_mla_attn.py). The two kernels round differently, so one of them serves every batch. First run
+# on the H200 (2026-12-01, fifth session): every GPU test and ci case passed, and the step was
+# 1.05-3.3x faster with it (bench_mla; NOTES.md).
+MLA_MMA = os.environ.get("MK_MLA_MMA") != "0"
 
 
 @contextlib.contextmanager

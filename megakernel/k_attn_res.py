@@ -11,8 +11,7 @@ Thread i holds elements i, i + THREADS, ... of the row (EPT of them) for the add
 the mix. The two sums of each source, and the output norm's, run per thread in element order,
 then a warp butterfly, then the warps' partials in warp order: fixed, whatever the batch. The
 sources are read twice (logits, then the mix; the second time from L2).
-Status: written and compiled for sm_90a and sm_103a after the session's device time ran out;
-never run on a GPU (layer.py, MEGAKERNEL_LAYER=1).
+Judged on the H200 within the layer stage (layer.py; scripts/gpu_check_layer.sh).
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, block_sum
 from megakernel.kernel_args import INT, TokenLaunch, declare
@@ -87,13 +86,19 @@ class AttnRes(TokenLaunch):
             den = Float32(0.0)
             for j in cutlass.range(n + 1):
                 den = den + cute.math.exp(lg[j] - mx)
+            # per element: the prefix source v_n first, then the blocks in order (the sources
+            # outside, the elements inside: each source's EPT loads are independent)
+            wn = cute.math.exp(lg[n] - mx)
             for e in cutlass.range_constexpr(EPT):
-                c = i + THREADS * e
-                if c < d:
-                    acc = cute.math.exp(lg[n] - mx) * pv[e]       # the prefix source, v_n
-                    for j in cutlass.range(n):
-                        acc = acc + cute.math.exp(lg[j] - mx) * B[t, j, c].to(Float32)
-                    m[e] = acc / den
+                m[e] = wn * pv[e]
+            for j in cutlass.range(n):
+                wj = cute.math.exp(lg[j] - mx)
+                for e in cutlass.range_constexpr(EPT):
+                    c = i + THREADS * e
+                    if c < d:
+                        m[e] = m[e] + wj * B[t, j, c].to(Float32)
+            for e in cutlass.range_constexpr(EPT):
+                m[e] = m[e] / den
         # 4: the output norm
         ms = Float32(0.0)
         for e in cutlass.range_constexpr(EPT):

@@ -1,16 +1,25 @@
 """MLA launch 5: the splits merged, the value up-projection and the output gate (K3_SPEC 3.4-3.5),
-one CTA per (token, head): M = max_s m_s, w_s = exp(m_s - M) (0 for an empty split), lat =
-bf16(sum_s w_s acc_s / sum_s w_s l_s) in split order; o[c] = bf16(sum_l lat[l] W_UV[h, c, l])
-(W_UV[h] = rows NP..NP+V-1 of head h's block of kv_b); gated = bf16(o sigmoid(gz)), gz the gate
-columns of the fused x-side projection. f32 math, the spec's roundings.
-The value projection: a warp per output column c (4 at a time, their sums independent), lane j
-taking the 8-element chunks j, j + 32, ... of W_UV[h, c] (16-byte loads, coalesced over the
-row) and of lat, then a butterfly sum: a fixed order. v1 gave each thread a column and walked
-its row alone (uncoalesced, the rows thrashing L1): 13.5 us at batch 1, 253 at 64 (NOTES.md).
+for a tile of TT tokens and one of VQ slices of a head's V output columns per CTA: M = max_s m_s,
+w_s = exp(m_s - M) (0 for an empty split), lat = bf16(sum_s w_s acc_s / sum_s w_s l_s) in split
+order; o[c] = bf16(sum_l lat[l] W_UV[h, c, l]) (W_UV[h] = rows NP..NP+V-1 of head h's block of
+kv_b); gated = bf16(o sigmoid(gz)), gz the gate columns of the fused x-side projection. f32 math,
+the spec's roundings.
+The value projection: a warp per output column c (OC at a time, their sums independent), lane j
+taking the 8-element chunks j, j + 32, ... of W_UV[h, c] (16-byte loads, coalesced over the row)
+and of each tile token's lat, then a butterfly sum: a fixed order, the same for every TT and VQ,
+so the bits depend on neither (nor on the batch).
+Why slices: at batch 1 v2 (one CTA per (token, head), NOTES.md) ran 96 CTAs on 132 SMs, each a
+chain of dependent loads (25 us at 1k); VQ slices make VQ times the CTAs, each merging the
+splits again (they are small and in L2). Tiles of TT tokens read each W_UV row once per tile
+(v2 re-read its 12.6 MB from L2 for every token), but merging the splits is the cost and a tile
+merges its tokens' splits in one CTA: measured, TT > 1 never paid (cache.mla_merge_variant).
+The splits are merged with the split loop outside and the tokens and columns inside, so the
+loads of independent sums overlap (v3's first run merged a tile's tokens one after another:
+215 us at batch 8, 1k cache, where v2 took 35).
 """
-from megakernel.device import (cute, cutlass, BFloat16, Float32, copy_atom_128, load8_bf16_f32,
-                               warp_sum)
-from megakernel.kernel_args import INT, TokenLaunch, declare
+from megakernel.device import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
+                               load8_bf16_f32, warp_sum)
+from megakernel.kernel_args import INT, Args, declare
 from megakernel.pointwise import sigmoid
 
 THREADS = 128
@@ -18,21 +27,32 @@ OC = 4          # output columns a warp sums at once
 
 
 @declare
-class MlaMerge(TokenLaunch):
+class MlaMerge:
     ARGS = (("pm", Float32), ("pl", Float32), ("pa", Float32), ("kv_b", BFloat16), ("z", BFloat16),
             ("lat", BFloat16), ("o", BFloat16), ("gated", BFloat16), ("T", INT), ("NS", INT))
 
-    threads = THREADS
-
-    def __init__(self, md):
-        super().__init__(md)
-        self.CTAS = md.H              # grid (T, H): one CTA per (token, head) (TokenLaunch)
+    def __init__(self, md, TT: int = 1, VQ: int = 1):
+        assert md.V % (VQ * OC) == 0, (md.V, VQ)
+        self.md, self.TT, self.VQ = md, TT, VQ
 
     @cute.jit
-    def body(self, pm, pl, pa, kv_b, z, lat, o, gated, T, NS, t, h):
-        md = self.dm
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(grid=((A.T + self.TT - 1) // self.TT, self.md.H * self.VQ, 1),
+                                        block=(THREADS, 1, 1), stream=A.stream)
+
+    @cute.kernel
+    def kernel(self, *a):             # ARGS
+        bx, by, _ = cute.arch.block_idx()
+        self.body(*a, bx, by)
+
+    @cute.jit
+    def body(self, pm, pl, pa, kv_b, z, lat, o, gated, T, NS, bx, by):
+        md, TT, VQ = self.md, self.TT, self.VQ
         H, R, NP, V, NA = md.H, md.R, md.NP, md.V, md.NA
         G0 = md.QL + md.C                    # first gate column of z
+        h, q = by // VQ, by % VQ
+        t0 = bx * TT
         i, _, _ = cute.arch.thread_idx()
         PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
@@ -42,21 +62,40 @@ class MlaMerge(TokenLaunch):
         O = cute.make_tensor(o, cute.make_layout((T, H, V), stride=(H * V, V, 1)))
         GT = cute.make_tensor(gated, cute.make_layout((T, H * V), stride=(H * V, 1)))
         smem = cutlass.memory.SmemAllocator()
-        sl = smem.allocate_tensor(Float32, cute.make_layout((R,), stride=(1,)), 16)
-        M = PM[t, h, 0]                      # split 0 always holds row 0: never empty
-        # the split loops unrolled: their loads are independent, only the sums are in order
-        for s in cutlass.range(1, NS, unroll=4):
-            M = cutlass.max(M, PM[t, h, s])
-        L = Float32(0.0)
-        for s in cutlass.range(NS, unroll=4):
-            L = L + cute.math.exp(PM[t, h, s] - M) * PL[t, h, s]
-        for c in cutlass.range(i, R, THREADS):
-            acc = Float32(0.0)
-            for s in cutlass.range(NS, unroll=4):
-                acc = acc + cute.math.exp(PM[t, h, s] - M) * PA[t, h, s, c]
-            v = (acc / L).to(BFloat16)
-            LAT[t, h, c] = v
-            sl[c] = v.to(Float32)
+        sl = smem.allocate_tensor(Float32, cute.make_layout((TT, R), stride=(R, 1)), 16)
+        # the splits merged for every tile token at once: the split loop outside, the tokens and
+        # this thread's columns inside (independent chains, so their loads overlap); each sum
+        # still runs over the splits in order
+        NCC = (R + THREADS - 1) // THREADS   # columns per thread
+        tix = cute.make_rmem_tensor((TT,), Int32)
+        Mv = cute.make_rmem_tensor((TT,), Float32)
+        Lv = cute.make_rmem_tensor((TT,), Float32)
+        acc1 = cute.make_rmem_tensor((TT, NCC), Float32)
+        for j in cutlass.range_constexpr(TT):
+            tix[j] = cutlass.min(t0 + j, T - 1)   # clamp: padded tokens are merged, never stored
+            Mv[j] = PM[tix[j], h, 0]             # split 0 always holds row 0: never empty
+            Lv[j] = Float32(0.0)
+            for cc in cutlass.range_constexpr(NCC):
+                acc1[j, cc] = Float32(0.0)
+        for s in cutlass.range(1, NS, unroll=2):
+            for j in cutlass.range_constexpr(TT):
+                Mv[j] = cutlass.max(Mv[j], PM[tix[j], h, s])
+        for s in cutlass.range(NS, unroll=2):
+            for j in cutlass.range_constexpr(TT):
+                e = cute.math.exp(PM[tix[j], h, s] - Mv[j])
+                Lv[j] = Lv[j] + e * PL[tix[j], h, s]
+                for cc in cutlass.range_constexpr(NCC):
+                    c = i + THREADS * cc
+                    if c < R:
+                        acc1[j, cc] = acc1[j, cc] + e * PA[tix[j], h, s, c]
+        for j in cutlass.range_constexpr(TT):
+            for cc in cutlass.range_constexpr(NCC):
+                c = i + THREADS * cc
+                if c < R:
+                    v = (acc1[j, cc] / Lv[j]).to(BFloat16)
+                    if q == 0 and t0 + j < T:
+                        LAT[tix[j], h, c] = v
+                    sl[j, c] = v.to(Float32)
         cute.arch.sync_threads()
         NCH = R // 8                         # 8-element chunks of a W_UV row
         NC = (NCH + 31) // 32                # per lane (the last one guarded when R % 256)
@@ -65,22 +104,26 @@ class MlaMerge(TokenLaunch):
         batom = copy_atom_128(BFloat16)
         lane = i % 32
         W = THREADS // 32
-        for c0 in cutlass.range(i // 32 * OC, V, W * OC):
-            acc = cute.make_rmem_tensor((OC,), Float32)
+        VS = V // VQ                         # this CTA's slice of the output columns
+        for c0 in cutlass.range(q * VS + i // 32 * OC, (q + 1) * VS, W * OC):
+            acc = cute.make_rmem_tensor((OC, TT), Float32)
             for u in cutlass.range_constexpr(OC):
-                acc[u] = Float32(0.0)
+                for j in cutlass.range_constexpr(TT):
+                    acc[u, j] = Float32(0.0)
             for cc in cutlass.range_constexpr(NC):
                 k = lane + 32 * cc
                 if k < NCH:
                     for u in cutlass.range_constexpr(OC):
-                        w = load8_bf16_f32(batom, WV[h, NP + cutlass.min(c0 + u, V - 1), k, None])
-                        a = acc[u]
-                        for e in cutlass.range_constexpr(8):
-                            a = a + sl[8 * k + e] * w[e]
-                        acc[u] = a
+                        w = load8_bf16_f32(batom, WV[h, NP + c0 + u, k, None])
+                        for j in cutlass.range_constexpr(TT):
+                            a = acc[u, j]
+                            for e in cutlass.range_constexpr(8):
+                                a = a + sl[j, 8 * k + e] * w[e]
+                            acc[u, j] = a
             for u in cutlass.range_constexpr(OC):
-                ob = warp_sum(acc[u]).to(BFloat16)
-                c = c0 + u
-                if lane == 0 and c < V:
-                    O[t, h, c] = ob
-                    GT[t, h * V + c] = (ob.to(Float32) * sigmoid(Z[t, G0 + h * V + c].to(Float32))).to(BFloat16)
+                for j in cutlass.range_constexpr(TT):
+                    ob = warp_sum(acc[u, j]).to(BFloat16)
+                    c, t = c0 + u, t0 + j
+                    if lane == 0 and t < T:
+                        O[t, h, c] = ob
+                        GT[t, h * V + c] = (ob.to(Float32) * sigmoid(Z[t, G0 + h * V + c].to(Float32))).to(BFloat16)

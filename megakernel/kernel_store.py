@@ -32,6 +32,10 @@ def directory() -> Path | None:
     return Path(where).expanduser() if where else Path.home() / ".cache" / "k3diff" / "megakernel"
 
 
+# MK_* switches that pick which kernels (keys) run, never how one compiles: the key holds the choice
+SELECTORS = ("MK_GEMV_MMA", "MK_MLA_MMA")
+
+
 def _digest() -> str:
     """What every kernel's binary depends on besides its own key (computed once per process)."""
     global _DIGEST
@@ -41,7 +45,7 @@ def _digest() -> str:
         h = hashlib.sha256()
         h.update(f"{cutlass.__version__}|{os.environ.get('CUTE_DSL_ARCH', '')}".encode())
         for k in sorted(os.environ):
-            if k.startswith("MK_"):
+            if k.startswith("MK_") and k not in SELECTORS:
                 h.update(f"|{k}={os.environ[k]}".encode())
         for f in sorted(HERE.glob("*.py")):
             h.update(f.name.encode() + f.read_bytes())

@@ -10,9 +10,8 @@ nb = ceil(i / Bk), W = (i % Bk == 0), wi = i / Bk when W else -1 (`plan`, the sa
 k3diff's torch-blocked wiring, written from K3_SPEC). prefix and blocks are updated in place,
 the caches and states by the attention step. Every kernel is batch-invariant and deterministic,
 so the layer is.
-Status: written after the session's device time ran out; the AttnRes kernel and this wiring have
-never run on a GPU, so the backend serves `layer` only with MEGAKERNEL_LAYER=1. The whole layer
-in one persistent launch (issue 13) is not attempted.
+Status: every GPU test and ci case passed at its first H200 run (fifth session), so the backend
+serves `layer` by default. The whole layer in one persistent launch (issue 13) is not attempted.
 """
 from dataclasses import replace
 
@@ -96,7 +95,9 @@ class LayerStep:
         cache.compiled("attn_res", self.dm)(named, stream())
 
     def launch(self, inputs: dict, out: dict):
-        """Enqueue the layer; `out` holds the OUTPUTS buffers ([T, d] bf16, contiguous)."""
+        """Enqueue the layer; `out` holds the OUTPUTS buffers ([T, d] bf16, contiguous).
+        inputs["max_len"] (optional): a bound on an MLA layer's cache_lens known on the host, so
+        that a CUDA graph can hold the step (mla.MlaStep.launch)."""
         from megakernel.k_attn_res import MAX_SOURCES
         cfg = self.cfg
         i = int(inputs["layer_idx"])
@@ -116,7 +117,8 @@ class LayerStep:
         else:
             if self.mla is None:
                 raise KeyError(f"megakernel layer {i} is an MLA layer; no attn.* MLA weights given")
-            s = self.mla.launch(out["x_attn"], inputs["kv_cache"], inputs["cache_lens"])
+            s = self.mla.launch(out["x_attn"], inputs["kv_cache"], inputs["cache_lens"],
+                                max_len=inputs.get("max_len"))
         out["attn_out"].copy_(s["out"])
         if W:
             prefix.copy_(out["attn_out"])      # prefix restarts at the attention output

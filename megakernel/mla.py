@@ -4,8 +4,8 @@
   1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]              k_mla_norm.py
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]                        GEMV
   3 mla_absorb  ql = bf16(q_nope W_UK)                                        k_mla_absorb.py
-  4 mla_attn    per split of the cache: online-softmax partials              k_mla_attn.py
-                (the tensor-core k_mla_attn_mma.py with MK_MLA_MMA=1: cache.mla_attn_kernel)
+  4 mla_attn    per split of the cache: online-softmax partials              k_mla_attn_mma.py
+                (k_mla_attn_mma.py, on the tensor cores; MK_MLA_MMA=0: k_mla_attn.py)
   5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
   6 mla_out     out = bf16(gated W_o^T)                                       GEMV
 
@@ -80,7 +80,8 @@ class MlaStep:
         for name in STAGES:
             if stages is None or name in stages:
                 v = cache.gemv_variant(name, T) if name in BIND else (
-                    dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else {})
+                    dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else
+                    cache.mla_merge_variant(T) if name == "mla_merge" else {})
                 kname = cache.mla_attn_kernel(md) if name == "mla_attn" else name
                 cache.compiled(kname, md, **v)(named, st, BIND.get(name))
         return s

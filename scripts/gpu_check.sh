@@ -65,5 +65,5 @@ bash scripts/gpu_check_kda.sh
 step "6. the MLA step (scripts/gpu_check_mla.sh)"
 bash scripts/gpu_check_mla.sh
 
-step "7. the layer stage (scripts/gpu_check_layer.sh, MEGAKERNEL_LAYER=1)"
+step "7. the layer stage (scripts/gpu_check_layer.sh)"
 bash scripts/gpu_check_layer.sh

@@ -7,8 +7,8 @@
 #   3. a bug planted in a throwaway copy of the attention kernel (the last row of every split
 #      skipped), hunted with `k3diff hunt`; the copy is deleted afterwards;
 #   4. compute-sanitizer memcheck over the k3diff cases of step 1 (plain values);
-#   5. steps 1, 2 and 4 again with the attention on the tensor cores (MK_MLA_MMA=1,
-#      k_mla_attn_mma.py: not yet run on a GPU, off by default).
+#   5. steps 1-4 again with the CUDA-core attention (MK_MLA_MMA=0, k_mla_attn.py; the default
+#      is the tensor-core k_mla_attn_mma.py).
 source "$(dirname "$0")/lane.sh"
 T=tests/megakernel/test_mk_mla_gpu.py
 
@@ -17,11 +17,12 @@ lane_tests mla $T
 step "mla 2. k3diff mla suite vs megakernel (ci profile)"
 lane_suite mla
 step "mla 3. planted bug: the last cache row of every split skipped"
-lane_planted mla k_mla_attn.py 's/end = cutlass.min(s \* ch + ch, n)/end = cutlass.min(s * ch + ch, n) - 1/'
+lane_planted mla k_mla_attn_mma.py 's/end = cutlass.min(start + ch, n)/end = cutlass.min(start + ch, n) - 1/'
 step "mla 4. sanitizer lane (memcheck) over the k3diff cases of step 1"
 lane_memcheck mla $T "passes_k3diff and plain"
-step "mla 5. the tensor-core attention (MK_MLA_MMA=1): GPU tests, ci suite, memcheck"
-export MK_MLA_MMA=1
-lane_tests mla_mma $T
-lane_suite mla k3diff_mla_mma
-lane_memcheck mla $T "passes_k3diff and plain" mla_mma_sanitizer
+step "mla 5. the CUDA-core attention (MK_MLA_MMA=0): GPU tests, ci suite, planted bug, memcheck"
+export MK_MLA_MMA=0
+lane_tests mla_cuda $T
+lane_suite mla k3diff_mla_cuda
+lane_planted mla k_mla_attn.py 's/end = cutlass.min(s \* ch + ch, n)/end = cutlass.min(s * ch + ch, n) - 1/' mla_cuda_planted
+lane_memcheck mla $T "passes_k3diff and plain" mla_cuda_sanitizer

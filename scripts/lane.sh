@@ -15,22 +15,23 @@ lane_tests() {
 # lane_suite STAGE [LOGNAME]: `pytest --k3diff -k STAGE --k3diff-profile ci` against the megakernel
 lane_suite() {
   python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK \
-    --k3diff-profile ci -k "$1" --k3diff-seed $SEED -q -p no:cacheprovider 2>&1 | tail -12 \
+    --k3diff-profile ci -k "$1" --k3diff-seed $SEED -q -p no:cacheprovider 2>&1 | tail -25 \
     | tee "$OUT/${2:-k3diff_$1}.txt"
 }
 
-# lane_planted STAGE FILE SED_EXPR: the bug SED_EXPR planted in a throwaway copy of
+# lane_planted STAGE FILE SED_EXPR [LOGNAME]: the bug SED_EXPR planted in a throwaway copy of
 # megakernel/FILE, hunted with `k3diff hunt`; refuses to hunt when the expression changed nothing
 lane_planted() {
+  local log="$OUT/${4:-$1_planted}.txt"
   rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/
   sed -i "$3" "/tmp/planted/megakernel/$2"
   if cmp -s "megakernel/$2" "/tmp/planted/megakernel/$2"; then
     echo "planted bug NOT APPLIED: the sed expression matched nothing in megakernel/$2" \
-      | tee "$OUT/$1_planted.txt"
+      | tee "$log"
   else
     diff "megakernel/$2" "/tmp/planted/megakernel/$2" | head -4
     (cd /tmp/planted && PYTHONPATH=/tmp/planted:${PYTHONPATH:-} python3 -m k3diff.cli hunt \
-      --backend $MK --stage "$1" --examples 40 --seed $SEED 2>&1 | head -6 | tee "$OUT/$1_planted.txt")
+      --backend $MK --stage "$1" --examples 40 --seed $SEED 2>&1 | head -6 | tee "$log")
   fi
   rm -rf /tmp/planted
 }

@@ -2,10 +2,12 @@
 
 - kda_core (k_kda_core.py): `split`, CTAs per (token, head), against FLA's fused recurrent KDA
   when fla-core is installed (bench_kda.fla_core_us);
-- mla_attn (k_mla_attn.py): `hg`, heads (warps) per CTA.
+- mla_attn (k_mla_attn.py, the CUDA-core attention): `hg`, heads (warps) per CTA;
+- mla_merge (k_mla_merge.py): `TT` tokens per CTA x `VQ` slices of a head's output columns.
 
-Neither knob changes a sum, so every variant must give the bits of the default (checked: the
-readout and the updated state for kda_core, the split partials for mla_attn). Method as
+No knob changes a sum, so every variant must give the bits of the default (checked: the
+readout and the updated state for kda_core, the split partials for mla_attn, the latent, the
+value projection and the gated output for mla_merge). Method as
 bench_kda.py's: R launches in one CUDA graph over fresh state slots, the replay timed with
 events, median of 5; full dims.
 """
@@ -77,27 +79,59 @@ def mla_rows(T, L, hgs, R=4):
     return out, same
 
 
+def merge_rows(T, L, variants, R=4):
+    from megakernel.mla import MlaStep
+    from megakernel.tools.bench_kda import graph_us
+    from megakernel.tools.bench_mla import draw_weights
+    md = MLA_FULL
+    step = MlaStep(md, draw_weights(md), DEV)
+    kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
+    x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
+    lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
+    s = step.launch(x, kv, lens, max_len=L + R)                 # the partials, in scratch
+    named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=s["pm"].shape[2])
+    out, bits = {}, {}
+    for v in variants:
+        launch = cache.compiled("mla_merge", md, TT=v[0], VQ=v[1])
+        launch(named, stream())
+        torch.cuda.synchronize()
+        bits[v] = tuple(s[k].clone() for k in ("lat", "o", "gated"))
+        out[v] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
+    same = {v: all(torch.equal(a, b) for a, b in zip(bits[v], bits[variants[0]])) for v in variants}
+    return out, same
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_attn", description=__doc__.splitlines()[0])
     p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head)")
     p.add_argument("--hgs", default="4,8", help="mla_attn heads per CTA")
     p.add_argument("--batches", default="1,8,64")
     p.add_argument("--mla", default="1x32768,8x8192,64x1024", help="batch x cache length")
+    p.add_argument("--merges", default="1x1,1x4,2x4,4x4,8x4,2x1,4x1,8x1",
+                   help="mla_merge variants, TTxVQ (the first is the bits' yardstick)")
+    p.add_argument("--merge-rows", default="1x1024,1x32768,8x1024,8x32768,64x1024,64x32768",
+                   help="batch x cache length for mla_merge")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("tune_attn: needs a CUDA GPU", file=sys.stderr)
         return 2
     try:
         splits = [int(v) for v in a.splits.split(",")]
-        hgs = [int(v) for v in a.hgs.split(",")]
-        batches = [int(v) for v in a.batches.split(",")]
+        hgs = [int(v) for v in a.hgs.split(",") if v]
+        merges = [tuple(int(v) for v in c.split("x")) for c in a.merges.split(",") if c]
+        mrows = [tuple(int(v) for v in c.split("x")) for c in a.merge_rows.split(",") if c]
+        assert all(len(c) == 2 for c in merges + mrows)
+        for v in merges:
+            cache.KERNELS["mla_merge"](MLA_FULL, TT=v[0], VQ=v[1])
+        batches = [int(v) for v in a.batches.split(",") if v]
         mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
         assert all(len(c) == 2 for c in mla)
         for sp in splits:
             cache.KERNELS["kda_core"](KDA_FULL, split=sp)
     except (ValueError, AssertionError):
         print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
-              "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla pairs like 1x32768", file=sys.stderr)
+              "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla / --merge-rows pairs like "
+              "1x32768, --merges pairs TTxVQ with VQ dividing 32", file=sys.stderr)
         return 2
     ok = True
     print("kda_core us (bits equal to the default split: y/n)" + " | FLA fused recurrent us")
@@ -108,11 +142,17 @@ def main(argv=None) -> int:
                                       for sp in splits) + ("" if fla is None else f" | FLA {fla:.1f}"),
               flush=True)
     print("mla_attn us (bits equal to the default: y/n)")
-    for T, L in mla:
+    for T, L in (mla if hgs else []):
         us, same = mla_rows(T, L, hgs)
         ok &= all(same.values())
         print(f"  T={T:3d} L={L:6d} " + " ".join(f"hg {hg}: {us[hg]:8.1f} {'y' if same[hg] else 'n'}"
                                                  for hg in hgs), flush=True)
+    print(f"mla_merge us (bits equal to {merges[0][0]}x{merges[0][1]}: y/n)")
+    for T, L in (mrows if merges else []):
+        us, same = merge_rows(T, L, merges)
+        ok &= all(same.values())
+        print(f"  T={T:3d} L={L:6d} " + " ".join(f"{v[0]}x{v[1]}: {us[v]:7.1f} {'y' if same[v] else 'n'}"
+                                                 for v in merges), flush=True)
     print("bits equal across every variant:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 

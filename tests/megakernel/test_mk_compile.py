@@ -21,13 +21,14 @@ def test_compile_all_kernels(arch):
 def test_backend_imports_without_cutlass_side_effects():
     from megakernel.backend import MegakernelBackend
     b = MegakernelBackend()
-    assert b.name == "megakernel" and b.stages == ("moe", "kda", "mla")
+    assert b.name == "megakernel" and b.stages == ("moe", "kda", "mla", "layer")
     assert "out" in b.provides("moe") and len(b.provides("moe")) == 9
     from k3diff.stages import OUTPUTS
     assert b.provides("kda") == {spec.name for spec in OUTPUTS["kda"]}
     assert b.provides("mla") == {spec.name for spec in OUTPUTS["mla"]}
-    with pytest.raises(KeyError, match="moe, kda and mla"):
-        b.provides("layer")
+    assert b.provides("layer") == {spec.name for spec in OUTPUTS["layer"]}
+    with pytest.raises(KeyError, match="moe, kda, mla and layer"):
+        b.provides("nope")
     from reference.config import preset
     assert b.supports(preset("small"), "kda") is None and b.supports(preset("full"), "kda") is None
     assert "kda_head_dim % 32" in b.supports(preset("tiny"), "kda")        # D 16: skipped, not run
@@ -75,7 +76,7 @@ def test_kda_core_split_builds_for_every_batch_class():
 
 
 def test_mla_attention_kernel_choice(monkeypatch):
-    """The tensor-core attention (never run on a GPU) only with MK_MLA_MMA=1 and dims it takes."""
+    """The tensor-core attention unless MK_MLA_MMA=0, and only for dims it takes."""
     from dataclasses import replace
 
     from megakernel import cache

@@ -1,8 +1,6 @@
 """GPU: one decoder layer (megakernel/layer.py: AttnRes, the attention, AttnRes, the MoE or the
 dense MLP) judged by k3diff against the reference, every intermediate and every in-place state;
-and its batch invariance. The backend serves `layer` only with MEGAKERNEL_LAYER=1 (set here)
-until these have passed on a GPU. Small preset: Bk = 4; layers 0-2 KDA, 3 MLA, ...; layer 0
-dense."""
+and its batch invariance. Small preset: Bk = 4; layers 0-2 KDA, 3 MLA, ...; layer 0 dense."""
 import pytest
 import torch
 
@@ -16,15 +14,11 @@ from k3diff.runner import check_case  # noqa: E402
 
 
 @pytest.fixture()
-def backend(monkeypatch):
-    monkeypatch.setenv("MEGAKERNEL_LAYER", "1")
-    import importlib
-
-    import megakernel.backend as mb
-    importlib.reload(mb)                 # `stages` is read from the environment at import
-    yield mb.MegakernelBackend()
-    monkeypatch.delenv("MEGAKERNEL_LAYER")
-    importlib.reload(mb)
+def backend():
+    from megakernel.backend import MegakernelBackend
+    b = MegakernelBackend()
+    assert "layer" in b.stages, "MEGAKERNEL_LAYER=0 leaves the layer stage out"
+    return b
 
 
 def layer_case(layer, T, seed, **kw):

@@ -1,4 +1,4 @@
-"""CPU: the GEMV tools, bench_mla and tune_attn refuse a machine without a GPU with one line and exit 2, whatever the
+"""CPU: the GEMV tools, bench_mla, bench_layer and tune_attn refuse a machine without a GPU with one line and exit 2, whatever the
 arguments."""
 import subprocess
 import sys
@@ -11,7 +11,8 @@ torch = pytest.importorskip("torch")
 
 @pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
-                                       ("bench_mla", []), ("tune_attn", [])])
+                                       ("bench_mla", []), ("bench_layer", []),
+                                       ("tune_attn", [])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the tools would run")
@@ -20,6 +21,26 @@ def test_gemv_tools_exit_2_with_one_line(tool, args):
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
     assert len(lines) == 1 and "needs a CUDA GPU" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("args", [["--batches", "0"], ["--batches", "1,x"], ["--len", "-1"]])
+def test_bench_layer_bad_arguments_exit_2_with_one_line(args):
+    r = subprocess.run([sys.executable, "-m", "megakernel.tools.bench_layer", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
+    assert len(lines) == 1 and lines[0].startswith("bench_layer: --batches"), r.stderr
+
+
+def test_bench_layer_picks_a_kda_and_an_mla_layer_with_a_moe():
+    from megakernel.tools.bench_layer import pick_layers
+    from reference.config import preset
+    for name in ("full", "small"):
+        cfg = preset(name)
+        k, m = pick_layers(cfg)
+        assert cfg.is_kda_layer(k) and not cfg.is_kda_layer(m)
+        assert cfg.is_moe_layer(k) and cfg.is_moe_layer(m)
+        assert k % cfg.attn_res_block_size and m % cfg.attn_res_block_size
 
 
 def test_tune_gemv_variants_build_and_pipe_keeps_the_split():

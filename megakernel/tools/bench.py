@@ -85,6 +85,23 @@ def time_events(fn, reps=5):
     return statistics.median(ts)
 
 
+def eager_and_compiled_us(fn, args, do_compile, reps=3):
+    """[eager, torch.compile (dynamic shapes)] us of fn(*args), timed with events after two
+    warm-up calls (the compile among them); nan for a column that is off or fails (one line)."""
+    out = []
+    for f in [fn] + ([torch.compile(fn, dynamic=True)] if do_compile else []):
+        try:
+            with torch.no_grad():
+                for _ in range(2):
+                    f(*args)
+                out.append(time_events(lambda: f(*args), reps=reps))
+        except Exception as e:  # noqa: BLE001 - a column, not the run
+            print(f"  torch {'compile' if out else 'eager'} failed: {type(e).__name__}: "
+                  f"{str(e).splitlines()[0][:160]}", flush=True)
+            out.append(float("nan"))
+    return out + [float("nan")] * (2 - len(out))
+
+
 def graph_us(mods, xs, R):
     """Microseconds per step: R steps captured in one CUDA graph, replays timed with events."""
     nm, NX = len(mods), len(xs)

@@ -20,7 +20,7 @@ import torch
 from megakernel import cache
 from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import STAGES, KdaStep
-from megakernel.tools.bench import copy_bw, time_events
+from megakernel.tools.bench import copy_bw, eager_and_compiled_us, time_events
 
 DEV = torch.device("cuda")
 
@@ -88,18 +88,7 @@ def torch_us(kd, dn, w, T, do_compile):
     rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
     x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
     idx = torch.arange(1, T + 1, device=DEV)
-    out = []
-    fns = [run_kda] + ([torch.compile(run_kda, dynamic=True)] if do_compile else [])
-    for fn in fns:
-        try:
-            for _ in range(2):
-                fn(cfg, p, x, conv, rec, idx)          # warm-up (and compile)
-            out.append(time_events(lambda: fn(cfg, p, x, conv, rec, idx), reps=5))
-        except Exception as e:  # noqa: BLE001 - a column, not the run
-            print(f"  torch {'compile' if out else 'eager'} failed: {type(e).__name__}: "
-                  f"{str(e).splitlines()[0][:160]}", flush=True)
-            out.append(float("nan"))
-    return out + [float("nan")] * (2 - len(out))
+    return eager_and_compiled_us(run_kda, (cfg, p, x, conv, rec, idx), do_compile, reps=5)
 
 
 def step_bytes(kd, T):

@@ -20,7 +20,7 @@ import sys
 
 import torch
 
-from megakernel.tools.bench import copy_bw, time_events
+from megakernel.tools.bench import copy_bw, eager_and_compiled_us
 
 DEV = torch.device("cuda")
 
@@ -79,21 +79,6 @@ def torch_layer(cfg, p, tm, i):
                       p["post_attn_norm"], n=nb, write_idx=-1, eps=eps, eps_out=eps)
         return tm(xm)
     return f
-
-
-def torch_us(f, inp, do_compile):
-    out = []
-    for fn in [f] + ([torch.compile(f, dynamic=True)] if do_compile else []):
-        try:
-            with torch.no_grad():
-                for _ in range(2):
-                    fn(inp)                    # warm-up (and compile)
-                out.append(time_events(lambda: fn(inp), reps=3))
-        except Exception as e:  # noqa: BLE001 - a column, not the run
-            print(f"  torch {'compile' if out else 'eager'} failed: {type(e).__name__}: "
-                  f"{str(e).splitlines()[0][:160]}", flush=True)
-            out.append(float("nan"))
-    return out + [float("nan")] * (2 - len(out))
 
 
 def main(argv=None) -> int:
@@ -180,12 +165,13 @@ def main(argv=None) -> int:
                                out["x_mlp"], nb, -1)
             r_us = graph_us(attn_res_pair, R)
             mb = attn_b + bench.step_bytes(dm, a.format, nexp) + res_bytes(T, dm.d, nb)
-            te, tc = torch_us(torch_layer(cfg, tp, tm, i), dict(ins[0]), not a.no_compile)
+            te, tc = eager_and_compiled_us(torch_layer(cfg, tp, tm, i), (dict(ins[0]),),
+                                           not a.no_compile)
             print(f"{kind} {i:<5} {T:>4} {us:9.1f} {mb / 1e6:8.1f} {mb / (us * 1e-6) / bw:8.1%} "
                   f"{te / us:8.2f} {tc / us:9.2f}  {a_us:8.1f} {m_us:8.1f} {r_us:9.1f} "
                   f"{a_us + m_us + r_us:8.1f}  {nexp}",
                   flush=True)
-            del ins, base, out
+            ins = base = out = None        # free before the next batch's buffers
             torch.cuda.empty_cache()
     return 0
 

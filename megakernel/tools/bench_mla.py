@@ -18,7 +18,7 @@ import torch
 from megakernel import cache as kcache
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import STAGES, MlaStep
-from megakernel.tools.bench import copy_bw, time_events
+from megakernel.tools.bench import copy_bw, eager_and_compiled_us
 from megakernel.tools.bench_kda import graph_us
 
 DEV = torch.device("cuda")
@@ -44,19 +44,7 @@ def step_bytes(md, T, L):
 def torch_us(md, w, x, cache, lens, cfg, do_compile):
     """[eager, compile] us of k3diff's torch-blocked MLA step (nan when off or when it fails)."""
     from k3diff.backends.blocked_attn import prepare_mla, run_mla
-    p = prepare_mla(cfg, w)
-    out = []
-    fns = [run_mla] + ([torch.compile(run_mla, dynamic=True)] if do_compile else [])
-    for fn in fns:
-        try:
-            for _ in range(2):
-                fn(cfg, p, x, cache, lens)             # warm-up (and compile)
-            out.append(time_events(lambda: fn(cfg, p, x, cache, lens), reps=3))
-        except Exception as e:  # noqa: BLE001 - a column, not the run
-            print(f"  torch {'compile' if out else 'eager'} failed: {type(e).__name__}: "
-                  f"{str(e).splitlines()[0][:160]}", flush=True)
-            out.append(float("nan"))
-    return out + [float("nan")] * (2 - len(out))
+    return eager_and_compiled_us(run_mla, (cfg, prepare_mla(cfg, w), x, cache, lens), do_compile)
 
 
 def main(argv=None) -> int:

@@ -55,8 +55,9 @@ def kda_rows(T, splits, R=8):
     return out, same, fla_core_us(kd, T, R)
 
 
-def mla_rows(T, L, hgs, R=4):
-    from megakernel.k_mla_attn import HG
+def mla_variant_rows(T, L, name, variants, ref, outputs, R=4):
+    """us of MLA kernel `name` in each variant (dicts) on one step's scratch at batch T with L
+    cache rows, and whether its `outputs` equal those of variant `ref` bit for bit."""
     from megakernel.mla import MlaStep
     from megakernel.tools.bench_kda import graph_us
     from megakernel.tools.bench_mla import draw_weights
@@ -65,40 +66,31 @@ def mla_rows(T, L, hgs, R=4):
     kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
     x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
     lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
-    s = step.launch(x, kv, lens, max_len=L + R)                 # every launch once: q, ql, the row
-    NS = s["pm"].shape[2]
-    named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=NS)
-    out, bits = {}, {}
-    for hg in hgs:
-        launch = cache.compiled("mla_attn", md, hg=hg)
-        launch(named, stream())
-        torch.cuda.synchronize()
-        bits[hg] = tuple(s[k].clone() for k in ("pm", "pl", "pa"))
-        out[hg] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
-    same = {hg: all(torch.equal(a, b) for a, b in zip(bits[hg], bits[HG])) for hg in hgs}
-    return out, same
-
-
-def merge_rows(T, L, variants, R=4):
-    from megakernel.mla import MlaStep
-    from megakernel.tools.bench_kda import graph_us
-    from megakernel.tools.bench_mla import draw_weights
-    md = MLA_FULL
-    step = MlaStep(md, draw_weights(md), DEV)
-    kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
-    x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
-    lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
-    s = step.launch(x, kv, lens, max_len=L + R)                 # the partials, in scratch
+    s = step.launch(x, kv, lens, max_len=L + R)                 # every launch once: the inputs
     named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=s["pm"].shape[2])
     out, bits = {}, {}
-    for v in variants:
-        launch = cache.compiled("mla_merge", md, TT=v[0], VQ=v[1])
+    for v in [ref] + [v for v in variants if v != ref]:
+        key = tuple(v.values())
+        launch = cache.compiled(name, md, **v)
         launch(named, stream())
         torch.cuda.synchronize()
-        bits[v] = tuple(s[k].clone() for k in ("lat", "o", "gated"))
-        out[v] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
-    same = {v: all(torch.equal(a, b) for a, b in zip(bits[v], bits[variants[0]])) for v in variants}
+        bits[key] = tuple(s[k].clone() for k in outputs)
+        out[key] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
+    r = tuple(ref.values())
+    same = {k: all(torch.equal(a, b) for a, b in zip(bits[k], bits[r])) for k in bits}
     return out, same
+
+
+def mla_rows(T, L, hgs):
+    from megakernel.k_mla_attn import HG
+    out, same = mla_variant_rows(T, L, "mla_attn", [dict(hg=hg) for hg in hgs], dict(hg=HG),
+                                 ("pm", "pl", "pa"))
+    return {k[0]: u for k, u in out.items()}, {k[0]: e for k, e in same.items()}
+
+
+def merge_rows(T, L, variants):
+    return mla_variant_rows(T, L, "mla_merge", [dict(TT=t, VQ=q) for t, q in variants],
+                            dict(TT=variants[0][0], VQ=variants[0][1]), ("lat", "o", "gated"))
 
 
 def main(argv=None) -> int:

@@ -69,8 +69,19 @@ class KdaDims:
 
     @property
     def N(self) -> int:
-        """Width of the fused in-projection [q | k | v | g | f_a | beta_raw]."""
+        """Width of the fused in-projection's output z = [q | k | v | f_a | beta_raw | g]: the
+        main stream's kda_in writes the first NM columns, the side stream's kda_g the gate's P
+        (kda.py)."""
         return 4 * self.P + self.D + self.H
+
+    @property
+    def NM(self) -> int:
+        return 3 * self.P + self.D + self.H
+
+    # z's column offsets of f_a, beta_raw and the output gate g
+    FA0 = property(lambda self: 3 * self.P)
+    B0 = property(lambda self: 3 * self.P + self.D)
+    G0 = property(lambda self: self.NM)
 
     def check(self):
         if self.D % 32 or self.d % 32:

@@ -43,11 +43,13 @@ class GemvLaunch:
 class Gemv(GemvLaunch):
     threads = THREADS
 
-    def __init__(self, N: int, K: int, TT: int, out_bf16: bool, unroll: int = 0, ldx: int = 0):
-        """ldx: X's row stride in elements (default K; KDA's f_b reads f_a, a column slice)."""
-        assert K % 8 == 0 and (ldx or K) % 8 == 0
+    def __init__(self, N: int, K: int, TT: int, out_bf16: bool, unroll: int = 0, ldx: int = 0,
+                 ldy: int = 0):
+        """ldx: X's row stride in elements (default K; KDA's f_b reads f_a, a column slice);
+        ldy: Y's (default N; MLA's and KDA's gate projections write a column slice)."""
+        assert K % 8 == 0 and (ldx or K) % 8 == 0 and (ldy or N) >= N
         self.N, self.K, self.TT, self.out_bf16, self.unroll = N, K, TT, out_bf16, unroll
-        self.ldx = ldx or K
+        self.ldx, self.ldy = ldx or K, ldy or N
         self.ydt = BFloat16 if out_bf16 else Float32
         self.tiles = (N + WARPS - 1) // WARPS
 
@@ -60,7 +62,7 @@ class Gemv(GemvLaunch):
         lane = tid % 32
         W = cute.make_tensor(w, cute.make_layout((N, KC, 8), stride=(K, 8, 1)))
         X = cute.make_tensor(x, cute.make_layout((T, KC, 8), stride=(self.ldx, 8, 1)))
-        Y = cute.make_tensor(y, cute.make_layout((T, N), stride=(N, 1)))
+        Y = cute.make_tensor(y, cute.make_layout((T, N), stride=(self.ldy, 1)))
         atom = copy_atom_128(BFloat16)
         for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
             row = tile * WARPS + tid // 32

@@ -36,20 +36,20 @@ class GemvMMA(GemvLaunch):
 
     def __init__(self, N: int, K: int, NTT: int, out_bf16: bool, U: int = 2, ldx: int = 0,
                  RT: int = 4, KS: int = 1, MT: int = 1, PF: int = 0, coherent: bool = False,
-                 threads: int = 0, PIPE: int = 0):
+                 threads: int = 0, PIPE: int = 0, ldy: int = 0):
         """NTT: token tiles of 8 per pass (a compile-time width; any T runs, in passes); U: K
         blocks whose weight loads are issued together; RT x KS warps per CTA (row tiles x K
         splits; KS is lowered to a power of two dividing the block count: a function of the
         shape alone, as the bits are); MT: 16-row tiles per warp; PF: L2 prefetch bytes on the
-        weight loads; ldx: X's row stride in elements; `coherent`: read X with plain loads (X
-        written by the same launch); threads: a fixed CTA size (a task of the persistent
+        weight loads; ldx / ldy: X's / Y's row stride in elements (default K / N); `coherent`:
+        read X with plain loads (X written by the same launch); threads: a fixed CTA size (a task of the persistent
         launch), RT then fills it; PIPE = 1: two register buffers, the next U blocks' weight
         loads issued before the current U blocks' mma (the same sums in the same order: the
         same bits; measured: faster at batch <= 8, slower at 64, NOTES.md)."""
-        assert K % 32 == 0 and (ldx or K) % 8 == 0
+        assert K % 32 == 0 and (ldx or K) % 8 == 0 and (ldy or N) >= N
         self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
         self.MT, self.PF, self.coherent, self.PIPE = MT, PF, coherent, PIPE
-        self.ldx = ldx or K
+        self.ldx, self.ldy = ldx or K, ldy or N
         self.ydt = BFloat16 if out_bf16 else Float32
         self.BK = 64 if K % 64 == 0 else 32
         NB = K // self.BK
@@ -71,7 +71,7 @@ class GemvMMA(GemvLaunch):
         split-K barriers): a row tile past N loads row N-1 and stores nothing."""
         tid, _, _ = cute.arch.thread_idx()
         warp = tid // 32
-        Y = cute.make_tensor(y, cute.make_layout((T, self.N), stride=(self.N, 1)))
+        Y = cute.make_tensor(y, cute.make_layout((T, self.N), stride=(self.ldy, 1)))
         part = None
         if cutlass.const_expr(self.KS > 1):
             smem = cutlass.memory.SmemAllocator()

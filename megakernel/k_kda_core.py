@@ -98,7 +98,7 @@ class KdaCore:
                 red[1, warp] = sk
             a = cute.math.exp(ALOG[h])
             gk = Float32(kd.lb) * sigmoid(a * (G[t, c0].to(Float32) + DTB[c0]))
-            b = sigmoid(Z[t, 4 * P + D + h].to(Float32))
+            b = sigmoid(Z[t, kd.B0 + h].to(Float32))
             if part == 0:
                 DEC[t, h, i] = gk
                 if i == 0:

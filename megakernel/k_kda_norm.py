@@ -56,5 +56,5 @@ class KdaNorm:
             for w in cutlass.range_constexpr(1, NW):
                 tot = tot + red[w]
             inv = cute.math.rsqrt(tot / Float32(D) + Float32(kd.eps))
-            gate = sigmoid(Z[t, 3 * P + c0].to(Float32))
+            gate = sigmoid(Z[t, kd.G0 + c0].to(Float32))
             NORMED[t, c0] = (o * inv * ONW[i].to(Float32) * gate).to(BFloat16)

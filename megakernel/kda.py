@@ -1,27 +1,44 @@
-"""The KDA decode step (K3_SPEC 4) on the GPU: six launches on the caller's stream.
+"""The KDA decode step (K3_SPEC 4) on the GPU: seven launches, the output gate's GEMV on a side
+stream (side_stream.py) beside the main chain.
 
-  0 kda_in    z = bf16(x [W_q | W_k | W_v | W_g | W_fa | W_b]^T)       Gemv, N = 4P + D + H
-  1 kda_fb    graw = bf16(f_a W_fb^T), f_a = z[:, 4P : 4P + D]         Gemv over a column slice
+  main stream                                                         side stream
+  0 kda_in    z[:, :NM] = bf16(x [W_q | W_k | W_v | W_fa | W_b]^T)  Gemv    kda_g  z[:, G0:] =
+  1 kda_fb    graw = bf16(f_a W_fb^T), f_a = z[:, FA0 : FA0 + D]    Gemv           bf16(x W_g^T)
   2 kda_conv  y = bf16(silu(short conv)) of q|k|v, the conv state shifted  k_kda_conv.py
   3 kda_core  norms, gates, the delta rule in place, the readout o     k_kda_core.py (rows split)
-  4 kda_norm  normed = gated RMSNorm(o)                                 k_kda_norm.py
-  5 kda_out   out = bf16(normed W_o^T)                                  Gemv
+                                                   <-- join --
+  4 kda_norm  normed = gated RMSNorm(o), the gate z[:, G0:]            k_kda_norm.py
+  5 kda_out   out = bf16(normed W_o^T)                                 Gemv
 
+kda_in and kda_g are the rows of one fused in-projection written into the columns of one buffer
+z = [q | k | v | f_a | beta_raw | g] (dims.KdaDims; ldy): each row's dot is the one a single
+launch computes, so the split changes no bit. The gate (176 MB at full dims) is read only by
+the gated norm, so it streams while f_b -> conv -> core wait on latencies (`streams`, `fork`
+("start" / "after_in"), `side_ctas_per_sm` as in mla.py; `python -m megakernel.tools.tune_fork`).
 The GEMVs are the MoE's (cache.gemv_variant: k_gemv_mma.py on the tensor cores, a fixed K
-order whatever the batch); the other kernels work per token: the step is batch-invariant and deterministic, as the backend declares. Null tokens
-(state_idx <= 0) get zero intermediates, so o_proj gives them exact zeros; their projections are
-computed and never read. The states are updated in place.
+order whatever the batch); the other kernels work per token: the step is batch-invariant and
+deterministic, as the backend declares. Null tokens (state_idx <= 0) get zero intermediates, so
+o_proj gives them exact zeros; their projections are computed and never read. The states are
+updated in place.
 """
 import torch
 
-from megakernel import cache
-from megakernel.launch_streams import stream
+from megakernel import cache, side_stream
+from megakernel.launch_streams import FULL_GRID
 
-STAGES = ("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out")
+CHAIN = ("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out")
+SIDE = ("kda_g",)
+STAGES = CHAIN[:1] + SIDE + CHAIN[1:]          # the serial order
+FORKS = {"start": None, "after_in": "kda_in"}  # where the side starts -> side_stream.plan
+# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims; us at batch 1 / 8 /
+# 64): serial 249.5 / 289.1 / 750.9; start, no cap 240.9 / 280.7 / 693.6; start/2 246.1 / 282.5 /
+# 696.4; start/4 243.3 / 281.1 / 694.7; after_in/0 243.7 / 280.7 / 729.5 (NOTES.md)
+FORK, SIDE_CTAS_PER_SM = "start", 0
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")
 # stage -> {kernel argument: buffer} (the generic Gemv's arguments w, x, y)
 BIND = {
     "kda_in": dict(w="w_in", x="x", y="z", ctas="full_grid"),
+    "kda_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
     "kda_fb": dict(w="w_fb", x="f_a", y="graw", ctas="full_grid"),
     "kda_out": dict(w="w_o", x="normed", y="out", ctas="full_grid"),
 }
@@ -29,19 +46,32 @@ _INT31 = 1 << 31
 
 
 class KdaStep:
-    def __init__(self, kd, weights: dict, device):
+    def __init__(self, kd, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
+        """streams, fork, side_ctas_per_sm: as mla.MlaStep's (None: the module's defaults)."""
         self.kd, self.device = kd, device
+        self.streams = streams or side_stream.mode_from_env()
+        self.fork = fork or FORK
+        self.side_ctas_per_sm = SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
+        if self.streams not in side_stream.MODES or self.fork not in FORKS:
+            raise ValueError(f"megakernel KDA: streams in {side_stream.MODES}, fork in "
+                             f"{tuple(FORKS)}; got {self.streams!r}, {self.fork!r}")
         w = {n: t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         f32 = lambda t: t.to(torch.float32).contiguous()          # noqa: E731
         self._weights = dict(
             w_in=bf(torch.cat([w[n] for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                              "g_proj.weight", "f_a.weight", "b_proj.weight")])),
-            w_fb=bf(w["f_b.weight"]), w_o=bf(w["o_proj.weight"]),
+                                              "f_a.weight", "b_proj.weight")])),
+            w_g=bf(w["g_proj.weight"]), w_fb=bf(w["f_b.weight"]), w_o=bf(w["o_proj.weight"]),
             conv_w=f32(w["conv.weight"].reshape(3 * kd.P, kd.W)),
             a_log=f32(w["A_log"].reshape(-1)[:kd.H]),             # per head: the first H entries
             dt_bias=f32(w["dt_bias"]), o_norm=bf(w["o_norm.weight"]))
         self._scratch = {}
+        self._streams = side_stream.TwoStreams(device)
+        self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
+                     if torch.device(device).type == "cuda" else 0)
+
+    def plan(self):
+        return side_stream.plan(CHAIN, SIDE, "kda_norm", FORKS[self.fork])
 
     def scratch(self, T):
         s = self._scratch.get(T)
@@ -68,13 +98,16 @@ class KdaStep:
             assert t.dtype == dt and t.is_contiguous()
         s = self.scratch(T)
         s["sidx"].copy_(state_idx.to(torch.int32))
-        f_a = s["z"][:, 4 * kd.P:]
-        named = dict(s, **self._weights, x=x, f_a=f_a, conv_state=conv_state, rec=rec, T=T, S=S,
-                     full_grid=1 << 30)
-        st = stream()
-        for name in STAGES:
+        cap = self._nsm * self.side_ctas_per_sm
+        named = dict(s, **self._weights, x=x, f_a=s["z"][:, kd.FA0:], gz=s["z"][:, kd.G0:],
+                     conv_state=conv_state, rec=rec, T=T, S=S, full_grid=FULL_GRID,
+                     side_grid=cap if cap else FULL_GRID)
+
+        def go(name, st):
             if stages is None or name in stages:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     cache.kda_core_variant(T) if name == "kda_core" else {})
                 cache.compiled(name, kd, **v)(named, st, BIND.get(name))
+
+        self._streams.run(self.plan(), go, self.streams)
         return s

@@ -1,13 +1,23 @@
-"""The gated MLA decode step (K3_SPEC 3) on the GPU: seven launches on the caller's stream.
+"""The gated MLA decode step (K3_SPEC 3) on the GPU: eight launches, the gate's GEMV on a side
+stream (side_stream.py) beside the main chain.
 
-  0 mla_a       z = bf16(x [W_q_a | W_kv_a | W_g]^T): q_c, kv_c, k_pe, gz   GEMV (cache.gemv_obj)
-  1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]              k_mla_norm.py
-  2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]                        GEMV
-  3 mla_absorb  ql = bf16(q_nope W_UK)                                        k_mla_absorb.py
-  4 mla_attn    per split of the cache: online-softmax partials              k_mla_attn_mma.py
-                (k_mla_attn_mma.py, on the tensor cores; MK_MLA_MMA=0: k_mla_attn.py)
+  main stream                                                                side stream
+  0 mla_a       [q_c | kv_c | k_pe] = bf16(x [W_q_a | W_kv_a]^T)    GEMV     mla_g  gz = bf16(x W_g^T)
+  1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]    k_mla_norm.py    (z's last H V
+  2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]              GEMV              columns)
+  3 mla_absorb  ql = bf16(q_nope W_UK)                              k_mla_absorb.py
+  4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_mma.py
+                (on the tensor cores; MK_MLA_MMA=0: k_mla_attn.py)
+                                                   <-- join --
   5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
-  6 mla_out     out = bf16(gated W_o^T)                                       GEMV
+  6 mla_out     out = bf16(gated W_o^T)                             GEMV
+
+mla_a and mla_g are the rows of one fused x-side projection [q_a | kv_a | g] written into the
+columns of one buffer z (ldy): each row's dot is the same as in one launch, so the split changes
+no bit. The gate (176 MB at full dims) is read only by the merge, so it streams while the chain
+norm -> q_b -> absorb -> attention waits on latencies (`streams="serial"`: all on one stream, in
+the same order; `fork`: the side starts beside mla_a ("start") or after it ("after_a");
+`side_ctas_per_sm`: a cap on its grid, 0 = none; `python -m megakernel.tools.tune_fork`).
 
 Each token row is one sequence with its own cache [Lcap, C] and length L_t (k3diff.stages: the
 mla stage's kv_cache [T, Lcap, R + RP], cache_lens [T]); row L_t is written in place, no other
@@ -17,29 +27,52 @@ timed by `python -m megakernel.tools.bench_mla` (NOTES.md).
 """
 import torch
 
-from megakernel import cache
+from megakernel import cache, side_stream
 from megakernel.k_mla_attn import max_splits
-from megakernel.launch_streams import stream
+from megakernel.launch_streams import FULL_GRID
 
-STAGES = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
+CHAIN = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
+SIDE = ("mla_g",)
+STAGES = CHAIN[:1] + SIDE + CHAIN[1:]          # the serial order
+FORKS = {"start": None, "after_a": "mla_a"}    # where the side starts -> side_stream.plan
+# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, 1k cache; us at batch
+# 1 / 8 / 64): serial 167.1 / 258.9 / 997.9; start, no cap 158.3 / 247.5 / 945.2; start, 2 CTAs
+# per SM 153.8 / 235.6 / 947.6; start/4 153.9 / 240.0 / 947.3; after_a/0 162.3 / 247.7 / 953.5;
+# after_a/2 169.6 / 232.3 / 954.3 (NOTES.md)
+FORK, SIDE_CTAS_PER_SM = "start", 2
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
 BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
     "mla_a": dict(w="w_a", x="x", y="z", ctas="full_grid"),
+    "mla_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
     "mla_qb": dict(w="w_qb", x="qc", y="q", ctas="full_grid"),
     "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
 }
 
 
 class MlaStep:
-    def __init__(self, md, weights: dict, device):
+    def __init__(self, md, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
+        """streams: "fork" or "serial" (None: side_stream.mode_from_env()); fork, side_ctas_per_sm:
+        the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM)."""
         self.md, self.device = md, device
+        self.streams = streams or side_stream.mode_from_env()
+        self.fork = fork or FORK
+        self.side_ctas_per_sm = SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
+        if self.streams not in side_stream.MODES or self.fork not in FORKS:
+            raise ValueError(f"megakernel MLA: streams in {side_stream.MODES}, fork in "
+                             f"{tuple(FORKS)}; got {self.streams!r}, {self.fork!r}")
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
-        self._weights = dict(w_a=bf(torch.cat([w["q_a"], w["kv_a"], w["g"]])), w_qb=bf(w["q_b"]),
-                             kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
-                             kv_norm=bf(w["kv_a_norm"]))
+        self._weights = dict(w_a=bf(torch.cat([w["q_a"], w["kv_a"]])), w_g=bf(w["g"]),
+                             w_qb=bf(w["q_b"]), kv_b=bf(w["kv_b"]), w_o=bf(w["o"]),
+                             q_norm=bf(w["q_a_norm"]), kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
+        self._streams = side_stream.TwoStreams(device)
+        self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
+                     if torch.device(device).type == "cuda" else 0)
+
+    def plan(self):
+        return side_stream.plan(CHAIN, SIDE, "mla_merge", FORKS[self.fork])
 
     def scratch(self, T, NS):
         s = self._scratch.get((T, NS))
@@ -74,14 +107,18 @@ class MlaStep:
         NS = max_splits(n_max)
         s = self.scratch(T, NS)
         s["lens"].copy_(cache_lens.to(torch.int32))
+        cap = self._nsm * self.side_ctas_per_sm
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
-                     full_grid=1 << 30)
-        st = stream()
-        for name in STAGES:
+                     gz=s["z"][:, md.QL + md.C:], full_grid=FULL_GRID,
+                     side_grid=cap if cap else FULL_GRID)
+
+        def go(name, st):
             if stages is None or name in stages:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else
                     cache.mla_merge_variant(T) if name == "mla_merge" else {})
                 kname = cache.mla_attn_kernel(md) if name == "mla_attn" else name
                 cache.compiled(kname, md, **v)(named, st, BIND.get(name))
+
+        self._streams.run(self.plan(), go, self.streams)
         return s

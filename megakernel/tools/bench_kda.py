@@ -5,7 +5,8 @@ states in fresh slots per step so no state is read from L2 warm. Roofline = the 
 must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
 in the same run.
-Then each of the six launches alone, the same way (over the scratch the full steps left); torch
+Then each of the seven launches alone, the same way (over the scratch the full steps left), and
+the step on one stream (the gate's GEMV not on the side stream, kda.py); torch
 eager and torch.compile (k3diff's torch-blocked KDA step, timed with events: it syncs on the live
 rows) as "x eager" / "x compile", their time over the step's; and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
@@ -128,9 +129,14 @@ def main(argv=None) -> int:
             # the tensor-core k_gemv_mma.py is the default, cache.DEFAULT_MMA), in the same run
             with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
                 alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
+            # and every launch on one stream (the gate's GEMV not beside the chain)
+            mode, step.streams = step.streams, "serial"
+            one = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
+            step.streams = mode
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
+            alone += f"  on one stream {one:.1f} ({mode}: x{one / us[None]:.2f})"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
             te, tc = (float("nan"),) * 2 if a.no_torch else torch_us(kd, dn, w, T, not a.no_compile)

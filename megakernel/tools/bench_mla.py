@@ -4,9 +4,10 @@ Method as bench_kda.py's: R steps captured in one CUDA graph, the replay timed w
 median of 5; every token row is one sequence of the given cache length. Roofline = the bytes the
 step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
 cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
-each of the seven launches alone, the step with its three GEMVs on the other GEMV kernel
+each of the eight launches alone, the step with its four GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
-k_mla_attn_mma.py: cache.MLA_MMA), and torch eager and torch.compile (dynamic shapes): k3diff's
+k_mla_attn_mma.py: cache.MLA_MMA), the step on one stream (the gate's GEMV not on the side
+stream: "x" is its time over the default's), and torch eager and torch.compile (dynamic shapes): k3diff's
 torch-blocked MLA (absorbed, split over the cache, cuBLAS projections; host loops, so timed
 with events without a graph), as "x torch" / "x compile", their time over the step's.
 """
@@ -88,12 +89,16 @@ def main(argv=None) -> int:
                 # and with the other attention kernel (k_mla_attn.py / k_mla_attn_mma.py)
                 with kcache.other_mla_attention():
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
+                # and every launch on one stream (the gate's GEMV not beside the chain)
+                mode, step.streams = step.streams, "serial"
+                one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
+                step.streams = mode
                 tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
                 alone += (f"  step with the attention on the {'CUDA' if kcache.MLA_MMA else 'tensor'} "
-                          f"cores {alt_at:.1f}")
+                          f"cores {alt_at:.1f}  on one stream {one:.1f} ({mode}: x{one / us[None]:.2f})")
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
                       f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f} "
                       f"{tc / us[None]:9.2f}  {alone}",

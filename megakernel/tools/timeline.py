@@ -1,58 +1,112 @@
 """python -m megakernel.tools.timeline: when each launch of one step runs, from a CUPTI trace of
-CUDA graph replays (full dims; --fmt, --T, --modes for the stream settings). Prints, for one step
-in the middle of the replays, every kernel's start, end and duration relative to the step's first
-kernel, and writes $OUT/timeline_<fmt>_T<T>.txt.
+CUDA graph replays (full dims). --step moe (--fmt, --T, --modes: the MoE's stream settings,
+moe.LatentMoE) or mla / kda (--T, --len for MLA's cache, --modes: serial or fork/side CTAs per SM,
+mla.MlaStep / kda.KdaStep). Prints, for one step in the middle of the replays, every kernel's
+start, end and duration relative to the step's first kernel, and writes
+$OUT/timeline_<step>_T<T>.txt.
 """
 import argparse
+import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from megakernel.tools.bench import DEV, draw_weights, out_log
 from megakernel.dims import FULL
-from megakernel.moe import STAGES, LatentMoE
 
 R = 6
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.timeline")
-    ap.add_argument("--fmt", default="mxfp4")
-    ap.add_argument("--T", type=int, default=1)
-    ap.add_argument("--modes", default="start/none/0",
-                    help="comma-separated fork/gate/side CTAs per SM (moe.LatentMoE), or serial")
-    a = ap.parse_args(argv)
+def moe_runner(a):
+    from megakernel.moe import STAGES, LatentMoE
     moe = LatentMoE(FULL, draw_weights(FULL, a.fmt, seed=0), DEV)
-    log = out_log(f"timeline_{a.fmt}_T{a.T}.txt")
-    for mode in a.modes.split(","):
+    xs = [torch.randn(a.T, FULL.d, device=DEV).to(torch.bfloat16) for _ in range(R)]
+
+    def setting(mode):
         if mode == "serial":
             moe.streams = "serial"
         else:
             f, g, c = mode.split("/")
             moe.streams, moe.fork, moe.gate, moe.side_ctas_per_sm = "fork", f, g, int(c)
-        for line in [f"== {mode}"] + trace(moe, a):
+    return setting, (lambda i: moe.launch(xs[i])), len(STAGES)
+
+
+def attn_runner(a):
+    """The MLA or KDA step's setting switch, its i-th step (fresh cache rows / state slots per
+    step, as bench_mla / bench_kda) and its launches per step."""
+    if a.step == "mla":
+        from megakernel.dims import MLA_FULL as md
+        from megakernel.mla import STAGES, MlaStep
+        from megakernel.tools.bench_mla import draw_weights as dw
+        step = MlaStep(md, dw(md), DEV)
+        cache = torch.randn(a.T, a.len + R + 1, md.C, device=DEV).to(torch.bfloat16)
+        x = torch.randn(a.T, md.d, device=DEV).to(torch.bfloat16)
+        ln = [torch.full((a.T,), a.len + r, dtype=torch.int64, device=DEV) for r in range(R)]
+        run = lambda i: step.launch(x, cache, ln[i], max_len=a.len + R)  # noqa: E731
+    else:
+        from megakernel.dims import KDA_FULL as kd
+        from megakernel.kda import STAGES, KdaStep
+        from megakernel.tools.bench_kda import draw_weights as dw
+        step = KdaStep(kd, dw(kd), DEV)
+        S = R * a.T + 1
+        conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
+        rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
+        x = torch.randn(a.T, kd.d, device=DEV).to(torch.bfloat16)
+        idx = [torch.arange(1 + r * a.T, 1 + (r + 1) * a.T, device=DEV) for r in range(R)]
+        run = lambda i: step.launch(x, conv, rec, idx[i])  # noqa: E731
+
+    def setting(mode):
+        if mode == "serial":
+            step.streams = "serial"
+        else:
+            f, c = mode.split("/")
+            step.streams, step.fork, step.side_ctas_per_sm = "fork", f, int(c)
+    return setting, run, len(STAGES)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.timeline")
+    ap.add_argument("--step", default="moe", choices=("moe", "mla", "kda"))
+    ap.add_argument("--fmt", default="mxfp4", help="moe: the experts' format")
+    ap.add_argument("--T", type=int, default=1)
+    ap.add_argument("--len", type=int, default=1024, help="mla: the cache length")
+    ap.add_argument("--modes", default="",
+                    help="comma-separated: moe fork/gate/side CTAs per SM (default start/none/0), "
+                         "mla / kda fork/side CTAs per SM (default start/0), or serial")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("timeline: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    modes = a.modes or ("start/none/0" if a.step == "moe" else "start/0")
+    setting, run, n = moe_runner(a) if a.step == "moe" else attn_runner(a)
+    label = f"{a.fmt}, T={a.T}" if a.step == "moe" else f"{a.step}, T={a.T}"
+    log = out_log(f"timeline_{a.step if a.step != 'moe' else a.fmt}_T{a.T}.txt")
+    for mode in modes.split(","):
+        setting(mode)
+        for line in [f"== {mode}"] + trace(run, n, label):
             log(line)
+    return 0
 
 
-def trace(moe, a):
-    xs = [torch.randn(a.T, FULL.d, device=DEV).to(torch.bfloat16) for _ in range(R)]
-    for x in xs:
-        moe.launch(x)
+def trace(run, n, label):
+    """run(i) for i < R captured in one CUDA graph; one replay traced; n kernels per step."""
+    for i in range(R):
+        run(i)
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        for x in xs:
-            moe.launch(x)
+        for i in range(R):
+            run(i)
     g.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         g.replay()
         torch.cuda.synchronize()
     ev = [e for e in prof.events()
-          if e.device_type.name == "CUDA" and "memcpy" not in e.name.lower()]
+          if e.device_type.name == "CUDA" and "memcpy" not in e.name.lower()
+          and "memset" not in e.name.lower() and "elementwise" not in e.name.lower()]
     ev.sort(key=lambda e: e.time_range.start)
-    n = len(STAGES)
-    lines = [f"{len(ev)} kernels in {R} steps ({a.fmt}, T={a.T}); step {R // 2} shown"]
+    lines = [f"{len(ev)} kernels in {R} steps ({label}); step {R // 2} shown"]
     if len(ev) != n * R:
         lines.append("unexpected kernel count; names: "
                      + ", ".join(sorted({e.name[:60] for e in ev})))
@@ -70,4 +124,4 @@ def trace(moe, a):
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

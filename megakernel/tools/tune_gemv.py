@@ -1,5 +1,5 @@
 """python -m megakernel.tools.tune_gemv: the tensor-core GEMV (k_gemv_mma.py) against the CUDA-core
-one (k_gemv.py) on every GEMV shape of the MoE and KDA steps, at several batches, in one run.
+one (k_gemv.py) on every GEMV shape of the MoE, KDA and MLA steps, at several batches, in one run.
 
 Method as bench.py's: R launches captured in one CUDA graph, the replay timed with events, median
 of 5; weights rotated over enough copies that a replay never reads them from L2 (60 MB); the
@@ -27,13 +27,14 @@ DEV = torch.device("cuda")
 
 
 def shapes(preset):
-    """name -> (N, K, out_bf16, ldx) of each GEMV of the MoE, KDA and MLA steps."""
+    """name -> (N, K, out_bf16, ldx) of each GEMV of the MoE, KDA and MLA steps (cache.GEMVS;
+    each timed into a buffer of its own width: the row stride of a column slice, ldy, changes
+    only the store addresses)."""
     dm, kd, md = (FULL, KDA_FULL, MLA_FULL) if preset == "full" else (SMALL, KDA_SMALL, MLA_SMALL)
-    return {"gemv_x": (dm.E + dm.r, dm.d, False, 0), "gemv_shared": (2 * dm.Is, dm.d, False, 0),
-            "out_shared": (dm.d, dm.Is, True, 0), "out_routed": (dm.d, dm.r, True, 0),
-            "kda_in": (kd.N, kd.d, True, 0), "kda_fb": (kd.P, kd.D, True, 0),
-            "kda_out": (kd.d, kd.P, True, 0),
-            **{n: cache.GEMVS[n](md) for n in cache.MLA_GEMVS}}
+    fam = dict.fromkeys(cache.KDA_GEMVS, kd) | dict.fromkeys(cache.MLA_GEMVS, md)
+    out = {n: cache.GEMVS[n](fam.get(n, dm))[:4] for n in cache.ALL_GEMVS}
+    out["kda_fb"] = out["kda_fb"][:3] + (0,)      # its own compact f_a
+    return out
 
 
 KEYS = ("NTT", "U", "RT", "KS", "MT", "PF", "PIPE")

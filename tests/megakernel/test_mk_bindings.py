@@ -1,7 +1,9 @@
 """CPU: every launch of the attention steps and the layer stage finds each argument its kernel
 declares (kernel_args: ARGS, bound by name) among the buffers the host code passes, with nothing
 compiled or run. A name the host code forgets, or misspells, fails here instead of on a GPU.
-The kernels are replaced by a recorder; the MoE (whose launches need CUDA streams) by a stub."""
+The kernels are replaced by a recorder; the MoE (whose launches need CUDA streams) by a stub, and
+the attention steps' two streams (side_stream.TwoStreams) by a walk of the plan that records on
+which stream each launch goes ("+" marks the side stream)."""
 import pytest
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
@@ -10,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture()
 def recorder(monkeypatch):
-    from megakernel import cache, kda, layer, mla
+    from megakernel import cache, layer, side_stream
     from megakernel.kernel_args import call_values, dtypes
 
     calls = []
@@ -24,7 +26,12 @@ def recorder(monkeypatch):
             values = call_values(self.args, named, bind)      # KeyError: a missing buffer
             for v, (n, t) in zip(values, self.args):
                 assert isinstance(v, int), (self.name, n)
-            calls.append(self.name)
+            calls.append(self.name + ("+" if stream == "side" else ""))
+
+    def walk(self, steps, go, mode):
+        for what, s in steps:
+            if s is not None:
+                go(s, what)
 
     class MoeStub:
         def __init__(self, dims, weights, device, streams="fork"):
@@ -35,18 +42,18 @@ def recorder(monkeypatch):
             calls.append("moe")
 
     monkeypatch.setattr(cache, "compiled", lambda name, dims, fresh=False, **v: Recorded(name, dims, v))
-    for mod in (kda, mla, layer):
-        monkeypatch.setattr(mod, "stream", lambda: 0)
+    monkeypatch.setattr(layer, "stream", lambda: 0)
+    monkeypatch.setattr(side_stream.TwoStreams, "run", walk)
     import megakernel.moe
     monkeypatch.setattr(megakernel.moe, "LatentMoE", MoeStub)
     return calls
 
 
 @pytest.mark.parametrize("layer_idx,expect", [
-    (0, ["attn_res", "kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out", "attn_res",
-         "gemv_shared", "shared_act", "out_shared"]),        # KDA, dense MLP, a block-write layer
-    (3, ["attn_res", "mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn_mma", "mla_merge",
-         "mla_out", "attn_res", "moe"]),                      # MLA, MoE
+    (0, ["attn_res", "kda_g+", "kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out",
+         "attn_res", "gemv_shared", "shared_act", "out_shared"]),  # KDA, dense MLP, block write
+    (3, ["attn_res", "mla_g+", "mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn_mma",
+         "mla_merge", "mla_out", "attn_res", "moe"]),               # MLA, MoE
 ])
 def test_layer_launches_bind_every_kernel_argument(recorder, layer_idx, expect):
     from k3diff.case import Case

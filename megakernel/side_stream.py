@@ -1,0 +1,77 @@
+"""An attention step's launches over the caller's stream and one side stream (mla.py, kda.py).
+
+Why: both steps open with one wide x-side GEMV whose largest part, the output gate's projection
+(H x V = 12288 rows of 7168 at full dims: 176 MB of the MLA step's 464, of the KDA step's 707),
+is read only by the step's last launches (MLA's merge, KDA's gated norm). Between them lie
+launches that are chains of latencies at small batch (MLA's norms, q_b, absorb, attention; KDA's
+f_b, conv, core). So the gate's GEMV runs on a side stream beside that chain and the chain joins
+it just before the launch that reads the gate: its bytes stream while the chain waits on
+latencies (the MoE does the same with its shared experts: launch_streams.py).
+
+A plan is a list of (what, stage): ("main", s) / ("side", s) enqueue launch s on that stream;
+("fork", None): the side waits for what the main stream has enqueued so far; ("join", None):
+the main stream waits for what the side has enqueued so far. The same plan run `serial` puts
+every launch on the caller's stream in the plan's order. Per stream the same kernels run in the
+same order, and no two launches of a plan write the same bytes, so every mode gives the same
+bits (tests/megakernel/test_mk_mla_gpu.py, test_mk_kda_gpu.py).
+"""
+import os
+
+MODES = ("fork", "serial")
+
+
+def mode_from_env() -> str:
+    """MEGAKERNEL_STREAMS=serial puts the attention steps on one stream too (the MoE's "fork" and
+    "persistent" both leave them forked)."""
+    return "serial" if os.environ.get("MEGAKERNEL_STREAMS") == "serial" else "fork"
+
+
+def plan(chain, side, join_before, fork_after=None):
+    """chain: the main stream's stages in order; side: the side's; join_before: the first main
+    stage that reads what the side writes; fork_after: the main stage after which the side starts
+    (None: at the start, beside the first)."""
+    assert join_before in chain and (fork_after is None or
+                                     chain.index(fork_after) < chain.index(join_before))
+    forked = [("fork", None)] + [("side", s) for s in side]
+    out = list(forked) if fork_after is None else []
+    for s in chain:
+        if s == join_before:
+            out.append(("join", None))
+        out.append(("main", s))
+        if s == fork_after:
+            out += forked
+    return out
+
+
+class TwoStreams:
+    """A step object's main (high priority) and side CUDA streams, made at the first forked
+    launch, and the executor of its plans."""
+
+    def __init__(self, device):
+        self.device = device
+        self._pair = None
+
+    def run(self, steps, go, mode):
+        """Enqueue `steps` (a plan): go(stage, stream handle) enqueues one launch."""
+        import torch
+        if mode == "serial":
+            st = torch.cuda.current_stream().cuda_stream
+            for what, s in steps:
+                if s is not None:
+                    go(s, st)
+            return
+        if self._pair is None:        # lower number = higher priority
+            self._pair = (torch.cuda.Stream(self.device, priority=-1),
+                          torch.cuda.Stream(self.device, priority=0))
+        main, side = self._pair
+        cur = torch.cuda.current_stream()
+        main.wait_stream(cur)
+        for what, s in steps:
+            if what == "fork":
+                side.wait_stream(main)
+            elif what == "join":
+                main.wait_stream(side)
+            else:
+                go(s, (main if what == "main" else side).cuda_stream)
+        # every side launch is behind a join (plan), so the caller waits on both
+        cur.wait_stream(main)

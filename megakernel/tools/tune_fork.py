@@ -1,0 +1,137 @@
+"""python -m megakernel.tools.tune_fork: the MLA and KDA steps' side stream, every setting side by side.
+
+The output gate's GEMV (mla_g / kda_g) runs on a side stream beside the chain of latency-bound
+launches (megakernel/side_stream.py). Settings: "serial" (all on one stream, the order of one
+fused projection), or forked at the start (beside the first GEMV) or after it, each with the
+side's grid capped at C CTAs per SM (0 = no cap). Method as bench_mla.py's: R steps in one CUDA
+graph, the replay timed with events, median of 5, full dims; MLA with every sequence at the given
+cache length. Every setting's outputs, cache and states are compared bitwise with serial's
+(the "bits" column: y = equal). Prints us per step and each setting over serial.
+"""
+import argparse
+import sys
+
+import torch
+
+DEV = torch.device("cuda")
+
+
+def settings(caps, forks):
+    out = [("serial", "start", 0)]
+    for f in forks:
+        for c in caps:
+            out.append(("fork", f, c))
+    return out
+
+
+def _mla(batches, L, sets, R):
+    from megakernel.dims import MLA_FULL as md
+    from megakernel.mla import FORKS, OUTPUTS, MlaStep
+    from megakernel.tools.bench_kda import graph_us
+    from megakernel.tools.bench_mla import draw_weights
+    step = MlaStep(md, draw_weights(md), DEV)
+    for T in batches:
+        cache = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
+        x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
+        ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
+
+        def bits():
+            kv = cache.clone()
+            s = step.launch(x, kv, ln[0], max_len=L + R)
+            return [s[n].clone() for n in OUTPUTS.values()] + [kv]
+
+        yield T, _row(step, sets, FORKS, bits,
+                      lambda: graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R))
+        del cache
+
+
+def _kda(batches, sets, R):
+    from megakernel.dims import KDA_FULL as kd
+    from megakernel.kda import FORKS, OUTPUTS, KdaStep
+    from megakernel.tools.bench_kda import draw_weights, graph_us
+    step = KdaStep(kd, draw_weights(kd), DEV)
+    for T in batches:
+        S = R * T + 1
+        conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
+        rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
+        x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
+        idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+
+        def bits():
+            c, r = conv.clone(), rec.clone()
+            s = step.launch(x, c, r, idx[0])
+            return [s[n].clone() for n in OUTPUTS] + [c, r]
+
+        yield T, _row(step, sets, FORKS, bits,
+                      lambda: graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R))
+        del conv, rec
+
+
+def _row(step, sets, forks, bits, timed):
+    """[(setting, us, bits equal to serial's)] for one batch. Every setting's bits are taken
+    before any is timed: the timed replays update the caches and states in place."""
+    conf = []
+    for streams, fork, cap in sets:
+        fork = fork if fork in forks else [k for k in forks if k != "start"][0]
+        conf.append((streams, fork, cap))
+    snaps = []
+    for streams, fork, cap in conf:
+        step.streams, step.fork, step.side_ctas_per_sm = streams, fork, cap
+        snaps.append(bits())
+        torch.cuda.synchronize()
+    out = []
+    for (streams, fork, cap), got in zip(conf, snaps):
+        step.streams, step.fork, step.side_ctas_per_sm = streams, fork, cap
+        same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+                   for a, b in zip(snaps[0], got))
+        out.append((streams if streams == "serial" else f"{fork}/{cap}", timed(), same))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_fork",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--steps", default="mla,kda", help="mla and/or kda")
+    p.add_argument("--batches", default="1,8,64")
+    p.add_argument("--len", default="1024", help="MLA cache length")
+    p.add_argument("--caps", default="0,2,4", help="side CTAs per SM (0: no cap)")
+    p.add_argument("--forks", default="start,after", help="start and/or after (the first GEMV)")
+    p.add_argument("--R", default="4", help="steps per CUDA graph")
+    a = p.parse_args(argv)
+    try:
+        batches = [int(b) for b in a.batches.split(",")]
+        caps = [int(c) for c in a.caps.split(",")]
+        steps = a.steps.split(",")
+        forks = a.forks.split(",")
+        L, R = int(a.len), int(a.R)
+        if (not set(steps) <= {"mla", "kda"} or not set(forks) <= {"start", "after"}
+                or min(batches + caps) < 0 or min(batches) < 1 or L < 0 or R < 1):
+            raise ValueError
+    except ValueError:
+        print("tune_fork: --steps mla,kda; --forks start,after; --batches (>= 1), --caps (>= 0), "
+              "--len, --R take integers", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("tune_fork: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    sets = settings(caps, forks)
+    differ = False
+    for name in steps:
+        rows = _mla(batches, L, sets, R) if name == "mla" else _kda(batches, sets, R)
+        head = None
+        for T, row in rows:
+            if head is None:
+                head = f"{name} (us; fork point/cap; x serial; bits)"
+                print(head)
+                print(f"{'T':>4} " + " ".join(f"{s:>22}" for s, _, _ in row))
+            base = row[0][1]
+            print(f"{T:>4} " + " ".join(f"{us:9.1f} {base / us:5.2f}x {'y' if ok else 'N':>5}"
+                                        for _, us, ok in row), flush=True)
+            differ |= not all(ok for _, _, ok in row)
+    if differ:
+        print("tune_fork: a setting's bits differ from serial's (N above)", file=sys.stderr)
+    return 1 if differ else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

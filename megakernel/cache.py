@@ -59,8 +59,8 @@ BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 # of 1 (T == 1) or TT_GEMV, the row re-read per tile. One kernel per GEMV for every batch (never
 # one per batch size: the bits differ, batch invariance would break). MK_GEMV_MMA overrides the
 # set: "0" none, "1" all, or a comma-separated list of names (`python -m megakernel.tools.gemv_choice`).
-ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda_g", "kda_fb",
-             "kda_out", "mla_a", "mla_g", "mla_qb", "mla_out")
+ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_x", "kda_in", "kda_g",
+             "kda_fb", "kda_out", "mla_x", "mla_a", "mla_g", "mla_qb", "mla_out")
 # The default: all of them. Alone (`python -m megakernel.tools.tune_gemv`, H200, NOTES.md) the
 # tensor-core kernel is 7-11x faster at batch 64 and 2-28% slower at batch 1 (its work comes in
 # tiles of 16 rows, the CUDA-core one's in single rows; PIPE = 1, the next blocks' weight loads
@@ -69,8 +69,8 @@ ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed", "kda_in", "kda
 # "other-GEMV us", one run, 2026-12-01 fourth session): bf16 1.06x / 1.13x faster at batch 8 /
 # 64 and 0.97x at batch 1; MXFP4 1.16x / 1.41x and 0.89x at batch 1 (a step that measured +-10%
 # between runs before). KDA's step: 1.9x / 6.3x at batch 8 / 64, 0.91x at 1 (`bench_kda`).
-# MK_GEMV_MMA=kda_in,kda_g,kda_fb,kda_out,mla_a,mla_g,mla_qb,mla_out keeps the MoE's on the CUDA
-# cores.
+# MK_GEMV_MMA=kda_x,kda_in,kda_g,kda_fb,kda_out,mla_x,mla_a,mla_g,mla_qb,mla_out keeps the MoE's
+# on the CUDA cores.
 DEFAULT_MMA = ALL_GEMVS
 
 
@@ -111,17 +111,19 @@ MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8)
     "gemv_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "out_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "out_routed": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "kda_x": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    # the rows of kda_x launched apart (kda.py "fork": the gate's on the side stream): kda_x's
+    # variant, so its K split, hence the same bits
     "kda_in": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    # the gate's rows of the same fused in-projection (kda.py), on the side stream: kda_in's
-    # variant (its K split, hence the bits of one launch)
     "kda_g": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
     "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     # MLA's: tune_gemv --PIPE 0,1 (fourth session): us at T = 1 / 64, CUDA-core kernel in
     # brackets: mla_a 50.4 / 108.9 (48.1 / 962.7), mla_qb 19.4 / 38.0 (15.1 / 296.7), mla_out
     # 46.3 / 89.4 (45.2 / 1008.1)
-    "mla_a": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    "mla_g": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),  # as kda_g
+    "mla_x": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "mla_a": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),  # as kda_in
+    "mla_g": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     "mla_qb": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
 }
@@ -201,10 +203,12 @@ GEMVS = {
     "gemv_shared": lambda dm: (2 * dm.Is, dm.d, False, 0),
     "out_shared": lambda dm: (dm.d, dm.Is, True, 0),
     "out_routed": lambda dm: (dm.d, dm.r, True, 0),
+    "kda_x": lambda kd: (kd.N, kd.d, True, 0),             # all of z
     "kda_in": lambda kd: (kd.NM, kd.d, True, 0, kd.N),     # z[:, :NM]
     "kda_g": lambda kd: (kd.P, kd.d, True, 0, kd.N),       # z[:, G0:]
     "kda_fb": lambda kd: (kd.P, kd.D, True, kd.N),     # over f_a, a column slice of kda_in's out
     "kda_out": lambda kd: (kd.d, kd.P, True, 0),
+    "mla_x": lambda md: (md.NA, md.d, True, 0),                 # all of z
     "mla_a": lambda md: (md.QL + md.C, md.d, True, 0, md.NA),   # z[:, :QL + C]
     "mla_g": lambda md: (md.H * md.V, md.d, True, 0, md.NA),    # z[:, QL + C:]
     "mla_qb": lambda md: (md.H * (md.NP + md.RP), md.QL, True, 0),
@@ -237,6 +241,7 @@ KERNELS = {
         dm, fmt, forced, T1, trace, gemv_mma),
     # KDA (kda.py; `dm` is then a dims.KdaDims): in-projection, f_b over the f_a columns, the
     # conv, the core, the gated norm, o_proj
+    "kda_x": lambda kd, **v: gemv_obj("kda_x", kd, **v),
     "kda_in": lambda kd, **v: gemv_obj("kda_in", kd, **v),
     "kda_g": lambda kd, **v: gemv_obj("kda_g", kd, **v),
     "kda_fb": lambda kd, **v: gemv_obj("kda_fb", kd, **v),
@@ -245,6 +250,7 @@ KERNELS = {
     "kda_norm": lambda kd: KdaNorm(kd),
     "kda_out": lambda kd, **v: gemv_obj("kda_out", kd, **v),
     # MLA (mla.py; `dm` is then a dims.MlaDims)
+    "mla_x": lambda md, **v: gemv_obj("mla_x", md, **v),
     "mla_a": lambda md, **v: gemv_obj("mla_a", md, **v),
     "mla_g": lambda md, **v: gemv_obj("mla_g", md, **v),
     "mla_norm": lambda md: MlaNorm(md),
@@ -258,8 +264,8 @@ KERNELS = {
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
     "gemv": lambda shape, **v: _gemv(*shape, **v),
 }
-KDA_GEMVS = ("kda_in", "kda_g", "kda_fb", "kda_out")
-MLA_GEMVS = ("mla_a", "mla_g", "mla_qb", "mla_out")
+KDA_GEMVS = ("kda_x", "kda_in", "kda_g", "kda_fb", "kda_out")
+MLA_GEMVS = ("mla_x", "mla_a", "mla_g", "mla_qb", "mla_out")
 
 
 def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None):

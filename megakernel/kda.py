@@ -1,7 +1,8 @@
-"""The KDA decode step (K3_SPEC 4) on the GPU: seven launches, the output gate's GEMV on a side
-stream (side_stream.py) beside the main chain.
+"""The KDA decode step (K3_SPEC 4) on the GPU: six launches on the caller's stream ("fused"), or
+seven with the output gate's GEMV on a side stream beside the chain ("fork", below).
 
-  main stream                                                         side stream
+  fused: 0 kda_x  z = bf16(x [W_q | W_k | W_v | W_fa | W_b | W_g]^T), then 1-5
+  fork: main stream                                                   side stream
   0 kda_in    z[:, :NM] = bf16(x [W_q | W_k | W_v | W_fa | W_b]^T)  Gemv    kda_g  z[:, G0:] =
   1 kda_fb    graw = bf16(f_a W_fb^T), f_a = z[:, FA0 : FA0 + D]    Gemv           bf16(x W_g^T)
   2 kda_conv  y = bf16(silu(short conv)) of q|k|v, the conv state shifted  k_kda_conv.py
@@ -10,11 +11,12 @@ stream (side_stream.py) beside the main chain.
   4 kda_norm  normed = gated RMSNorm(o), the gate z[:, G0:]            k_kda_norm.py
   5 kda_out   out = bf16(normed W_o^T)                                 Gemv
 
-kda_in and kda_g are the rows of one fused in-projection written into the columns of one buffer
-z = [q | k | v | f_a | beta_raw | g] (dims.KdaDims; ldy): each row's dot is the one a single
-launch computes, so the split changes no bit. The gate (176 MB at full dims) is read only by
-the gated norm, so it streams while f_b -> conv -> core wait on latencies (`streams`, `fork`
-("start" / "after_in"), `side_ctas_per_sm` as in mla.py; `python -m megakernel.tools.tune_fork`).
+kda_in and kda_g are the rows of kda_x (one weight tensor, three views) written into the columns
+of one buffer z = [q | k | v | f_a | beta_raw | g] (dims.KdaDims; ldy): each row's dot is the
+same in every launch, so the modes share their bits. The gate (176 MB at full dims) is read only
+by the gated norm, so in "fork" it streams while f_b -> conv -> core wait on latencies
+(`streams`, `fork` ("start" / "after_in"), `side_ctas_per_sm` as in mla.py; the default mode is
+the one measured faster, `python -m megakernel.tools.tune_fork`).
 The GEMVs are the MoE's (cache.gemv_variant: k_gemv_mma.py on the tensor cores, a fixed K
 order whatever the batch); the other kernels work per token: the step is batch-invariant and
 deterministic, as the backend declares. Null tokens (state_idx <= 0) get zero intermediates, so
@@ -28,16 +30,18 @@ from megakernel.launch_streams import FULL_GRID
 
 CHAIN = ("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out")
 SIDE = ("kda_g",)
-STAGES = CHAIN[:1] + SIDE + CHAIN[1:]          # the serial order
+FUSED = "kda_x"                                # kda_in and kda_g in one launch
+STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:]     # every launch name, either mode
 FORKS = {"start": None, "after_in": "kda_in"}  # where the side starts -> side_stream.plan
 # `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims; us at batch 1 / 8 /
 # 64): serial 249.5 / 289.1 / 750.9; start, no cap 240.9 / 280.7 / 693.6; start/2 246.1 / 282.5 /
 # 696.4; start/4 243.3 / 281.1 / 694.7; after_in/0 243.7 / 280.7 / 729.5 (NOTES.md)
-FORK, SIDE_CTAS_PER_SM = "start", 0
+STREAMS, FORK, SIDE_CTAS_PER_SM = "fork", "start", 0
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")
 # stage -> {kernel argument: buffer} (the generic Gemv's arguments w, x, y)
 BIND = {
-    "kda_in": dict(w="w_in", x="x", y="z", ctas="full_grid"),
+    "kda_x": dict(w="w_x", x="x", y="z", ctas="full_grid"),
+    "kda_in": dict(w="w_x", x="x", y="z", ctas="full_grid"),
     "kda_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
     "kda_fb": dict(w="w_fb", x="f_a", y="graw", ctas="full_grid"),
     "kda_out": dict(w="w_o", x="normed", y="out", ctas="full_grid"),
@@ -49,7 +53,7 @@ class KdaStep:
     def __init__(self, kd, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
         """streams, fork, side_ctas_per_sm: as mla.MlaStep's (None: the module's defaults)."""
         self.kd, self.device = kd, device
-        self.streams = streams or side_stream.mode_from_env()
+        self.streams = streams or side_stream.mode_from_env(STREAMS)
         self.fork = fork or FORK
         self.side_ctas_per_sm = SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
         if self.streams not in side_stream.MODES or self.fork not in FORKS:
@@ -58,10 +62,11 @@ class KdaStep:
         w = {n: t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         f32 = lambda t: t.to(torch.float32).contiguous()          # noqa: E731
+        # z's column order (dims.KdaDims); kda_in takes the first NM rows, kda_g the rest (views)
+        w_x = bf(torch.cat([w[n + ".weight"] for n in ("q_proj", "k_proj", "v_proj", "f_a",
+                                                       "b_proj", "g_proj")]))
         self._weights = dict(
-            w_in=bf(torch.cat([w[n] for n in ("q_proj.weight", "k_proj.weight", "v_proj.weight",
-                                              "f_a.weight", "b_proj.weight")])),
-            w_g=bf(w["g_proj.weight"]), w_fb=bf(w["f_b.weight"]), w_o=bf(w["o_proj.weight"]),
+            w_x=w_x, w_g=w_x[kd.G0:], w_fb=bf(w["f_b.weight"]), w_o=bf(w["o_proj.weight"]),
             conv_w=f32(w["conv.weight"].reshape(3 * kd.P, kd.W)),
             a_log=f32(w["A_log"].reshape(-1)[:kd.H]),             # per head: the first H entries
             dt_bias=f32(w["dt_bias"]), o_norm=bf(w["o_norm.weight"]))
@@ -71,7 +76,13 @@ class KdaStep:
                      if torch.device(device).type == "cuda" else 0)
 
     def plan(self):
+        if self.streams == "fused":
+            return side_stream.fused_plan(FUSED, CHAIN)
         return side_stream.plan(CHAIN, SIDE, "kda_norm", FORKS[self.fork])
+
+    def launches(self):
+        """The launch names of the current mode, in order (the benches time each alone)."""
+        return side_stream.launches(self.plan())
 
     def scratch(self, T):
         s = self._scratch.get(T)

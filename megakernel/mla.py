@@ -1,7 +1,8 @@
-"""The gated MLA decode step (K3_SPEC 3) on the GPU: eight launches, the gate's GEMV on a side
-stream (side_stream.py) beside the main chain.
+"""The gated MLA decode step (K3_SPEC 3) on the GPU: seven launches on the caller's stream
+("fused"), or eight with the gate's GEMV on a side stream beside the chain ("fork", below).
 
-  main stream                                                                side stream
+  fused: 0 mla_x  z = [q_c | kv_c | k_pe | gz] = bf16(x [W_q_a | W_kv_a | W_g]^T), then 1-6
+  fork: main stream                                                          side stream
   0 mla_a       [q_c | kv_c | k_pe] = bf16(x [W_q_a | W_kv_a]^T)    GEMV     mla_g  gz = bf16(x W_g^T)
   1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]    k_mla_norm.py    (z's last H V
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]              GEMV              columns)
@@ -12,12 +13,12 @@ stream (side_stream.py) beside the main chain.
   5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
   6 mla_out     out = bf16(gated W_o^T)                             GEMV
 
-mla_a and mla_g are the rows of one fused x-side projection [q_a | kv_a | g] written into the
-columns of one buffer z (ldy): each row's dot is the same as in one launch, so the split changes
-no bit. The gate (176 MB at full dims) is read only by the merge, so it streams while the chain
-norm -> q_b -> absorb -> attention waits on latencies (`streams="serial"`: all on one stream, in
-the same order; `fork`: the side starts beside mla_a ("start") or after it ("after_a");
-`side_ctas_per_sm`: a cap on its grid, 0 = none; `python -m megakernel.tools.tune_fork`).
+mla_a and mla_g are the rows of mla_x (one weight tensor, three views) written into the columns
+of the same buffer z (ldy): each row's dot is the same in every launch, so the modes share their
+bits. The gate (176 MB at full dims) is read only by the merge, so in "fork" it streams while
+the chain norm -> q_b -> absorb -> attention waits on latencies; `fork`: the side starts beside
+mla_a ("start") or after it ("after_a"); `side_ctas_per_sm`: a cap on its grid, 0 = none. The
+default mode is the one measured faster (`python -m megakernel.tools.tune_fork`, below).
 
 Each token row is one sequence with its own cache [Lcap, C] and length L_t (k3diff.stages: the
 mla stage's kv_cache [T, Lcap, R + RP], cache_lens [T]); row L_t is written in place, no other
@@ -33,17 +34,19 @@ from megakernel.launch_streams import FULL_GRID
 
 CHAIN = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
 SIDE = ("mla_g",)
-STAGES = CHAIN[:1] + SIDE + CHAIN[1:]          # the serial order
+FUSED = "mla_x"                                # mla_a and mla_g in one launch
+STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:]     # every launch name, either mode
 FORKS = {"start": None, "after_a": "mla_a"}    # where the side starts -> side_stream.plan
 # `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, 1k cache; us at batch
 # 1 / 8 / 64): serial 167.1 / 258.9 / 997.9; start, no cap 158.3 / 247.5 / 945.2; start, 2 CTAs
 # per SM 153.8 / 235.6 / 947.6; start/4 153.9 / 240.0 / 947.3; after_a/0 162.3 / 247.7 / 953.5;
 # after_a/2 169.6 / 232.3 / 954.3 (NOTES.md)
-FORK, SIDE_CTAS_PER_SM = "start", 2
+STREAMS, FORK, SIDE_CTAS_PER_SM = "fork", "start", 2
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
 BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
-    "mla_a": dict(w="w_a", x="x", y="z", ctas="full_grid"),
+    "mla_x": dict(w="w_x", x="x", y="z", ctas="full_grid"),
+    "mla_a": dict(w="w_x", x="x", y="z", ctas="full_grid"),
     "mla_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
     "mla_qb": dict(w="w_qb", x="qc", y="q", ctas="full_grid"),
     "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
@@ -52,10 +55,10 @@ BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
 
 class MlaStep:
     def __init__(self, md, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
-        """streams: "fork" or "serial" (None: side_stream.mode_from_env()); fork, side_ctas_per_sm:
-        the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM)."""
+        """streams: "fused" or "fork" (None: side_stream.mode_from_env(STREAMS)); fork,
+        side_ctas_per_sm: the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM)."""
         self.md, self.device = md, device
-        self.streams = streams or side_stream.mode_from_env()
+        self.streams = streams or side_stream.mode_from_env(STREAMS)
         self.fork = fork or FORK
         self.side_ctas_per_sm = SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
         if self.streams not in side_stream.MODES or self.fork not in FORKS:
@@ -63,16 +66,23 @@ class MlaStep:
                              f"{tuple(FORKS)}; got {self.streams!r}, {self.fork!r}")
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
-        self._weights = dict(w_a=bf(torch.cat([w["q_a"], w["kv_a"]])), w_g=bf(w["g"]),
-                             w_qb=bf(w["q_b"]), kv_b=bf(w["kv_b"]), w_o=bf(w["o"]),
-                             q_norm=bf(w["q_a_norm"]), kv_norm=bf(w["kv_a_norm"]))
+        w_x = bf(torch.cat([w["q_a"], w["kv_a"], w["g"]]))      # mla_a: its first rows (a view)
+        self._weights = dict(w_x=w_x, w_g=w_x[md.QL + md.C:], w_qb=bf(w["q_b"]),
+                             kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
+                             kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
         self._streams = side_stream.TwoStreams(device)
         self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
                      if torch.device(device).type == "cuda" else 0)
 
     def plan(self):
+        if self.streams == "fused":
+            return side_stream.fused_plan(FUSED, CHAIN)
         return side_stream.plan(CHAIN, SIDE, "mla_merge", FORKS[self.fork])
+
+    def launches(self):
+        """The launch names of the current mode, in order (the benches time each alone)."""
+        return side_stream.launches(self.plan())
 
     def scratch(self, T, NS):
         s = self._scratch.get((T, NS))

@@ -10,20 +10,38 @@ latencies (the MoE does the same with its shared experts: launch_streams.py).
 
 A plan is a list of (what, stage): ("main", s) / ("side", s) enqueue launch s on that stream;
 ("fork", None): the side waits for what the main stream has enqueued so far; ("join", None):
-the main stream waits for what the side has enqueued so far. The same plan run `serial` puts
-every launch on the caller's stream in the plan's order. Per stream the same kernels run in the
-same order, and no two launches of a plan write the same bytes, so every mode gives the same
-bits (tests/megakernel/test_mk_mla_gpu.py, test_mk_kda_gpu.py).
+the main stream waits for what the side has enqueued so far. The other mode, "fused", is the
+step without a side stream: the x-side projection as one GEMV over all its rows (gate included),
+then the chain, all on the caller's stream (`fused_plan`). Each row's dot is the same whichever
+GEMV launch holds it (one K split per GEMV, the same for the three), no two launches of a plan
+write the same bytes, so every mode gives the same bits
+(tests/megakernel/test_mk_side_stream_gpu.py). Which mode is faster is measured
+(`python -m megakernel.tools.tune_fork`), and each step's default says so.
 """
 import os
 
-MODES = ("fork", "serial")
+MODES = ("fused", "fork")
 
 
-def mode_from_env() -> str:
-    """MEGAKERNEL_STREAMS=serial puts the attention steps on one stream too (the MoE's "fork" and
-    "persistent" both leave them forked)."""
-    return "serial" if os.environ.get("MEGAKERNEL_STREAMS") == "serial" else "fork"
+def mode_from_env(default: str) -> str:
+    """MEGAKERNEL_ATTN_STREAMS (fused | fork) overrides the attention steps' default;
+    MEGAKERNEL_STREAMS=serial (everything on one stream) means fused for them too."""
+    v = os.environ.get("MEGAKERNEL_ATTN_STREAMS")
+    if v:
+        if v not in MODES:
+            raise ValueError(f"MEGAKERNEL_ATTN_STREAMS: {' or '.join(MODES)}; got {v!r}")
+        return v
+    return "fused" if os.environ.get("MEGAKERNEL_STREAMS") == "serial" else default
+
+
+def fused_plan(fused, chain):
+    """The step without a side stream: launch `fused` in place of chain[0], then the chain."""
+    return [("main", fused)] + [("main", s) for s in chain[1:]]
+
+
+def launches(steps):
+    """The stage names of a plan, in its order."""
+    return tuple(s for _, s in steps if s is not None)
 
 
 def plan(chain, side, join_before, fork_after=None):
@@ -54,11 +72,10 @@ class TwoStreams:
     def run(self, steps, go, mode):
         """Enqueue `steps` (a plan): go(stage, stream handle) enqueues one launch."""
         import torch
-        if mode == "serial":
+        if mode == "fused":
             st = torch.cuda.current_stream().cuda_stream
-            for what, s in steps:
-                if s is not None:
-                    go(s, st)
+            for s in launches(steps):
+                go(s, st)
             return
         if self._pair is None:        # lower number = higher priority
             self._pair = (torch.cuda.Stream(self.device, priority=-1),

@@ -5,8 +5,8 @@ states in fresh slots per step so no state is read from L2 warm. Roofline = the 
 must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
 in the same run.
-Then each of the seven launches alone, the same way (over the scratch the full steps left), and
-the step on one stream (the gate's GEMV not on the side stream, kda.py); torch
+Then each launch alone, the same way (over the scratch the full steps left), and the step in the
+other stream mode (kda.py: "fused" or "fork"); torch
 eager and torch.compile (k3diff's torch-blocked KDA step, timed with events: it syncs on the live
 rows) as "x eager" / "x compile", their time over the step's; and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
@@ -20,7 +20,7 @@ import torch
 
 from megakernel import cache
 from megakernel.dims import KDA_FULL, KDA_SMALL
-from megakernel.kda import STAGES, KdaStep
+from megakernel.kda import KdaStep
 from megakernel.tools.bench import copy_bw, eager_and_compiled_us, time_events
 
 DEV = torch.device("cuda")
@@ -124,19 +124,20 @@ def main(argv=None) -> int:
             x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
             idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
             us = {only: graph_us(lambda i, only=only: step.launch(x, conv, rec, idx[i], stages=only), R)
-                  for only in (None,) + tuple((n,) for n in STAGES)}
+                  for only in (None,) + tuple((n,) for n in step.launches())}
             # the same step with KDA's GEMVs all on the other kernel (the CUDA-core k_gemv.py when
             # the tensor-core k_gemv_mma.py is the default, cache.DEFAULT_MMA), in the same run
             with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
                 alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
-            # and every launch on one stream (the gate's GEMV not beside the chain)
-            mode, step.streams = step.streams, "serial"
+            # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
+            mode = step.streams
+            step.streams = other = "fork" if mode == "fused" else "fused"
             one = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             step.streams = mode
             mb = step_bytes(kd, T)
-            alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
+            alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
-            alone += f"  on one stream {one:.1f} ({mode}: x{one / us[None]:.2f})"
+            alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
             te, tc = (float("nan"),) * 2 if a.no_torch else torch_us(kd, dn, w, T, not a.no_compile)

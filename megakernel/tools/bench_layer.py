@@ -10,8 +10,8 @@ step's, as bench_kda / bench_mla count them; the MoE's, as bench.py counts them 
 experts the kernel's schedule streamed; AttnRes's sources read and rows written) over the copy
 bandwidth measured in the same run. "attn", "moe" and "2 AttnRes": the attention step, the MoE
 and the two AttnRes launches alone (their own graphs, same inputs), and their sum, so what the
-layer's own launches cost shows; "1-stream attn": the layer with the attention's gate GEMV on the
-caller's stream (side_stream.py), not beside its chain. Torch: k3diff's torch-blocked
+layer's own launches cost shows; "other attn": the layer with the attention step in its other
+stream mode ("fused" or "fork", side_stream.py). Torch: k3diff's torch-blocked
 AttnRes and attention with bench.py's eager MoE (TorchMoE), eager and under torch.compile
 (dynamic shapes), timed with events without a graph (host syncs): "x eager" / "x compile",
 their time over the layer's.
@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     tm = TorchMoE(dm, step.moe)
     print(f"{'layer':9} {'T':>4} {'us':>9} {'MB':>8} {'roofline':>9} {'x eager':>8} "
           f"{'x compile':>9}  {'attn us':>8} {'moe us':>8} {'2 AttnRes':>9} {'sum':>8} "
-          f"{'1-stream attn':>13}  distinct experts")
+          f"{'other attn':>10}  distinct experts")
     for i in pick_layers(cfg):
         kind = "kda" if cfg.is_kda_layer(i) else "mla"
         nb = -(-i // cfg.attn_res_block_size)
@@ -151,7 +151,8 @@ def main(argv=None) -> int:
             torch.cuda.synchronize()
             us = graph_us(lambda r: step.launch(ins[r], out), R)
             att = step.kda if kind == "kda" else step.mla
-            mode, att.streams = att.streams, "serial"     # the attention on one stream
+            mode = att.streams                # the attention in its other stream mode
+            att.streams = "fork" if mode == "fused" else "fused"
             one = graph_us(lambda r: step.launch(ins[r], out), R)
             att.streams = mode
             if kind == "kda":
@@ -175,7 +176,7 @@ def main(argv=None) -> int:
                                            not a.no_compile)
             print(f"{kind} {i:<5} {T:>4} {us:9.1f} {mb / 1e6:8.1f} {mb / (us * 1e-6) / bw:8.1%} "
                   f"{te / us:8.2f} {tc / us:9.2f}  {a_us:8.1f} {m_us:8.1f} {r_us:9.1f} "
-                  f"{a_us + m_us + r_us:8.1f} {one:13.1f}  {nexp}",
+                  f"{a_us + m_us + r_us:8.1f} {one:10.1f}  {nexp}",
                   flush=True)
             ins = base = out = None        # free before the next batch's buffers
             torch.cuda.empty_cache()

@@ -4,10 +4,10 @@ Method as bench_kda.py's: R steps captured in one CUDA graph, the replay timed w
 median of 5; every token row is one sequence of the given cache length. Roofline = the bytes the
 step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
 cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
-each of the eight launches alone, the step with its four GEMVs on the other GEMV kernel
+each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
-k_mla_attn_mma.py: cache.MLA_MMA), the step on one stream (the gate's GEMV not on the side
-stream: "x" is its time over the default's), and torch eager and torch.compile (dynamic shapes): k3diff's
+k_mla_attn_mma.py: cache.MLA_MMA), the step in the other stream mode (mla.py: "fused" or "fork";
+"x" is its time over the default's), and torch eager and torch.compile (dynamic shapes): k3diff's
 torch-blocked MLA (absorbed, split over the cache, cuBLAS projections; host loops, so timed
 with events without a graph), as "x torch" / "x compile", their time over the step's.
 """
@@ -18,7 +18,7 @@ import torch
 
 from megakernel import cache as kcache
 from megakernel.dims import MLA_FULL, MLA_SMALL
-from megakernel.mla import STAGES, MlaStep
+from megakernel.mla import MlaStep
 from megakernel.tools.bench import copy_bw, eager_and_compiled_us
 from megakernel.tools.bench_kda import graph_us
 
@@ -82,23 +82,24 @@ def main(argv=None) -> int:
                 ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
                 us = {only: graph_us(lambda i, only=only: step.launch(x, cache, ln[i], stages=only,
                                                            max_len=L + R), R)
-                      for only in (None,) + tuple((n,) for n in STAGES)}
+                      for only in (None,) + tuple((n,) for n in step.launches())}
                 # the same step with MLA's GEMVs all on the other kernel, in the same run
                 with kcache.other_gemv_kernel(kcache.MLA_GEMVS) as mma_now:
                     alt = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 # and with the other attention kernel (k_mla_attn.py / k_mla_attn_mma.py)
                 with kcache.other_mla_attention():
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
-                # and every launch on one stream (the gate's GEMV not beside the chain)
-                mode, step.streams = step.streams, "serial"
+                # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
+                mode = step.streams
+                step.streams = other = "fork" if mode == "fused" else "fused"
                 one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 step.streams = mode
                 tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
-                alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in STAGES)
+                alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
                 alone += (f"  step with the attention on the {'CUDA' if kcache.MLA_MMA else 'tensor'} "
-                          f"cores {alt_at:.1f}  on one stream {one:.1f} ({mode}: x{one / us[None]:.2f})")
+                          f"cores {alt_at:.1f}  {other} {one:.1f} (x{one / us[None]:.2f})")
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
                       f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f} "
                       f"{tc / us[None]:9.2f}  {alone}",

@@ -1,7 +1,7 @@
 """python -m megakernel.tools.timeline: when each launch of one step runs, from a CUPTI trace of
 CUDA graph replays (full dims). --step moe (--fmt, --T, --modes: the MoE's stream settings,
-moe.LatentMoE) or mla / kda (--T, --len for MLA's cache, --modes: serial or fork/side CTAs per SM,
-mla.MlaStep / kda.KdaStep). Prints, for one step in the middle of the replays, every kernel's
+moe.LatentMoE) or mla / kda (--T, --len for MLA's cache, --modes: fused, or fork point/side CTAs
+per SM, mla.MlaStep / kda.KdaStep). Prints, for one step in the middle of the replays, every kernel's
 start, end and duration relative to the step's first kernel, and writes
 $OUT/timeline_<step>_T<T>.txt.
 """
@@ -23,20 +23,22 @@ def moe_runner(a):
     xs = [torch.randn(a.T, FULL.d, device=DEV).to(torch.bfloat16) for _ in range(R)]
 
     def setting(mode):
+        """-> kernels per step"""
         if mode == "serial":
             moe.streams = "serial"
         else:
             f, g, c = mode.split("/")
             moe.streams, moe.fork, moe.gate, moe.side_ctas_per_sm = "fork", f, g, int(c)
-    return setting, (lambda i: moe.launch(xs[i])), len(STAGES)
+        return len(STAGES)
+    return setting, (lambda i: moe.launch(xs[i]))
 
 
 def attn_runner(a):
-    """The MLA or KDA step's setting switch, its i-th step (fresh cache rows / state slots per
-    step, as bench_mla / bench_kda) and its launches per step."""
+    """The MLA or KDA step's setting switch (-> its launches per step) and its i-th step (fresh
+    cache rows / state slots per step, as bench_mla / bench_kda)."""
     if a.step == "mla":
         from megakernel.dims import MLA_FULL as md
-        from megakernel.mla import STAGES, MlaStep
+        from megakernel.mla import MlaStep
         from megakernel.tools.bench_mla import draw_weights as dw
         step = MlaStep(md, dw(md), DEV)
         cache = torch.randn(a.T, a.len + R + 1, md.C, device=DEV).to(torch.bfloat16)
@@ -45,7 +47,7 @@ def attn_runner(a):
         run = lambda i: step.launch(x, cache, ln[i], max_len=a.len + R)  # noqa: E731
     else:
         from megakernel.dims import KDA_FULL as kd
-        from megakernel.kda import STAGES, KdaStep
+        from megakernel.kda import KdaStep
         from megakernel.tools.bench_kda import draw_weights as dw
         step = KdaStep(kd, dw(kd), DEV)
         S = R * a.T + 1
@@ -56,12 +58,13 @@ def attn_runner(a):
         run = lambda i: step.launch(x, conv, rec, idx[i])  # noqa: E731
 
     def setting(mode):
-        if mode == "serial":
-            step.streams = "serial"
+        if mode == "fused":
+            step.streams = "fused"
         else:
             f, c = mode.split("/")
             step.streams, step.fork, step.side_ctas_per_sm = "fork", f, int(c)
-    return setting, run, len(STAGES)
+        return len(step.launches())
+    return setting, run
 
 
 def main(argv=None):
@@ -72,17 +75,18 @@ def main(argv=None):
     ap.add_argument("--len", type=int, default=1024, help="mla: the cache length")
     ap.add_argument("--modes", default="",
                     help="comma-separated: moe fork/gate/side CTAs per SM (default start/none/0), "
-                         "mla / kda fork/side CTAs per SM (default start/0), or serial")
+                         "or serial; mla / kda fork point/side CTAs per SM (default start/0), "
+                         "or fused")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("timeline: needs a CUDA GPU", file=sys.stderr)
         return 2
     modes = a.modes or ("start/none/0" if a.step == "moe" else "start/0")
-    setting, run, n = moe_runner(a) if a.step == "moe" else attn_runner(a)
+    setting, run = moe_runner(a) if a.step == "moe" else attn_runner(a)
     label = f"{a.fmt}, T={a.T}" if a.step == "moe" else f"{a.step}, T={a.T}"
     log = out_log(f"timeline_{a.step if a.step != 'moe' else a.fmt}_T{a.T}.txt")
     for mode in modes.split(","):
-        setting(mode)
+        n = setting(mode)
         for line in [f"== {mode}"] + trace(run, n, label):
             log(line)
     return 0

@@ -1,12 +1,12 @@
 """python -m megakernel.tools.tune_fork: the MLA and KDA steps' side stream, every setting side by side.
 
-The output gate's GEMV (mla_g / kda_g) runs on a side stream beside the chain of latency-bound
-launches (megakernel/side_stream.py). Settings: "serial" (all on one stream, the order of one
-fused projection), or forked at the start (beside the first GEMV) or after it, each with the
-side's grid capped at C CTAs per SM (0 = no cap). Method as bench_mla.py's: R steps in one CUDA
+Settings: "fused" (the x-side projection, gate included, as one GEMV, then the chain, all on
+the caller's stream), or "fork": the output gate's GEMV (mla_g / kda_g) on a side stream beside
+the chain of latency-bound launches (megakernel/side_stream.py), forked at the start (beside the
+first GEMV) or after it, each with the side's grid capped at C CTAs per SM (0 = no cap). Method as bench_mla.py's: R steps in one CUDA
 graph, the replay timed with events, median of 5, full dims; MLA with every sequence at the given
-cache length. Every setting's outputs, cache and states are compared bitwise with serial's
-(the "bits" column: y = equal). Prints us per step and each setting over serial.
+cache length. Every setting's outputs, cache and states are compared bitwise with fused's
+(the "bits" column: y = equal). Prints us per step and each setting's speed-up over fused.
 """
 import argparse
 import sys
@@ -17,7 +17,7 @@ DEV = torch.device("cuda")
 
 
 def settings(caps, forks):
-    out = [("serial", "start", 0)]
+    out = [("fused", "start", 0)]
     for f in forks:
         for c in caps:
             out.append(("fork", f, c))
@@ -68,7 +68,7 @@ def _kda(batches, sets, R):
 
 
 def _row(step, sets, forks, bits, timed):
-    """[(setting, us, bits equal to serial's)] for one batch. Every setting's bits are taken
+    """[(setting, us, bits equal to fused's)] for one batch. Every setting's bits are taken
     before any is timed: the timed replays update the caches and states in place."""
     conf = []
     for streams, fork, cap in sets:
@@ -84,7 +84,7 @@ def _row(step, sets, forks, bits, timed):
         step.streams, step.fork, step.side_ctas_per_sm = streams, fork, cap
         same = all(torch.equal(a.view(torch.uint8), b.view(torch.uint8))
                    for a, b in zip(snaps[0], got))
-        out.append((streams if streams == "serial" else f"{fork}/{cap}", timed(), same))
+        out.append((streams if streams == "fused" else f"{fork}/{cap}", timed(), same))
     return out
 
 
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
         head = None
         for T, row in rows:
             if head is None:
-                head = f"{name} (us; fork point/cap; x serial; bits)"
+                head = f"{name} (us; fork point/cap; x fused; bits)"
                 print(head)
                 print(f"{'T':>4} " + " ".join(f"{s:>22}" for s, _, _ in row))
             base = row[0][1]
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
                                         for _, us, ok in row), flush=True)
             differ |= not all(ok for _, _, ok in row)
     if differ:
-        print("tune_fork: a setting's bits differ from serial's (N above)", file=sys.stderr)
+        print("tune_fork: a setting's bits differ from fused's (N above)", file=sys.stderr)
     return 1 if differ else 0
 
 

@@ -49,13 +49,21 @@ def recorder(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("layer_idx,expect", [
-    (0, ["attn_res", "kda_g+", "kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out",
-         "attn_res", "gemv_shared", "shared_act", "out_shared"]),  # KDA, dense MLP, block write
-    (3, ["attn_res", "mla_g+", "mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn_mma",
-         "mla_merge", "mla_out", "attn_res", "moe"]),               # MLA, MoE
-])
-def test_layer_launches_bind_every_kernel_argument(recorder, layer_idx, expect):
+FORKED = {0: ["attn_res", "kda_g+", "kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm",
+              "kda_out", "attn_res", "gemv_shared", "shared_act", "out_shared"],
+          3: ["attn_res", "mla_g+", "mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn_mma",
+              "mla_merge", "mla_out", "attn_res", "moe"]}
+FUSED = {0: ["attn_res", "kda_x", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out",
+             "attn_res", "gemv_shared", "shared_act", "out_shared"],
+         3: ["attn_res", "mla_x", "mla_norm", "mla_qb", "mla_absorb", "mla_attn_mma",
+             "mla_merge", "mla_out", "attn_res", "moe"]}
+
+
+@pytest.mark.parametrize("mode", ["fork", "fused"])
+@pytest.mark.parametrize("layer_idx", [0, 3])      # KDA + dense MLP + block write; MLA + MoE
+def test_layer_launches_bind_every_kernel_argument(recorder, monkeypatch, mode, layer_idx):
+    monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", mode)
+    expect = (FORKED if mode == "fork" else FUSED)[layer_idx]
     from k3diff.case import Case
     from k3diff.materialize import materialize
     from k3diff.stages import OUTPUTS

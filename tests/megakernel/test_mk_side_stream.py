@@ -1,6 +1,7 @@
-"""CPU: the attention steps' side-stream plans (megakernel/side_stream.py): every launch of the
-step exactly once, the side forked before its launches, and joined after all of them and before
-the first launch that reads what the side writes; serial runs in the plan's order."""
+"""CPU: the attention steps' plans (megakernel/side_stream.py): forked, every launch of the step
+exactly once, the side forked before its launches, and joined after all of them and before the
+first launch that reads what the side writes; fused, the one x-side GEMV then the chain; the
+mode switches."""
 import pytest
 
 from megakernel import side_stream
@@ -27,11 +28,11 @@ def test_every_fork_point_gives_a_sound_plan(step):
     for fork in m.FORKS.values():
         steps = side_stream.plan(m.CHAIN, m.SIDE, join, fork)
         _check(steps, m.CHAIN, m.SIDE, join)
-        # serial order = the plan's launches in order
-        assert [s for _, s in steps if s is not None][:2] == (
-            [m.SIDE[0], m.CHAIN[0]] if fork is None else [m.CHAIN[0], m.SIDE[0]])
-    assert m.STAGES == tuple(s for _, s in side_stream.plan(m.CHAIN, m.SIDE, join, m.CHAIN[0])
-                             if s is not None)
+        assert side_stream.launches(steps)[:2] == (
+            (m.SIDE[0], m.CHAIN[0]) if fork is None else (m.CHAIN[0], m.SIDE[0]))
+    fused = side_stream.fused_plan(m.FUSED, m.CHAIN)
+    assert fused == [("main", s) for s in (m.FUSED,) + m.CHAIN[1:]]
+    assert set(m.STAGES) == set(m.CHAIN + m.SIDE + (m.FUSED,))
 
 
 def test_a_join_before_the_fork_is_refused():
@@ -40,8 +41,16 @@ def test_a_join_before_the_fork_is_refused():
 
 
 def test_mode_from_env(monkeypatch):
+    monkeypatch.delenv("MEGAKERNEL_ATTN_STREAMS", raising=False)
     monkeypatch.setenv("MEGAKERNEL_STREAMS", "serial")
-    assert side_stream.mode_from_env() == "serial"
+    assert side_stream.mode_from_env("fork") == "fused"
     for v in ("fork", "persistent"):
         monkeypatch.setenv("MEGAKERNEL_STREAMS", v)
-        assert side_stream.mode_from_env() == "fork"
+        assert side_stream.mode_from_env("fork") == "fork"
+        assert side_stream.mode_from_env("fused") == "fused"
+    for v in side_stream.MODES:
+        monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", v)
+        assert side_stream.mode_from_env("fork") == v
+    monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", "serial")
+    with pytest.raises(ValueError, match="MEGAKERNEL_ATTN_STREAMS"):
+        side_stream.mode_from_env("fork")

@@ -1,7 +1,8 @@
 """GPU: the attention steps' side stream (megakernel/side_stream.py) changes no bit. The MLA and KDA
 steps at full dims, batch 1 and 9, give the same bits in every intermediate and in the caches /
-states they update in place, whatever the stream mode, the fork point and the cap on the side's
-grid (a cap below the gate's row tiles makes its CTAs loop), and under CUDA graph replay."""
+states they update in place, whatever the stream mode (the fused x-side GEMV or its rows in two
+launches), the fork point and the cap on the side's grid (a cap below the gate's row tiles makes
+its CTAs loop), and under CUDA graph replay."""
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 
 DEV = torch.device("cuda")
-MODES = [("serial", "start", 0), ("fork", "start", 0), ("fork", "start", 1), ("fork", None, 0)]
+MODES = [("fused", "start", 0), ("fork", "start", 0), ("fork", "start", 1), ("fork", None, 0)]
 
 
 def _modes(step, fork_after):

@@ -33,10 +33,14 @@ SIDE = ("kda_g",)
 FUSED = "kda_x"                                # kda_in and kda_g in one launch
 STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:]     # every launch name, either mode
 FORKS = {"start": None, "after_in": "kda_in"}  # where the side starts -> side_stream.plan
-# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims; us at batch 1 / 8 /
-# 64): serial 249.5 / 289.1 / 750.9; start, no cap 240.9 / 280.7 / 693.6; start/2 246.1 / 282.5 /
-# 696.4; start/4 243.3 / 281.1 / 694.7; after_in/0 243.7 / 280.7 / 729.5 (NOTES.md)
-STREAMS, FORK, SIDE_CTAS_PER_SM = "fork", "start", 0
+# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, one run; us at batch
+# 1 / 8 / 64): fused 245.6 / 284.3 / 692.4; fork start, no cap 245.4 / 283.4 / 688.7; start, 2
+# CTAs per SM 247.2 / 285.3 / 688.7; after_in/0 248.1 / 282.8 / 720.0. bench_kda, another run:
+# fork 250.7 / 283.7 / 686.8 against fused 250.5 / 284.6 / 691.9. The fork gains nothing at
+# batch 1 and 8: the chain it could hide (f_b, conv, core) is ~10 us in a trace, and the two
+# GEMVs side by side end later (193.5 us) than one after the other (189.3), so the default is
+# the fused launch (timeline, NOTES.md)
+STREAMS, FORK, SIDE_CTAS_PER_SM = "fused", "start", 0
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")
 # stage -> {kernel argument: buffer} (the generic Gemv's arguments w, x, y)
 BIND = {

@@ -37,10 +37,12 @@ SIDE = ("mla_g",)
 FUSED = "mla_x"                                # mla_a and mla_g in one launch
 STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:]     # every launch name, either mode
 FORKS = {"start": None, "after_a": "mla_a"}    # where the side starts -> side_stream.plan
-# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, 1k cache; us at batch
-# 1 / 8 / 64): serial 167.1 / 258.9 / 997.9; start, no cap 158.3 / 247.5 / 945.2; start, 2 CTAs
-# per SM 153.8 / 235.6 / 947.6; start/4 153.9 / 240.0 / 947.3; after_a/0 162.3 / 247.7 / 953.5;
-# after_a/2 169.6 / 232.3 / 954.3 (NOTES.md)
+# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, 1k cache, one run; us
+# at batch 1 / 8 / 64): fused 161.9 / 249.3 / 950.1; fork start, no cap 161.4 / 250.1 / 938.7;
+# start, 2 CTAs per SM 157.2 / 238.0 / 942.4; after_a/0 162.9 / 250.1 / 944.2; after_a/2
+# 172.6 / 235.1 / 947.9. bench_mla, another run, start/2 over fused: 1.03-1.05x at batch 1 and 8
+# (1k-32k cache), 1.00-1.01x at 64. Uncapped, the gate's CTAs hold the SMs and mla_a ends with
+# it (timeline); capped at 2 per SM the chain starts at ~27 us (NOTES.md)
 STREAMS, FORK, SIDE_CTAS_PER_SM = "fork", "start", 2
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer

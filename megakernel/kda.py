@@ -53,16 +53,14 @@ BIND = {
 _INT31 = 1 << 31
 
 
-class KdaStep:
+class KdaStep(side_stream.Modes):
+    CHAIN, SIDE, FUSED, JOIN, FORKS = CHAIN, SIDE, FUSED, "kda_norm", FORKS
+    STREAMS, FORK, SIDE_CTAS_PER_SM = STREAMS, FORK, SIDE_CTAS_PER_SM
+
     def __init__(self, kd, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
         """streams, fork, side_ctas_per_sm: as mla.MlaStep's (None: the module's defaults)."""
         self.kd, self.device = kd, device
-        self.streams = streams or side_stream.mode_from_env(STREAMS)
-        self.fork = fork or FORK
-        self.side_ctas_per_sm = SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
-        if self.streams not in side_stream.MODES or self.fork not in FORKS:
-            raise ValueError(f"megakernel KDA: streams in {side_stream.MODES}, fork in "
-                             f"{tuple(FORKS)}; got {self.streams!r}, {self.fork!r}")
+        self._modes(device, streams, fork, side_ctas_per_sm)
         w = {n: t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         f32 = lambda t: t.to(torch.float32).contiguous()          # noqa: E731
@@ -75,18 +73,6 @@ class KdaStep:
             a_log=f32(w["A_log"].reshape(-1)[:kd.H]),             # per head: the first H entries
             dt_bias=f32(w["dt_bias"]), o_norm=bf(w["o_norm.weight"]))
         self._scratch = {}
-        self._streams = side_stream.TwoStreams(device)
-        self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
-                     if torch.device(device).type == "cuda" else 0)
-
-    def plan(self):
-        if self.streams == "fused":
-            return side_stream.fused_plan(FUSED, CHAIN)
-        return side_stream.plan(CHAIN, SIDE, "kda_norm", FORKS[self.fork])
-
-    def launches(self):
-        """The launch names of the current mode, in order (the benches time each alone)."""
-        return side_stream.launches(self.plan())
 
     def scratch(self, T):
         s = self._scratch.get(T)
@@ -113,10 +99,9 @@ class KdaStep:
             assert t.dtype == dt and t.is_contiguous()
         s = self.scratch(T)
         s["sidx"].copy_(state_idx.to(torch.int32))
-        cap = self._nsm * self.side_ctas_per_sm
         named = dict(s, **self._weights, x=x, f_a=s["z"][:, kd.FA0:], gz=s["z"][:, kd.G0:],
                      conv_state=conv_state, rec=rec, T=T, S=S, full_grid=FULL_GRID,
-                     side_grid=cap if cap else FULL_GRID)
+                     side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):
             if stages is None or name in stages:

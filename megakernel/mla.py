@@ -55,17 +55,15 @@ BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
 }
 
 
-class MlaStep:
+class MlaStep(side_stream.Modes):
+    CHAIN, SIDE, FUSED, JOIN, FORKS = CHAIN, SIDE, FUSED, "mla_merge", FORKS
+    STREAMS, FORK, SIDE_CTAS_PER_SM = STREAMS, FORK, SIDE_CTAS_PER_SM
+
     def __init__(self, md, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
         """streams: "fused" or "fork" (None: side_stream.mode_from_env(STREAMS)); fork,
         side_ctas_per_sm: the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM)."""
         self.md, self.device = md, device
-        self.streams = streams or side_stream.mode_from_env(STREAMS)
-        self.fork = fork or FORK
-        self.side_ctas_per_sm = SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
-        if self.streams not in side_stream.MODES or self.fork not in FORKS:
-            raise ValueError(f"megakernel MLA: streams in {side_stream.MODES}, fork in "
-                             f"{tuple(FORKS)}; got {self.streams!r}, {self.fork!r}")
+        self._modes(device, streams, fork, side_ctas_per_sm)
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         w_x = bf(torch.cat([w["q_a"], w["kv_a"], w["g"]]))      # mla_a: its first rows (a view)
@@ -73,18 +71,6 @@ class MlaStep:
                              kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
                              kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
-        self._streams = side_stream.TwoStreams(device)
-        self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
-                     if torch.device(device).type == "cuda" else 0)
-
-    def plan(self):
-        if self.streams == "fused":
-            return side_stream.fused_plan(FUSED, CHAIN)
-        return side_stream.plan(CHAIN, SIDE, "mla_merge", FORKS[self.fork])
-
-    def launches(self):
-        """The launch names of the current mode, in order (the benches time each alone)."""
-        return side_stream.launches(self.plan())
 
     def scratch(self, T, NS):
         s = self._scratch.get((T, NS))
@@ -119,10 +105,9 @@ class MlaStep:
         NS = max_splits(n_max)
         s = self.scratch(T, NS)
         s["lens"].copy_(cache_lens.to(torch.int32))
-        cap = self._nsm * self.side_ctas_per_sm
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
                      gz=s["z"][:, md.QL + md.C:], full_grid=FULL_GRID,
-                     side_grid=cap if cap else FULL_GRID)
+                     side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):
             if stages is None or name in stages:

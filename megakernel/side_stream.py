@@ -61,6 +61,38 @@ def plan(chain, side, join_before, fork_after=None):
     return out
 
 
+class Modes:
+    """The stream-mode knobs of an attention step (mla.MlaStep, kda.KdaStep), whose class names
+    its CHAIN, SIDE, FUSED, JOIN (the first chain launch reading the side's output), FORKS and
+    defaults STREAMS, FORK, SIDE_CTAS_PER_SM."""
+
+    def _modes(self, device, streams, fork, side_ctas_per_sm):
+        import torch
+        self.streams = streams or mode_from_env(self.STREAMS)
+        self.fork = fork or self.FORK
+        self.side_ctas_per_sm = self.SIDE_CTAS_PER_SM if side_ctas_per_sm is None else side_ctas_per_sm
+        if self.streams not in MODES or self.fork not in self.FORKS:
+            raise ValueError(f"megakernel {type(self).__name__}: streams in {MODES}, fork in "
+                             f"{tuple(self.FORKS)}; got {self.streams!r}, {self.fork!r}")
+        self._streams = TwoStreams(device)
+        self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
+                     if torch.device(device).type == "cuda" else 0)
+
+    def plan(self):
+        if self.streams == "fused":
+            return fused_plan(self.FUSED, self.CHAIN)
+        return plan(self.CHAIN, self.SIDE, self.JOIN, self.FORKS[self.fork])
+
+    def launches(self):
+        """The launch names of the current mode, in order (the benches time each alone)."""
+        return launches(self.plan())
+
+    def side_grid(self, full_grid):
+        """The side GEMV's grid cap (`ctas`)."""
+        cap = self._nsm * self.side_ctas_per_sm
+        return cap if cap else full_grid
+
+
 class TwoStreams:
     """A step object's main (high priority) and side CUDA streams, made at the first forked
     launch, and the executor of its plans."""

@@ -10,7 +10,8 @@
 #      the first, so only batches > 8 go wrong; every GEMV on it for the hunt, MK_GEMV_MMA=1);
 #   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage;
 #   5. the same for the KDA step (scripts/gpu_check_kda.sh); 6. for the MLA step (gpu_check_mla.sh);
-#   7. for the layer stage (gpu_check_layer.sh; not yet run on a GPU).
+#   7. for the layer stage (gpu_check_layer.sh); 8. the attention steps' side stream
+#      (gpu_check_side.sh: the stream modes' bits, tune_fork, the planted column-slice bugs).
 set -uo pipefail
 OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
 MK=megakernel.backend:MegakernelBackend
@@ -67,3 +68,6 @@ bash scripts/gpu_check_mla.sh
 
 step "7. the layer stage (scripts/gpu_check_layer.sh)"
 bash scripts/gpu_check_layer.sh
+
+step "8. the attention steps' side stream (scripts/gpu_check_side.sh 1 3 5)"
+bash scripts/gpu_check_side.sh 1 3 5

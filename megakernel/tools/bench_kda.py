@@ -39,8 +39,19 @@ def draw_weights(kd, seed=1):
     return w
 
 
-def graph_us(fn, R):
-    """Microseconds per call: fn(i) for i < R captured in one CUDA graph, the replay timed."""
+def step_inputs(kd, T, R):
+    """x [T, d] and the states of R steps in fresh slots (slot 0 unused): conv, rec, and idx[r],
+    the T slots of step r."""
+    S = R * T + 1
+    conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
+    rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
+    x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
+    idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+    return x, conv, rec, idx
+
+
+def captured(fn, R):
+    """fn(i) for i < R run once, then captured in one CUDA graph and replayed once: the graph."""
     for i in range(R):
         fn(i)                                # compile, autotune, allocate outside the capture
     torch.cuda.synchronize()
@@ -50,6 +61,12 @@ def graph_us(fn, R):
             fn(i)
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_us(fn, R):
+    """Microseconds per call: fn(i) for i < R captured in one CUDA graph, the replay timed."""
+    g = captured(fn, R)
     us = time_events(g.replay) / R
     del g
     return us
@@ -118,11 +135,7 @@ def main(argv=None) -> int:
         step = KdaStep(kd, w, DEV)
         for T in (int(b) for b in a.batches.split(",")):
             R = 8
-            S = R * T + 1                        # fresh slots for each captured step
-            conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
-            rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
-            x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
-            idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+            x, conv, rec, idx = step_inputs(kd, T, R)     # fresh slots for each captured step
             us = {only: graph_us(lambda i, only=only: step.launch(x, conv, rec, idx[i], stages=only), R)
                   for only in (None,) + tuple((n,) for n in step.launches())}
             # the same step with KDA's GEMVs all on the other kernel (the CUDA-core k_gemv.py when

@@ -36,6 +36,14 @@ def draw_weights(md, seed=1):
             "g.weight": rn(H * md.V, md.d, fan=md.d), "o.weight": rn(md.d, H * md.V, fan=H * md.V)}
 
 
+def step_inputs(md, T, L, R):
+    """x [T, d], a cache of L + R + 1 rows per sequence, and R steps' lengths L, L + 1, ..."""
+    cache = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
+    x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
+    ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
+    return x, cache, ln
+
+
 def step_bytes(md, T, L):
     weights = 2 * (md.NA * md.d + md.H * (md.NP + md.RP) * md.QL + md.H * (md.NP + md.V) * md.R
                    + md.d * md.H * md.V)
@@ -77,9 +85,7 @@ def main(argv=None) -> int:
         for T in batches:
             for L in lens:
                 R = 4
-                cache = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
-                x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
-                ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
+                x, cache, ln = step_inputs(md, T, L, R)
                 us = {only: graph_us(lambda i, only=only: step.launch(x, cache, ln[i], stages=only,
                                                            max_len=L + R), R)
                       for only in (None,) + tuple((n,) for n in step.launches())}

@@ -48,20 +48,18 @@ def moe_times(fmt, batches, R, mode="fork"):
 
 
 def kda_times(batches, R):
+    """-> (the GEMVs the step launches in its default stream mode, {(subset, T): us})"""
     kd = KDA_FULL
     step = KdaStep(kd, bench_kda.draw_weights(kd), DEV)
+    names = tuple(g for g in cache.KDA_GEMVS if g in step.launches())
     out = {}
     for T in batches:
-        S = R * T + 1
-        conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
-        rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
-        x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
-        idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
-        for s in subsets(cache.KDA_GEMVS):
+        x, conv, rec, idx = bench_kda.step_inputs(kd, T, R)
+        for s in subsets(names):
             cache.GEMV_MMA = s
             out[s, T] = bench_kda.graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
         del conv, rec
-    return out
+    return names, out
 
 
 def report(title, names, times, batches, slack):
@@ -114,7 +112,7 @@ def main(argv=None) -> int:
                     report(f"MoE {fmt}, {name}, full dims", MOE_GEMVS,
                            moe_times(fmt, batches, a.R, mode), batches, a.t1_slack)
         if "kda" in steps:
-            report("KDA, full dims", cache.KDA_GEMVS, kda_times(batches, a.R), batches, a.t1_slack)
+            report("KDA, full dims", *kda_times(batches, a.R), batches, a.t1_slack)
     finally:
         cache.GEMV_MMA = saved
     return 0

@@ -39,22 +39,16 @@ def attn_runner(a):
     if a.step == "mla":
         from megakernel.dims import MLA_FULL as md
         from megakernel.mla import MlaStep
-        from megakernel.tools.bench_mla import draw_weights as dw
+        from megakernel.tools.bench_mla import draw_weights as dw, step_inputs
         step = MlaStep(md, dw(md), DEV)
-        cache = torch.randn(a.T, a.len + R + 1, md.C, device=DEV).to(torch.bfloat16)
-        x = torch.randn(a.T, md.d, device=DEV).to(torch.bfloat16)
-        ln = [torch.full((a.T,), a.len + r, dtype=torch.int64, device=DEV) for r in range(R)]
+        x, cache, ln = step_inputs(md, a.T, a.len, R)
         run = lambda i: step.launch(x, cache, ln[i], max_len=a.len + R)  # noqa: E731
     else:
         from megakernel.dims import KDA_FULL as kd
         from megakernel.kda import KdaStep
-        from megakernel.tools.bench_kda import draw_weights as dw
+        from megakernel.tools.bench_kda import draw_weights as dw, step_inputs
         step = KdaStep(kd, dw(kd), DEV)
-        S = R * a.T + 1
-        conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
-        rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
-        x = torch.randn(a.T, kd.d, device=DEV).to(torch.bfloat16)
-        idx = [torch.arange(1 + r * a.T, 1 + (r + 1) * a.T, device=DEV) for r in range(R)]
+        x, conv, rec, idx = step_inputs(kd, a.T, R)
         run = lambda i: step.launch(x, conv, rec, idx[i])  # noqa: E731
 
     def setting(mode):
@@ -94,15 +88,8 @@ def main(argv=None):
 
 def trace(run, n, label):
     """run(i) for i < R captured in one CUDA graph; one replay traced; n kernels per step."""
-    for i in range(R):
-        run(i)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(R):
-            run(i)
-    g.replay()
-    torch.cuda.synchronize()
+    from megakernel.tools.bench_kda import captured
+    g = captured(run, R)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         g.replay()
         torch.cuda.synchronize()

@@ -26,20 +26,16 @@ DEV = torch.device("cuda")
 def kda_rows(T, splits, R=8):
     from megakernel.k_kda_core import SPLIT
     from megakernel.kda import KdaStep
-    from megakernel.tools.bench_kda import draw_weights, fla_core_us, graph_us
+    from megakernel.tools.bench_kda import draw_weights, fla_core_us, graph_us, step_inputs
     kd = KDA_FULL
     step = KdaStep(kd, draw_weights(kd), DEV)
-    S = R * T + 1
-    conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
-    rec0 = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
-    x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
-    idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+    x, conv, rec0, idx = step_inputs(kd, T, R)
     step.launch(x, conv.clone(), rec0.clone(), idx[0])        # the core's inputs, in scratch
     s = step.scratch(T)
     out, bits = {}, {}
     for sp in splits:
         rec = rec0.clone()
-        named = dict(s, **step._weights, x=x, conv_state=conv, rec=rec, T=T, S=S)
+        named = dict(s, **step._weights, x=x, conv_state=conv, rec=rec, T=T, S=rec0.shape[0])
         launch = cache.compiled("kda_core", kd, split=sp)
         s["sidx"].copy_(idx[0].to(torch.int32))
         launch(named, stream())

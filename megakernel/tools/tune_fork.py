@@ -28,12 +28,10 @@ def _mla(batches, L, sets, R):
     from megakernel.dims import MLA_FULL as md
     from megakernel.mla import FORKS, OUTPUTS, MlaStep
     from megakernel.tools.bench_kda import graph_us
-    from megakernel.tools.bench_mla import draw_weights
+    from megakernel.tools.bench_mla import draw_weights, step_inputs
     step = MlaStep(md, draw_weights(md), DEV)
     for T in batches:
-        cache = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
-        x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
-        ln = [torch.full((T,), L + r, dtype=torch.int64, device=DEV) for r in range(R)]
+        x, cache, ln = step_inputs(md, T, L, R)
 
         def bits():
             kv = cache.clone()
@@ -42,20 +40,15 @@ def _mla(batches, L, sets, R):
 
         yield T, _row(step, sets, FORKS, bits,
                       lambda: graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R))
-        del cache
 
 
 def _kda(batches, sets, R):
     from megakernel.dims import KDA_FULL as kd
     from megakernel.kda import FORKS, OUTPUTS, KdaStep
-    from megakernel.tools.bench_kda import draw_weights, graph_us
+    from megakernel.tools.bench_kda import draw_weights, graph_us, step_inputs
     step = KdaStep(kd, draw_weights(kd), DEV)
     for T in batches:
-        S = R * T + 1
-        conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
-        rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
-        x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
-        idx = [torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV) for r in range(R)]
+        x, conv, rec, idx = step_inputs(kd, T, R)
 
         def bits():
             c, r = conv.clone(), rec.clone()
@@ -64,7 +57,6 @@ def _kda(batches, sets, R):
 
         yield T, _row(step, sets, FORKS, bits,
                       lambda: graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R))
-        del conv, rec
 
 
 def _row(step, sets, forks, bits, timed):

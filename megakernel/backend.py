@@ -36,6 +36,11 @@ class MegakernelBackend:
     from megakernel.dims import BOUNDARIES as boundaries
 
     def available(self) -> str | None:
+        from megakernel.side_stream import mode_from_env
+        try:
+            mode_from_env("fork")         # a bad MEGAKERNEL_ATTN_STREAMS: one line, before any case
+        except ValueError as e:
+            return str(e)
         try:
             import torch
         except Exception as e:  # pragma: no cover

@@ -54,3 +54,11 @@ def test_mode_from_env(monkeypatch):
     monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", "serial")
     with pytest.raises(ValueError, match="MEGAKERNEL_ATTN_STREAMS"):
         side_stream.mode_from_env("fork")
+
+
+def test_a_bad_attention_stream_mode_makes_the_backend_unavailable(monkeypatch):
+    """k3diff turns available()'s reason into one line and exit 4 before any case runs."""
+    from megakernel.backend import MegakernelBackend
+    monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", "serial")
+    why = MegakernelBackend().available()
+    assert why is not None and why.startswith("MEGAKERNEL_ATTN_STREAMS: fused or fork")

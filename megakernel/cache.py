@@ -105,25 +105,23 @@ _SMALL_T = dict(NTT=1, MT=1, PF=0)
 _PIPED = dict(_SMALL_T, PIPE=1)   # batch <= 8: double-buffered weight loads (same bits; at batch
                                   # 64 PIPE = 1 was 1.1-2.6x slower in tune_gemv, so not there)
 _LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0)
+# the attention steps' x-side projections (kda_x, mla_x) and their rows launched apart (kda_in /
+# kda_g, mla_a / mla_g: side_stream.py): one variant, so one K split, so the same bits in both
+# stream modes
+_X_SIDE = (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1))
 MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8)
     # the MoE's: tune_gemv --PIPE 0,1 (fourth session; us at T = 1 / 64 in the comment above)
     "gemv_x": (dict(_PIPED, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
     "gemv_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "out_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "out_routed": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
-    "kda_x": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    # the rows of kda_x launched apart (kda.py "fork": the gate's on the side stream): kda_x's
-    # variant, so its K split, hence the same bits
-    "kda_in": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    "kda_g": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "kda_x": _X_SIDE, "kda_in": _X_SIDE, "kda_g": _X_SIDE,
     "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
     "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     # MLA's: tune_gemv --PIPE 0,1 (fourth session): us at T = 1 / 64, CUDA-core kernel in
     # brackets: mla_a 50.4 / 108.9 (48.1 / 962.7), mla_qb 19.4 / 38.0 (15.1 / 296.7), mla_out
     # 46.3 / 89.4 (45.2 / 1008.1)
-    "mla_x": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    "mla_a": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),  # as kda_in
-    "mla_g": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "mla_x": _X_SIDE, "mla_a": _X_SIDE, "mla_g": _X_SIDE,
     "mla_qb": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
 }
@@ -209,8 +207,8 @@ GEMVS = {
     "kda_fb": lambda kd: (kd.P, kd.D, True, kd.N),     # over f_a, a column slice of kda_in's out
     "kda_out": lambda kd: (kd.d, kd.P, True, 0),
     "mla_x": lambda md: (md.NA, md.d, True, 0),                 # all of z
-    "mla_a": lambda md: (md.QL + md.C, md.d, True, 0, md.NA),   # z[:, :QL + C]
-    "mla_g": lambda md: (md.H * md.V, md.d, True, 0, md.NA),    # z[:, QL + C:]
+    "mla_a": lambda md: (md.G0, md.d, True, 0, md.NA),          # z[:, :G0]
+    "mla_g": lambda md: (md.H * md.V, md.d, True, 0, md.NA),    # z[:, G0:]
     "mla_qb": lambda md: (md.H * (md.NP + md.RP), md.QL, True, 0),
     "mla_out": lambda md: (md.d, md.H * md.V, True, 0),
 }

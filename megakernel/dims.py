@@ -122,6 +122,11 @@ class MlaDims:
         """Width of the fused x-side projection [q_a | kv_a | g]: q_c, kv_c, k_pe, the gate."""
         return self.QL + self.C + self.H * self.V
 
+    @property
+    def G0(self) -> int:
+        """The gate's first column in that projection (mla.py: mla_a writes the columns before)."""
+        return self.QL + self.C
+
     def check(self):
         for name in ("d", "QL", "R", "RP", "V"):
             if getattr(self, name) % 32:

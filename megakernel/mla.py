@@ -67,7 +67,7 @@ class MlaStep(side_stream.Modes):
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         w_x = bf(torch.cat([w["q_a"], w["kv_a"], w["g"]]))      # mla_a: its first rows (a view)
-        self._weights = dict(w_x=w_x, w_g=w_x[md.QL + md.C:], w_qb=bf(w["q_b"]),
+        self._weights = dict(w_x=w_x, w_g=w_x[md.G0:], w_qb=bf(w["q_b"]),
                              kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
                              kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
@@ -106,7 +106,7 @@ class MlaStep(side_stream.Modes):
         s = self.scratch(T, NS)
         s["lens"].copy_(cache_lens.to(torch.int32))
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
-                     gz=s["z"][:, md.QL + md.C:], full_grid=FULL_GRID,
+                     gz=s["z"][:, md.G0:], full_grid=FULL_GRID,
                      side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):

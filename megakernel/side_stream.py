@@ -18,9 +18,22 @@ write the same bytes, so every mode gives the same bits
 (tests/megakernel/test_mk_side_stream_gpu.py). Which mode is faster is measured
 (`python -m megakernel.tools.tune_fork`), and each step's default says so.
 """
+import contextlib
 import os
 
 MODES = ("fused", "fork")
+
+
+@contextlib.contextmanager
+def other_mode(step):
+    """For the benches' side-by-side columns: within the block `step` runs in its other stream
+    mode. Yields that mode's name."""
+    was = step.streams
+    step.streams = "fork" if was == "fused" else "fused"
+    try:
+        yield step.streams
+    finally:
+        step.streams = was
 
 
 def mode_from_env(default: str) -> str:

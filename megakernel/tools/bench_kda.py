@@ -21,6 +21,7 @@ import torch
 from megakernel import cache
 from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import KdaStep
+from megakernel.side_stream import other_mode
 from megakernel.tools.bench import copy_bw, eager_and_compiled_us, time_events
 
 DEV = torch.device("cuda")
@@ -143,10 +144,8 @@ def main(argv=None) -> int:
             with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
                 alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
-            mode = step.streams
-            step.streams = other = "fork" if mode == "fused" else "fused"
-            one = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
-            step.streams = mode
+            with other_mode(step) as other:
+                one = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"

@@ -104,6 +104,7 @@ def main(argv=None) -> int:
     from k3diff.backends.blocked_attn import prepare_kda, prepare_mla
     from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
     from megakernel.layer import OUTPUTS, LayerStep
+    from megakernel.side_stream import other_mode
     from megakernel.tools import bench, bench_kda, bench_mla
     from megakernel.tools.torch_moe import TorchMoE
     from reference.config import preset
@@ -150,11 +151,8 @@ def main(argv=None) -> int:
             nexp = int(step.moe.launch(xm)["nact"][0])
             torch.cuda.synchronize()
             us = graph_us(lambda r: step.launch(ins[r], out), R)
-            att = step.kda if kind == "kda" else step.mla
-            mode = att.streams                # the attention in its other stream mode
-            att.streams = "fork" if mode == "fused" else "fused"
-            one = graph_us(lambda r: step.launch(ins[r], out), R)
-            att.streams = mode
+            with other_mode(step.kda if kind == "kda" else step.mla):
+                one = graph_us(lambda r: step.launch(ins[r], out), R)   # the other attn mode
             if kind == "kda":
                 a_us = graph_us(lambda r: step.kda.launch(xa, ins[r]["conv_state"],
                                                           ins[r]["recurrent_state"],

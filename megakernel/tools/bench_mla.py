@@ -19,6 +19,7 @@ import torch
 from megakernel import cache as kcache
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
+from megakernel.side_stream import other_mode
 from megakernel.tools.bench import copy_bw, eager_and_compiled_us
 from megakernel.tools.bench_kda import graph_us
 
@@ -96,10 +97,8 @@ def main(argv=None) -> int:
                 with kcache.other_mla_attention():
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
-                mode = step.streams
-                step.streams = other = "fork" if mode == "fused" else "fused"
-                one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
-                step.streams = mode
+                with other_mode(step) as other:
+                    one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())

@@ -61,6 +61,21 @@ def attn_runner(a):
     return setting, run
 
 
+def mode_ok(step, mode):
+    """Whether --modes names a setting of the step (checked before any weight is drawn)."""
+    if mode == ("serial" if step == "moe" else "fused"):
+        return True
+    if step == "moe":
+        from megakernel.launch_streams import FORKS, GATES
+        parts, forks, n = mode.split("/"), FORKS, 3
+    else:
+        import importlib
+        forks = importlib.import_module(f"megakernel.{step}").FORKS
+        parts, n = mode.split("/"), 2
+    return (len(parts) == n and parts[0] in forks and parts[-1].isdigit()
+            and (n == 2 or parts[1] in GATES))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m megakernel.tools.timeline")
     ap.add_argument("--step", default="moe", choices=("moe", "mla", "kda"))
@@ -72,10 +87,15 @@ def main(argv=None):
                          "or serial; mla / kda fork point/side CTAs per SM (default start/0), "
                          "or fused")
     a = ap.parse_args(argv)
+    modes = a.modes or ("start/none/0" if a.step == "moe" else "start/0")
+    bad = [m for m in modes.split(",") if not mode_ok(a.step, m)]
+    if bad:
+        print(f"timeline: --modes {bad[0]!r}: for moe serial or fork/gate/CTAs (e.g. start/none/0), "
+              f"for mla / kda fused or fork/CTAs (e.g. start/2)", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("timeline: needs a CUDA GPU", file=sys.stderr)
         return 2
-    modes = a.modes or ("start/none/0" if a.step == "moe" else "start/0")
     setting, run = moe_runner(a) if a.step == "moe" else attn_runner(a)
     label = f"{a.fmt}, T={a.T}" if a.step == "moe" else f"{a.step}, T={a.T}"
     log = out_log(f"timeline_{a.step if a.step != 'moe' else a.fmt}_T{a.T}.txt")

@@ -1,6 +1,6 @@
-"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn and tune_fork refuse a machine without a
-GPU with one line and exit 2, whatever the arguments; bench_layer and tune_fork refuse bad
-arguments with one line and exit 2 on any machine."""
+"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork and timeline refuse a machine without a
+GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork and timeline refuse bad
+arguments (timeline: bad --modes) with one line and exit 2 on any machine."""
 import subprocess
 import sys
 
@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 @pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
                                        ("bench_mla", []), ("bench_layer", []),
-                                       ("tune_attn", []), ("tune_fork", [])])
+                                       ("tune_attn", []), ("tune_fork", []),
+                                       ("timeline", []), ("timeline", ["--step", "kda"])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the tools would run")
@@ -41,6 +42,17 @@ def test_tune_fork_bad_arguments_exit_2_with_one_line(args):
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
     assert len(lines) == 1 and "tune_fork" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize("args", [["--step", "mla", "--modes", "start"],
+                                  ["--step", "kda", "--modes", "after_a/2"],
+                                  ["--modes", "fused"], ["--step", "mla", "--modes", "start/x"]])
+def test_timeline_bad_modes_exit_2_with_one_line(args):
+    r = subprocess.run([sys.executable, "-m", "megakernel.tools.timeline", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
+    assert len(lines) == 1 and lines[0].startswith("timeline: --modes"), r.stderr
 
 
 def test_bench_layer_picks_a_kda_and_an_mla_layer_with_a_moe():

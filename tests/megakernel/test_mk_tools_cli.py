@@ -10,6 +10,14 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 torch = pytest.importorskip("torch")
 
 
+def refused(tool, args):
+    """The tool's stderr lines (warnings aside) after it exits 2; fails on any other exit."""
+    r = subprocess.run([sys.executable, "-m", f"megakernel.tools.{tool}", *args],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr[-2000:]
+    return [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
+
+
 @pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
                                        ("bench_mla", []), ("bench_layer", []),
@@ -18,41 +26,27 @@ torch = pytest.importorskip("torch")
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the tools would run")
-    r = subprocess.run([sys.executable, "-m", f"megakernel.tools.{tool}", *args],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
-    assert len(lines) == 1 and "needs a CUDA GPU" in lines[0], r.stderr
+    lines = refused(tool, args)
+    assert len(lines) == 1 and "needs a CUDA GPU" in lines[0], lines
 
 
-@pytest.mark.parametrize("args", [["--batches", "0"], ["--batches", "1,x"], ["--len", "-1"]])
-def test_bench_layer_bad_arguments_exit_2_with_one_line(args):
-    r = subprocess.run([sys.executable, "-m", "megakernel.tools.bench_layer", *args],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
-    assert len(lines) == 1 and lines[0].startswith("bench_layer: --batches"), r.stderr
-
-
-@pytest.mark.parametrize("args", [["--steps", "moe"], ["--forks", "later"], ["--caps", "-1"],
-                                  ["--batches", "0"], ["--R", "x"]])
-def test_tune_fork_bad_arguments_exit_2_with_one_line(args):
-    r = subprocess.run([sys.executable, "-m", "megakernel.tools.tune_fork", *args],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
-    assert len(lines) == 1 and "tune_fork" in lines[0], r.stderr
-
-
-@pytest.mark.parametrize("args", [["--step", "mla", "--modes", "start"],
-                                  ["--step", "kda", "--modes", "after_a/2"],
-                                  ["--modes", "fused"], ["--step", "mla", "--modes", "start/x"]])
-def test_timeline_bad_modes_exit_2_with_one_line(args):
-    r = subprocess.run([sys.executable, "-m", "megakernel.tools.timeline", *args],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
-    assert len(lines) == 1 and lines[0].startswith("timeline: --modes"), r.stderr
+@pytest.mark.parametrize("tool,args,start", [
+    ("bench_layer", ["--batches", "0"], "bench_layer: --batches"),
+    ("bench_layer", ["--batches", "1,x"], "bench_layer: --batches"),
+    ("bench_layer", ["--len", "-1"], "bench_layer: --batches"),
+    ("tune_fork", ["--steps", "moe"], "tune_fork: --steps"),
+    ("tune_fork", ["--forks", "later"], "tune_fork: --steps"),
+    ("tune_fork", ["--caps", "-1"], "tune_fork: --steps"),
+    ("tune_fork", ["--batches", "0"], "tune_fork: --steps"),
+    ("tune_fork", ["--R", "x"], "tune_fork: --steps"),
+    ("timeline", ["--step", "mla", "--modes", "start"], "timeline: --modes"),
+    ("timeline", ["--step", "kda", "--modes", "after_a/2"], "timeline: --modes"),
+    ("timeline", ["--modes", "fused"], "timeline: --modes"),
+    ("timeline", ["--step", "mla", "--modes", "start/x"], "timeline: --modes"),
+])
+def test_bad_arguments_exit_2_with_one_line(tool, args, start):
+    lines = refused(tool, args)
+    assert len(lines) == 1 and lines[0].startswith(start), lines
 
 
 def test_bench_layer_picks_a_kda_and_an_mla_layer_with_a_moe():

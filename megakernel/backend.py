@@ -36,9 +36,10 @@ class MegakernelBackend:
     from megakernel.dims import BOUNDARIES as boundaries
 
     def available(self) -> str | None:
-        from megakernel.side_stream import mode_from_env
+        from megakernel.side_stream import mode_from_env, prefetch_from_env
         try:
-            mode_from_env("fork")         # a bad MEGAKERNEL_ATTN_STREAMS: one line, before any case
+            mode_from_env("fork")         # a bad MEGAKERNEL_ATTN_STREAMS or MEGAKERNEL_PREFETCH:
+            prefetch_from_env()           # one line, before any case
         except ValueError as e:
             return str(e)
         try:

@@ -47,6 +47,8 @@ from megakernel.k_mla_attn import MlaAttn  # noqa: E402
 from megakernel.k_mla_attn_mma import MlaAttnMMA  # noqa: E402
 from megakernel.k_attn_res import AttnRes  # noqa: E402
 from megakernel.k_mla_merge import MlaMerge  # noqa: E402
+from megakernel.k_l2_prefetch import L2Prefetch  # noqa: E402
+from megakernel.side_stream import PF_VARIANT  # noqa: E402
 
 BF, F32, I32, U8 = BFloat16, Float32, Int32, Uint8
 
@@ -259,6 +261,8 @@ KERNELS = {
     "attn_res": lambda dm: AttnRes(dm),
     "mla_merge": lambda md, **v: MlaMerge(md, **v),
     "mla_out": lambda md, **v: gemv_obj("mla_out", md, **v),
+    # a later launch's weights into L2 (the attention steps' prefetch stages, side_stream.py)
+    "l2_prefetch": lambda dm, **v: L2Prefetch(dm, **v),
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)
     "gemv": lambda shape, **v: _gemv(*shape, **v),
 }
@@ -321,7 +325,7 @@ def kda_variants(gemv_mma=None):
     """Every (name, variant) of the KDA step (compiled for a dims.KdaDims)."""
     return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in KDA_GEMVS for T in (1, TT_GEMV + 1)] + \
         [("kda_conv", {}), ("kda_core", kda_core_variant(1)), ("kda_core", kda_core_variant(2)),
-         ("kda_norm", {})]
+         ("kda_norm", {}), ("l2_prefetch", dict(PF_VARIANT))]
 
 
 def mla_variants(gemv_mma=None):
@@ -329,7 +333,7 @@ def mla_variants(gemv_mma=None):
     return [(g, gemv_variant(g, T, mma=gemv_mma)) for g in MLA_GEMVS for T in (1, TT_GEMV + 1)] + \
         [("mla_absorb", dict(TT=1)), ("mla_absorb", dict(TT=TT_GEMV)), ("mla_norm", {}),
          ("mla_attn", {}), ("mla_attn_mma", {})] + \
-        [("mla_merge", mla_merge_variant(T)) for T in (1, 2)]
+        [("mla_merge", mla_merge_variant(T)) for T in (1, 2)] + [("l2_prefetch", dict(PF_VARIANT))]
 
 
 def mla_merge_variant(T):

@@ -31,8 +31,13 @@ from megakernel.launch_streams import FULL_GRID
 CHAIN = ("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out")
 SIDE = ("kda_g",)
 FUSED = "kda_x"                                # kda_in and kda_g in one launch
-STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:]     # every launch name, either mode
 FORKS = {"start": None, "after_in": "kda_in"}  # where the side starts -> side_stream.plan
+# prefetch stages (k_l2_prefetch.py) -> the weights they fetch into L2: f_b, o_proj
+PREFETCH = {"kda_pf_fb": "w_fb", "kda_pf_o": "w_o"}
+# none by default: written in a session with no GPU lent, not yet run; scripts/gpu_prefetch.sh
+# times every spec side by side (tune_prefetch) and checks the bits, then a default can be chosen
+PF_DEFAULT = {"fused": "off", "fork": "off"}
+STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:] + tuple(PREFETCH)   # every launch, any mode
 # `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, one run; us at batch
 # 1 / 8 / 64): fused 245.6 / 284.3 / 692.4; fork start, no cap 245.4 / 283.4 / 688.7; start, 2
 # CTAs per SM 247.2 / 285.3 / 688.7; after_in/0 248.1 / 282.8 / 720.0. bench_kda, another run:
@@ -56,11 +61,14 @@ _INT31 = 1 << 31
 class KdaStep(side_stream.Modes):
     CHAIN, SIDE, FUSED, JOIN, FORKS = CHAIN, SIDE, FUSED, "kda_norm", FORKS
     STREAMS, FORK, SIDE_CTAS_PER_SM = STREAMS, FORK, SIDE_CTAS_PER_SM
+    PREFETCH, PF_DEFAULT = PREFETCH, PF_DEFAULT
 
-    def __init__(self, kd, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
-        """streams, fork, side_ctas_per_sm: as mla.MlaStep's (None: the module's defaults)."""
+    def __init__(self, kd, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None,
+                 prefetch=None):
+        """streams, fork, side_ctas_per_sm, prefetch: as mla.MlaStep's (None: the module's
+        defaults)."""
         self.kd, self.device = kd, device
-        self._modes(device, streams, fork, side_ctas_per_sm)
+        self._modes(device, streams, fork, side_ctas_per_sm, prefetch)
         w = {n: t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         f32 = lambda t: t.to(torch.float32).contiguous()          # noqa: E731
@@ -104,7 +112,9 @@ class KdaStep(side_stream.Modes):
                      side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):
-            if stages is None or name in stages:
+            if name in PREFETCH and (stages is None or name in stages):
+                self.prefetch_launch(name, named, st, kd)
+            elif stages is None or name in stages:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     cache.kda_core_variant(T) if name == "kda_core" else {})
                 cache.compiled(name, kd, **v)(named, st, BIND.get(name))

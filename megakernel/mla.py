@@ -35,8 +35,13 @@ from megakernel.launch_streams import FULL_GRID
 CHAIN = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
 SIDE = ("mla_g",)
 FUSED = "mla_x"                                # mla_a and mla_g in one launch
-STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:]     # every launch name, either mode
 FORKS = {"start": None, "after_a": "mla_a"}    # where the side starts -> side_stream.plan
+# prefetch stages (k_l2_prefetch.py) -> the weights they fetch into L2: [q_a | kv_a], q_b, o_proj
+PREFETCH = {"mla_pf_a": "w_a", "mla_pf_qb": "w_qb", "mla_pf_o": "w_o"}
+# none by default: written in a session with no GPU lent, not yet run; scripts/gpu_prefetch.sh
+# times every spec side by side (tune_prefetch) and checks the bits, then a default can be chosen
+PF_DEFAULT = {"fused": "off", "fork": "off"}
+STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:] + tuple(PREFETCH)   # every launch, any mode
 # `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, 1k cache, one run; us
 # at batch 1 / 8 / 64): fused 161.9 / 249.3 / 950.1; fork start, no cap 161.4 / 250.1 / 938.7;
 # start, 2 CTAs per SM 157.2 / 238.0 / 942.4; after_a/0 162.9 / 250.1 / 944.2; after_a/2
@@ -58,16 +63,19 @@ BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
 class MlaStep(side_stream.Modes):
     CHAIN, SIDE, FUSED, JOIN, FORKS = CHAIN, SIDE, FUSED, "mla_merge", FORKS
     STREAMS, FORK, SIDE_CTAS_PER_SM = STREAMS, FORK, SIDE_CTAS_PER_SM
+    PREFETCH, PF_DEFAULT = PREFETCH, PF_DEFAULT
 
-    def __init__(self, md, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None):
+    def __init__(self, md, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None,
+                 prefetch=None):
         """streams: "fused" or "fork" (None: side_stream.mode_from_env(STREAMS)); fork,
-        side_ctas_per_sm: the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM)."""
+        side_ctas_per_sm: the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM);
+        prefetch: a prefetch spec (side_stream.py; None: PF_DEFAULT of the mode)."""
         self.md, self.device = md, device
-        self._modes(device, streams, fork, side_ctas_per_sm)
+        self._modes(device, streams, fork, side_ctas_per_sm, prefetch)
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         w_x = bf(torch.cat([w["q_a"], w["kv_a"], w["g"]]))      # mla_a: its first rows (a view)
-        self._weights = dict(w_x=w_x, w_g=w_x[md.G0:], w_qb=bf(w["q_b"]),
+        self._weights = dict(w_x=w_x, w_a=w_x[:md.G0], w_g=w_x[md.G0:], w_qb=bf(w["q_b"]),
                              kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
                              kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
@@ -110,7 +118,9 @@ class MlaStep(side_stream.Modes):
                      side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):
-            if stages is None or name in stages:
+            if name in PREFETCH and (stages is None or name in stages):
+                self.prefetch_launch(name, named, st, md)
+            elif stages is None or name in stages:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else
                     cache.mla_merge_variant(T) if name == "mla_merge" else {})

@@ -17,11 +17,19 @@ GEMV launch holds it (one K split per GEMV, the same for the three), no two laun
 write the same bytes, so every mode gives the same bits
 (tests/megakernel/test_mk_side_stream_gpu.py). Which mode is faster is measured
 (`python -m megakernel.tools.tune_fork`), and each step's default says so.
+
+Prefetch stages (k_l2_prefetch.py): ("main" | "side", "<step>_pf_<w>") fetches the first MiB of a
+later GEMV's weights into L2 while latency-bound launches run. Each is placed right after a named
+launch, on that launch's stream, or at the start ("start"); a spec says which:
+"o@mla_g:32,a@start:all" (weight short name @ the launch it follows : MiB or all). Each step
+class names its prefetchable weights (PREFETCH) and a default spec per stream mode
+(PF_DEFAULT); MEGAKERNEL_PREFETCH=off drops them (for side-by-side runs). They change no bit.
 """
 import contextlib
 import os
 
 MODES = ("fused", "fork")
+PF_VARIANT = dict(ctas=132, last=False)    # the prefetch kernel's variant (k_l2_prefetch.py)
 
 
 @contextlib.contextmanager
@@ -45,6 +53,49 @@ def mode_from_env(default: str) -> str:
             raise ValueError(f"MEGAKERNEL_ATTN_STREAMS: {' or '.join(MODES)}; got {v!r}")
         return v
     return "fused" if os.environ.get("MEGAKERNEL_STREAMS") == "serial" else default
+
+
+def prefetch_from_env():
+    """MEGAKERNEL_PREFETCH: "off" drops the steps' prefetch stages, "on" (or unset) keeps them."""
+    v = os.environ.get("MEGAKERNEL_PREFETCH", "on")
+    if v not in ("on", "off"):
+        raise ValueError(f"MEGAKERNEL_PREFETCH: on or off; got {v!r}")
+    return v == "on"
+
+
+def parse_prefetch(spec, stages):
+    """[(stage, after, MiB or None = all)] of a spec "w@after:MiB,..." ("off" or "": none);
+    `stages` maps a short name w to its stage name."""
+    out = []
+    for item in ([] if spec in ("", "off") else spec.split(",")):
+        try:
+            w, rest = item.split("@")
+            after, mb = rest.split(":")
+            mb = None if mb == "all" else int(mb)
+            if w not in stages or (mb is not None and mb <= 0):
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"prefetch spec {item!r}: w@after:MiB (MiB > 0 or all), w in "
+                             f"{sorted(stages)}") from None
+        out.append((stages[w], None if after == "start" else after, mb))
+    return out
+
+
+def with_prefetches(steps, prefetches):
+    """`steps` (a plan) with each prefetch stage placed right after its launch, on that launch's
+    stream (after None: before the first main launch, after the fork)."""
+    out = list(steps)
+    for stage, after, _ in prefetches:
+        if after is None:
+            i = next(i for i, (what, _) in enumerate(out) if what == "main")
+            out.insert(i, ("main", stage))
+            continue
+        at = [i for i, (_, s) in enumerate(out) if s == after]
+        if not at:
+            raise ValueError(f"prefetch {stage}: no launch {after!r} in this mode's plan "
+                             f"{launches(out)}")
+        out.insert(at[0] + 1, (out[at[0]][0], stage))
+    return out
 
 
 def fused_plan(fused, chain):
@@ -74,12 +125,28 @@ def plan(chain, side, join_before, fork_after=None):
     return out
 
 
+def short_names(step_cls):
+    """A step class's prefetch short names -> stage names ("o" -> "mla_pf_o")."""
+    return {s.split("_pf_")[1]: s for s in step_cls.PREFETCH}
+
+
+def step_plan(step_cls, mode, fork, prefetches):
+    """The plan of a step class (its CHAIN, SIDE, FUSED, JOIN, FORKS) in `mode`, forked at
+    `fork`, with `prefetches` (parse_prefetch) placed; ValueError: one that names a launch the
+    mode lacks. Needs no GPU (the tools check specs with it before starting one)."""
+    base = (fused_plan(step_cls.FUSED, step_cls.CHAIN) if mode == "fused" else
+            plan(step_cls.CHAIN, step_cls.SIDE, step_cls.JOIN, step_cls.FORKS[fork]))
+    return with_prefetches(base, prefetches)
+
+
 class Modes:
     """The stream-mode knobs of an attention step (mla.MlaStep, kda.KdaStep), whose class names
-    its CHAIN, SIDE, FUSED, JOIN (the first chain launch reading the side's output), FORKS and
-    defaults STREAMS, FORK, SIDE_CTAS_PER_SM."""
+    its CHAIN, SIDE, FUSED, JOIN (the first chain launch reading the side's output), FORKS,
+    PREFETCH (prefetch stage -> the weight buffer it fetches) and defaults STREAMS, FORK,
+    SIDE_CTAS_PER_SM, PF_DEFAULT (stream mode -> prefetch spec). `prefetch`: a spec for every
+    mode (None: PF_DEFAULT of the current mode, or none under MEGAKERNEL_PREFETCH=off)."""
 
-    def _modes(self, device, streams, fork, side_ctas_per_sm):
+    def _modes(self, device, streams, fork, side_ctas_per_sm, prefetch=None):
         import torch
         self.streams = streams or mode_from_env(self.STREAMS)
         self.fork = fork or self.FORK
@@ -87,14 +154,33 @@ class Modes:
         if self.streams not in MODES or self.fork not in self.FORKS:
             raise ValueError(f"megakernel {type(self).__name__}: streams in {MODES}, fork in "
                              f"{tuple(self.FORKS)}; got {self.streams!r}, {self.fork!r}")
+        self.prefetch = prefetch if prefetch is not None or prefetch_from_env() else "off"
+        for m in MODES:                # a bad spec fails here, not at the first launch
+            self._plan(m, self.fork)
         self._streams = TwoStreams(device)
         self._nsm = (torch.cuda.get_device_properties(device).multi_processor_count
                      if torch.device(device).type == "cuda" else 0)
 
+    def prefetches(self, mode=None):
+        """[(stage, after, MiB)] of the prefetch stages in `mode` (None: the current one)."""
+        spec = self.PF_DEFAULT[mode or self.streams] if self.prefetch is None else self.prefetch
+        return parse_prefetch(spec, short_names(self))
+
+    def _plan(self, mode, fork):
+        return step_plan(self, mode, fork, self.prefetches(mode))
+
     def plan(self):
-        if self.streams == "fused":
-            return fused_plan(self.FUSED, self.CHAIN)
-        return plan(self.CHAIN, self.SIDE, self.JOIN, self.FORKS[self.fork])
+        return self._plan(self.streams, self.fork)
+
+    def prefetch_launch(self, name, named, stream, dims):
+        """Enqueue prefetch stage `name` (its weight from `named`) on `stream`."""
+        from megakernel import cache
+        from megakernel.k_l2_prefetch import region
+        mb = next(m for s, _, m in self.prefetches() if s == name)
+        rows, row_bytes, prefix = region(named[self.PREFETCH[name]], mb)
+        cache.compiled("l2_prefetch", dims, **PF_VARIANT)(
+            dict(w=named[self.PREFETCH[name]], rows=rows, row_bytes=row_bytes, prefix=prefix),
+            stream)
 
     def launches(self):
         """The launch names of the current mode, in order (the benches time each alone)."""

@@ -79,4 +79,14 @@ def test_layer_launches_bind_every_kernel_argument(recorder, monkeypatch, mode, 
     from megakernel import cache
     if not cache.MLA_MMA:                                      # MK_MLA_MMA=0
         expect = ["mla_attn" if n == "mla_attn_mma" else n for n in expect]
-    assert recorder == expect
+    # the prefetch stages (their weight looked up by name: a KeyError if the step lacks it),
+    # as many as the mode's default spec names, then the other launches in order
+    pf = [n for n in recorder if n.startswith("l2_prefetch")]
+    attn = step.kda if layer_idx == 0 else step.mla
+    assert len(pf) == len(attn.prefetches())
+    # and with every prefetch stage of the step, each after the launch before its GEMV
+    attn.prefetch = ",".join(f"{s.split('_pf_')[1]}@start:all" for s in attn.PREFETCH)
+    recorder.clear()
+    MegakernelBackend._run_layer(step, inputs, out)
+    assert len([n for n in recorder if n.startswith("l2_prefetch")]) == len(attn.PREFETCH)
+    assert [n for n in recorder if not n.startswith("l2_prefetch")] == expect

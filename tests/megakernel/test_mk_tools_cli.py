@@ -1,6 +1,7 @@
-"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork and timeline refuse a machine without a
-GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork and timeline refuse bad
-arguments (timeline: bad --modes) with one line and exit 2 on any machine."""
+"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork, tune_prefetch and timeline refuse a
+machine without a GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork,
+tune_prefetch (bad specs too) and timeline refuse bad arguments (timeline: bad --modes) with one
+line and exit 2 on any machine."""
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ def refused(tool, args):
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
                                        ("bench_mla", []), ("bench_layer", []),
                                        ("tune_attn", []), ("tune_fork", []),
+                                       ("tune_prefetch", []),
                                        ("timeline", []), ("timeline", ["--step", "kda"])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
@@ -39,6 +41,11 @@ def test_gemv_tools_exit_2_with_one_line(tool, args):
     ("tune_fork", ["--caps", "-1"], "tune_fork: --steps"),
     ("tune_fork", ["--batches", "0"], "tune_fork: --steps"),
     ("tune_fork", ["--R", "x"], "tune_fork: --steps"),
+    ("tune_prefetch", ["--steps", "moe"], "tune_prefetch: --steps"),
+    ("tune_prefetch", ["--last", "2"], "tune_prefetch: --steps"),
+    ("tune_prefetch", ["--mla-sets", "o@nowhere:32"], "tune_prefetch: mla: prefetch mla_pf_o"),
+    ("tune_prefetch", ["--kda-sets", "q@kda_x:3"], "tune_prefetch: kda: prefetch spec"),
+    ("tune_prefetch", ["--streams", "fused", "--mla-sets", "o@mla_g:8"], "tune_prefetch: mla:"),
     ("timeline", ["--step", "mla", "--modes", "start"], "timeline: --modes"),
     ("timeline", ["--step", "kda", "--modes", "after_a/2"], "timeline: --modes"),
     ("timeline", ["--modes", "fused"], "timeline: --modes"),

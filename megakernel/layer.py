@@ -11,7 +11,8 @@ k3diff's torch-blocked wiring, written from K3_SPEC). prefix and blocks are upda
 the caches and states by the attention step. Every kernel is batch-invariant and deterministic,
 so the layer is.
 Status: every GPU test and ci case passed at its first H200 run (fifth session), so the backend
-serves `layer` by default. The whole layer in one persistent launch (issue 13) is not attempted.
+serves `layer` by default. The whole layer in one persistent launch (issue 13) is not written;
+its schedule is (layer_graph.py, checked on the CPU).
 """
 from dataclasses import replace
 

@@ -27,6 +27,24 @@ from megakernel.tools.torch_moe import TorchMoE
 DEV = torch.device("cuda")
 
 
+def attn_step_args(p):
+    """The attention tuners' shared arguments (tune_fork, tune_prefetch): --steps, --batches,
+    --len, --R; `attn_step_values` reads them (ValueError on a bad one)."""
+    p.add_argument("--steps", default="mla,kda", help="mla and/or kda")
+    p.add_argument("--batches", default="1,8,64")
+    p.add_argument("--len", default="1024", help="MLA cache length")
+    p.add_argument("--R", default="4", help="steps per CUDA graph")
+
+
+def attn_step_values(a):
+    """(steps, batches, L, R) from attn_step_args' arguments; ValueError on a bad one."""
+    steps, batches = a.steps.split(","), [int(b) for b in a.batches.split(",")]
+    L, R = int(a.len), int(a.R)
+    if not set(steps) <= {"mla", "kda"} or min(batches) < 1 or L < 0 or R < 1:
+        raise ValueError
+    return steps, batches, L, R
+
+
 def copy_bw():
     n = 1 << 30
     a = torch.empty(n, dtype=torch.uint8, device=DEV).random_(0, 255)

@@ -13,6 +13,8 @@ import sys
 
 import torch
 
+from megakernel.tools.bench import attn_step_args, attn_step_values
+
 DEV = torch.device("cuda")
 
 
@@ -83,21 +85,15 @@ def _row(step, sets, forks, bits, timed):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_fork",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--steps", default="mla,kda", help="mla and/or kda")
-    p.add_argument("--batches", default="1,8,64")
-    p.add_argument("--len", default="1024", help="MLA cache length")
+    attn_step_args(p)
     p.add_argument("--caps", default="0,2,4", help="side CTAs per SM (0: no cap)")
     p.add_argument("--forks", default="start,after", help="start and/or after (the first GEMV)")
-    p.add_argument("--R", default="4", help="steps per CUDA graph")
     a = p.parse_args(argv)
     try:
-        batches = [int(b) for b in a.batches.split(",")]
+        steps, batches, L, R = attn_step_values(a)
         caps = [int(c) for c in a.caps.split(",")]
-        steps = a.steps.split(",")
         forks = a.forks.split(",")
-        L, R = int(a.len), int(a.R)
-        if (not set(steps) <= {"mla", "kda"} or not set(forks) <= {"start", "after"}
-                or min(batches + caps) < 0 or min(batches) < 1 or L < 0 or R < 1):
+        if not set(forks) <= {"start", "after"} or min(caps) < 0:
             raise ValueError
     except ValueError:
         print("tune_fork: --steps mla,kda; --forks start,after; --batches (>= 1), --caps (>= 0), "

@@ -17,6 +17,7 @@ import sys
 import torch
 
 from megakernel import side_stream
+from megakernel.tools.bench import attn_step_args, attn_step_values
 
 DEV = torch.device("cuda")
 MLA_SETS = ("off,o@mla_g:32,o@mla_g:48,o@mla_attn:32,o@mla_qb:32,a@start:all,qb@mla_a:32,"
@@ -109,27 +110,22 @@ def _bad_spec(steps, sets, streams):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_prefetch",
                                 description=__doc__.splitlines()[0])
-    p.add_argument("--steps", default="mla,kda", help="mla and/or kda")
-    p.add_argument("--batches", default="1,8,64")
-    p.add_argument("--len", default="1024", help="MLA cache length")
+    attn_step_args(p)
     p.add_argument("--mla-sets", default=MLA_SETS,
                    help="MLA prefetch specs, comma-separated; ';' joins the parts of one")
     p.add_argument("--kda-sets", default=KDA_SETS, help="KDA prefetch specs, as --mla-sets")
     p.add_argument("--streams", default="", help="fused or fork (default: each step's own)")
     p.add_argument("--last", default="0", help="0 and/or 1: the evict_last L2 policy")
     p.add_argument("--rotate", default="1", help="1: R weight sets per graph; 0: one")
-    p.add_argument("--R", default="4", help="steps per CUDA graph")
     a = p.parse_args(argv)
     try:
-        batches = [int(b) for b in a.batches.split(",")]
-        steps = a.steps.split(",")
+        steps, batches, L, R = attn_step_values(a)
         lasts = [int(v) for v in a.last.split(",")]
-        L, R, rotate = int(a.len), int(a.R), int(a.rotate)
+        rotate = int(a.rotate)
         sets = {n: [s.replace(";", ",") for s in v.split(",")]
                 for n, v in (("mla", a.mla_sets), ("kda", a.kda_sets))}
-        if (not set(steps) <= {"mla", "kda"} or a.streams not in ("", "fused", "fork")
-                or not set(lasts) <= {0, 1} or rotate not in (0, 1)
-                or min(batches) < 1 or L < 0 or R < 1):
+        if (a.streams not in ("", "fused", "fork") or not set(lasts) <= {0, 1}
+                or rotate not in (0, 1)):
             raise ValueError
         for n in steps:
             if sets[n][0] != "off":

@@ -237,8 +237,8 @@ KERNELS = {
     "expert_down_mma": lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
     "combine": lambda dm: Combine(dm),
     "gemv_route": lambda dm, forced, **v: GemvRoute(dm, forced, gemv_obj("gemv_x", dm, **v)),
-    "persistent": lambda dm, fmt, forced, T1, trace=False, gemv_mma=(): persistent_step(
-        dm, fmt, forced, T1, trace, gemv_mma),
+    "persistent": lambda dm, fmt, forced, T1, trace=False, gemv_mma=(), peek=False: persistent_step(
+        dm, fmt, forced, T1, trace, gemv_mma, peek),
     # KDA (kda.py; `dm` is then a dims.KdaDims): in-projection, f_b over the f_a columns, the
     # conv, the core, the gated norm, o_proj
     "kda_x": lambda kd, **v: gemv_obj("kda_x", kd, **v),
@@ -270,7 +270,7 @@ KDA_GEMVS = ("kda_x", "kda_in", "kda_g", "kda_fb", "kda_out")
 MLA_GEMVS = ("mla_x", "mla_a", "mla_g", "mla_qb", "mla_out")
 
 
-def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None):
+def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None, peek=False):
     """The PersistentStep object (not compiled) for these dims / format / batch class; gemv_mma:
     the names of its GEMVs on the tensor cores (None: GEMV_MMA's; part of the compile key, so
     that a process can hold several)."""
@@ -285,7 +285,7 @@ def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None):
         gemvs[g] = gemv_obj(g, dm, coherent=g.startswith("out_") and "TT" not in v, **v)
     return PersistentStep(dm, fmt, forced, gemvs, 1 if T1 else TT_EXPERT,
                           PERSIST_UP if mma else None, PERSIST_DOWN if mma else None, trace,
-                          PERSIST_CTAS)
+                          PERSIST_CTAS, peek)
 
 
 def moe_mma(gemv_mma=None):
@@ -310,6 +310,9 @@ def variants(gemv_mma=None):
     out += [("persistent", dict(fmt=fmt, forced=forced, T1=T1, gemv_mma=m))
             for fmt in ("bf16", "mxfp4")
             for T1 in (True, False) for forced in (False, True)]
+    # the scheduler that takes only ready tickets (plan.Order(peek=1)): one batch class
+    out += [("persistent", dict(fmt=fmt, forced=False, T1=False, gemv_mma=m, peek=True))
+            for fmt in ("bf16", "mxfp4")]
     return out
 
 

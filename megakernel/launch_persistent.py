@@ -23,8 +23,9 @@ def launch(moe, named, T, forced):
     """Enqueue the one launch over the buffers `named` (LatentMoE.buffers) on the caller's
     stream; with moe.trace set (an int64 [tickets, 4] tensor), the tracing variant into it."""
     tr = moe.trace is not None
+    extra = dict({"trace": True} if tr else {}, **({"peek": True} if moe.order.peek else {}))
     fn = cache.compiled("persistent", moe.dm, fmt=moe.fmt, forced=forced, T1=T == 1,
-                        gemv_mma=cache.moe_mma(), **({"trace": True} if tr else {}))
+                        gemv_mma=cache.moe_mma(), **extra)
     pl = task_table(moe, T, named["maxU"])
     fn(dict(named, plan=pl, sync=moe._sync, trace=moe.trace if tr else pl,
             ctas=moe._nsm * moe.ctas_per_sm), stream())

@@ -6,6 +6,9 @@ deadlock. Pure Python (tests/megakernel/test_mk_task_graph.py).
 `peek=False` is the MoE launch's (k_persistent.py): the next filler ticket is drawn whatever it
 is, and a CTA holding an unready one spins. On the MoE's graph both are safe (its filler tasks
 wait only on filler tasks); on a layer's graph the second can hang, which the tests show.
+`peek="both"`: no ticket of either queue is drawn before its task is ready (plan.Order(peek=1),
+k_persistent.PersistentStep.next_ready_task): the CTA tries its first queue's head, then the
+other's, else polls.
 """
 import random
 
@@ -53,7 +56,7 @@ class _State:
         return self.tickets[q][self.next[q] - 1]
 
 
-def run(g, ctas: int, fill_first: int, seed: int, peek: bool = True, backfill=0.125,
+def run(g, ctas: int, fill_first: int, seed: int, peek=True, backfill=0.125,
         min_backfill=16, max_rounds=None):
     """Run graph `g` (checked or not) with `ctas` CTAs, the first `fill_first` of them filler
     first. Returns the rounds taken; raises Deadlock with the CTAs' states when none can move."""
@@ -82,6 +85,14 @@ def run(g, ctas: int, fill_first: int, seed: int, peek: bool = True, backfill=0.
         c["fill"] = S.draw(FILL)
         return True
 
+    def ready_head(c):
+        """peek="both": take the first ready head, this CTA's first queue first."""
+        for q in ((FILL, CRIT) if c["ff"] else (CRIT, FILL)):
+            if S.left(q) and S.missing(*S.tickets[q][S.next[q]]) <= 0:
+                start(c, S.draw(q))
+                return True
+        return False
+
     def step(c):
         if c["run"] is not None:
             name, t, k = c["run"]
@@ -91,6 +102,8 @@ def run(g, ctas: int, fill_first: int, seed: int, peek: bool = True, backfill=0.
                 S.finish(name, t)
                 c["run"] = None
             return True
+        if peek == "both":
+            return ready_head(c)
         if c["fill"] is not None:                  # peek=False: spins until it is ready
             if S.missing(*c["fill"]) > 0:
                 return False

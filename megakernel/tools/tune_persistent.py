@@ -21,7 +21,8 @@ from megakernel.plan import Order
 SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             ("nobackfill", Order(backfill=1.0), 0), ("backfill0", Order(backfill=0.0), 0),
             ("gemv2", Order(gemv_tiles=2), 0), ("groups8", Order(groups=8), 0),
-            ("groups32", Order(groups=32), 0), ("2/SM", Order(), 2)]
+            ("groups32", Order(groups=32), 0), ("2/SM", Order(), 2),
+            ("peek", Order(peek=1), 0), ("peek/sfirst0", Order(peek=1, shared_first=0), 0)]
 
 
 def main(argv=None):
@@ -31,6 +32,8 @@ def main(argv=None):
     ap.add_argument("--settings", default=",".join(s[0] for s in SETTINGS))
     ap.add_argument("--trace", action="store_true",
                     help="instead: trace one launch per format and batch (default knobs)")
+    ap.add_argument("--peek", action="store_true",
+                    help="with --trace: the scheduler that takes only ready tickets")
     a = ap.parse_args(argv)
     if a.trace:
         return trace_main(a)
@@ -70,7 +73,8 @@ def trace_main(a):
     from megakernel import plan as P
     log = out_log("persistent_trace.txt")
     for fmt in a.formats.split(","):
-        one = LatentMoE(FULL, draw_weights(FULL, fmt, seed=0), DEV, streams="persistent")
+        one = LatentMoE(FULL, draw_weights(FULL, fmt, seed=0), DEV, streams="persistent",
+                        order=Order(peek=int(a.peek)))
         for T in (int(b) for b in a.batches.split(",")):
             x = torch.randn(T, FULL.d, device=DEV).to(torch.bfloat16)
             one.trace = torch.zeros(1 << 20, 4, dtype=torch.int64, device=DEV)

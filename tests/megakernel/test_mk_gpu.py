@@ -172,7 +172,8 @@ def test_unknown_stream_mode_is_one_line_error():
 def test_persistent_launch_equals_eleven_launches(fmt, T):
     """The one-launch step (k_persistent.py) computes the 11-launch step's bits on every
     intermediate, natural and forced routing, with or without a CUDA graph, launch after launch
-    (its last CTA must reset the counters), under every order knob tried."""
+    (its last CTA must reset the counters), under every order knob tried (peek=1: the scheduler
+    variant that takes only ready tickets)."""
     from megakernel.plan import Order
     w = weights(fmt)
     ref = LatentMoE(SMALL, w, DEV, streams="serial")
@@ -183,7 +184,8 @@ def test_persistent_launch_equals_eleven_launches(fmt, T):
         want = snapshot(ref, ref.launch(x, forced_ids=f), T)
         for order, cps in ((Order(), 3), (Order(backfill=0.0, min_backfill=1, groups=3,
                                                  gemv_tiles=2, shared_first=0), 1),
-                           (Order(backfill=1.0, groups=32, shared_first=3), 7)):
+                           (Order(backfill=1.0, groups=32, shared_first=3), 7),
+                           (Order(peek=1), 3), (Order(peek=1, shared_first=0, groups=3), 1)):
             one.order, one.ctas_per_sm = order, cps
             for _ in range(2):
                 got = snapshot(one, one.launch(x, forced_ids=f), T)

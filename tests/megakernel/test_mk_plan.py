@@ -13,7 +13,8 @@ from megakernel import cache, plan as P  # noqa: E402
 from megakernel.dims import FULL, SMALL  # noqa: E402
 
 ORDERS = [P.Order(), P.Order(backfill=0.0, min_backfill=1, groups=1, gemv_tiles=1),
-          P.Order(backfill=1.0, min_backfill=1000, groups=32, gemv_tiles=5)]
+          P.Order(backfill=1.0, min_backfill=1000, groups=32, gemv_tiles=5),
+          P.Order(peek=1, groups=8)]
 
 
 def tasks_of(words, base, total):
@@ -102,7 +103,7 @@ def test_every_plan_is_complete_and_deadlock_free(dm, fmt):
 def test_bad_knobs_are_one_line_errors():
     shape = cache.persistent_step(SMALL, "bf16", False, True).shape()
     for bad in (P.Order(groups=0), P.Order(groups=99), P.Order(gemv_tiles=0),
-                P.Order(backfill=1.5), P.Order(min_backfill=0)):
+                P.Order(backfill=1.5), P.Order(min_backfill=0), P.Order(peek=2)):
         with pytest.raises(ValueError, match="persistent order"):
             P.build(shape, 1, SMALL.k, bad)
 

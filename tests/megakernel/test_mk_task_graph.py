@@ -3,8 +3,9 @@
 - The generic planner expresses the MoE launch's own schedule (plan.py) exactly: the same
   tickets in each queue, the same waits.
 - Every KDA and MLA layer graph (small and full dims, batch 1 to 256, MLA's cache splits) passes
-  the static check and completes under the layer protocol for any CTA count and filler-first
-  count, in random interleavings.
+  the static check and completes under the layer protocol, and under the one that takes no
+  ticket of either queue unready (plan.Order(peek=1)), for any CTA count and filler-first count,
+  in random interleavings.
 - The MoE launch's protocol (filler tickets drawn unready) hangs on a layer graph: why the layer
   needs the other one. A filler order that puts a stage before one the critical chain needs
   first is refused by the check, and hangs in the simulation: neither check can only pass.
@@ -52,7 +53,7 @@ def test_the_generic_planner_gives_the_moe_launch_its_own_schedule(dm, fmt):
                 else:
                     got.append((P.DONE + P.STAGES.index(d.src), g.stages[d.src].tasks))
             assert got == want, (name, T, order)
-        for peek in (True, False):                 # its filler waits only on filler: both safe
+        for peek in (True, False, "both"):         # its filler waits only on filler: all safe
             task_sim.run(g, 5, 1, seed=T, peek=peek)
 
 
@@ -70,6 +71,7 @@ def test_every_layer_graph_is_sound_and_completes(name, kind, T, NS):
     assert crit | fill == set(g.stages) and "final_sum" in crit
     for ctas, ff in ((1, 0), (1, 1), (2, 1), (7, 3), (64, 64)):
         task_sim.run(g, ctas, ff, seed=1000 * T + ctas)
+        task_sim.run(g, ctas, ff, seed=1000 * T + ctas, peek="both")   # plan.Order(peek=1)
 
 
 def test_the_moe_launch_protocol_can_hang_on_a_layer():

@@ -170,6 +170,12 @@ PERSIST_DOWN = dict(U=2, WPC=8, MT=1, PF=128)
 # to 8 for the standalone GEMVs, so each warp keeps more loads in flight). MK_PERSIST_UNROLL (an
 # int) overrides, for tuning runs; every value gives the same bits.
 PERSIST_UNROLL = {g: int(os.environ.get("MK_PERSIST_UNROLL", 8)) for g in GEMV_UNROLL}
+# Knobs laid over the tensor-core GEMVs' variants inside the persistent launch (MK_PERSIST_MMA_GEMV,
+# a dict literal, e.g. "{'PIPE': 0}"), for tuning runs (tools/persistent_regs.py: at T = 1 the
+# double-buffered PIPE = 1 GEMV tasks spill at the launch's 80 registers). Never KS: it decides
+# the bits; PIPE, U and RT do not.
+PERSIST_MMA_GEMV = _env_variant("MK_PERSIST_MMA_GEMV", {})
+assert "KS" not in PERSIST_MMA_GEMV, "MK_PERSIST_MMA_GEMV must not change KS (the bits)"
 
 
 def mma_ok(dm):
@@ -237,8 +243,8 @@ KERNELS = {
     "expert_down_mma": lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
     "combine": lambda dm: Combine(dm),
     "gemv_route": lambda dm, forced, **v: GemvRoute(dm, forced, gemv_obj("gemv_x", dm, **v)),
-    "persistent": lambda dm, fmt, forced, T1, trace=False, gemv_mma=(), peek=False: persistent_step(
-        dm, fmt, forced, T1, trace, gemv_mma, peek),
+    "persistent": lambda dm, fmt, forced, T1, trace=False, gemv_mma=(), peek=False, only=(): (
+        persistent_step(dm, fmt, forced, T1, trace, gemv_mma, peek, only)),
     # KDA (kda.py; `dm` is then a dims.KdaDims): in-projection, f_b over the f_a columns, the
     # conv, the core, the gated norm, o_proj
     "kda_x": lambda kd, **v: gemv_obj("kda_x", kd, **v),
@@ -270,7 +276,7 @@ KDA_GEMVS = ("kda_x", "kda_in", "kda_g", "kda_fb", "kda_out")
 MLA_GEMVS = ("mla_x", "mla_a", "mla_g", "mla_qb", "mla_out")
 
 
-def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None, peek=False):
+def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None, peek=False, only=()):
     """The PersistentStep object (not compiled) for these dims / format / batch class; gemv_mma:
     the names of its GEMVs on the tensor cores (None: GEMV_MMA's; part of the compile key, so
     that a process can hold several)."""
@@ -281,11 +287,13 @@ def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=None, peek=False)
         v = gemv_variant(g, T, threads=256, mma=gemv_mma)
         if "TT" in v:
             v["U"] = PERSIST_UNROLL[g]
+        else:
+            v.update(PERSIST_MMA_GEMV)
         # out_routed and out_shared read what the same launch wrote (yn, act_s)
         gemvs[g] = gemv_obj(g, dm, coherent=g.startswith("out_") and "TT" not in v, **v)
     return PersistentStep(dm, fmt, forced, gemvs, 1 if T1 else TT_EXPERT,
                           PERSIST_UP if mma else None, PERSIST_DOWN if mma else None, trace,
-                          PERSIST_CTAS, peek)
+                          PERSIST_CTAS, peek, only)
 
 
 def moe_mma(gemv_mma=None):

@@ -63,7 +63,7 @@ class PersistentStep:
 
     def __init__(self, dims, fmt: str, forced: bool, gemvs: dict, TTe: int,
                  mma_up=None, mma_down=None, trace: bool = False, ctas_per_sm: int = 3,
-                 peek: bool = False):
+                 peek: bool = False, only: tuple = ()):
         """`gemvs`: the four GEMV objects by stage name (cache.persistent_step: k_gemv.Gemv or
         k_gemv_mma.GemvMMA of 8 warps, the out_* ones reading coherently); `mma_up` /
         `mma_down`: ExpertMMA variants (WPC must be 8: one task = one CTA), or None for the
@@ -71,6 +71,9 @@ class PersistentStep:
         dm = self.dm = dims
         self.fmt, self.trace, self.ctas_per_sm = fmt, trace, ctas_per_sm
         self.peek = peek          # plan.Order(peek=1)'s scheduler (next_ready_task): a variant
+        # only these stages' bodies compiled in (plan stage indices; () = all): for
+        # tools/persistent_regs.py, which finds the bodies that spill at the grid's register cap
+        self.only = tuple(only)
         self.wdt = BF if fmt == "bf16" else U8
         for g in gemvs.values():
             assert getattr(g, "WPC", 8) * 32 == THREADS, "a GEMV task is one CTA of 8 warps"
@@ -304,39 +307,54 @@ class PersistentStep:
             g = loc // self.down.tiles
         return g
 
+    def has(self, st):
+        """Whether stage st's body is compiled in (all, unless `only` names some)."""
+        return not self.only or st in self.only
+
     @cute.jit
     def run(self, st, loc, grp, gt, ub, NA, A):
         """One task of stage `st` (a CTA-uniform branch, so the bodies' barriers are safe); A:
-        the kernel's arguments by name."""
-        if st == P.GEMV_X:
-            self.gx.body(A.w1, A.x, A.s1, A.T, loc * gt, loc * gt + gt, 1)
-        if st == P.ROUTE:
-            self.route.body(A.s1, A.bias, A.fids, A.ids, A.wts, A.hl, A.T,
-                            loc // (1 + ROUTE_NPW), loc % (1 + ROUTE_NPW))
-        if st == P.SCHEDULE:
-            self.sched.body(A.ids, A.nact, A.act_e, A.act_off, A.act_cnt, A.pairs, A.T)
-        if st == P.UP:
-            hi = cutlass.min(grp * ub + ub, NA[0])
-            for u in cutlass.range(grp * ub, hi):
-                self.up.body(A.w13, A.w13s, A.hl, A.nact, A.act_e, A.act_off, A.act_cnt,
-                             A.pairs, A.act, A.T, loc - grp * self.up.tiles, u)
-        if st == P.DOWN:
-            hi = cutlass.min(grp * ub + ub, NA[0])
-            for u in cutlass.range(grp * ub, hi):
-                self.down.body(A.w2, A.w2s, A.act, A.nact, A.act_e, A.act_off, A.act_cnt,
-                               A.pairs, A.y, A.T, loc - grp * self.down.tiles, u)
-        if st == P.COMBINE:
-            self.comb.body(A.ids, A.wts, A.y, A.norm_w, A.yc, A.yn, A.T, loc)
-        if st == P.OUT_ROUTED:
-            self.gor.body(A.w_up, A.yn, A.ro, A.T, loc * gt, loc * gt + gt, 1)
-        if st == P.GEMV_SHARED:
-            self.gsh.body(A.w_gu, A.x, A.s2, A.T, loc * gt, loc * gt + gt, 1)
-        if st == P.SHARED_ACT:
-            self.sact.body(A.s2, A.acts, A.T, loc // ACT_NPW, loc % ACT_NPW)
-        if st == P.OUT_SHARED:
-            self.gos.body(A.w_sd, A.acts, A.so, A.T, loc * gt, loc * gt + gt, 1)
-        if st == P.FINAL_SUM:
-            self.fsum.body(A.ro, A.so, A.out, A.T, loc // SUM_NPT, loc % SUM_NPT)
+        the kernel's arguments by name. Only the stages `has` names are compiled in."""
+        if cutlass.const_expr(self.has(P.GEMV_X)):
+            if st == P.GEMV_X:
+                self.gx.body(A.w1, A.x, A.s1, A.T, loc * gt, loc * gt + gt, 1)
+        if cutlass.const_expr(self.has(P.ROUTE)):
+            if st == P.ROUTE:
+                self.route.body(A.s1, A.bias, A.fids, A.ids, A.wts, A.hl, A.T,
+                                loc // (1 + ROUTE_NPW), loc % (1 + ROUTE_NPW))
+        if cutlass.const_expr(self.has(P.SCHEDULE)):
+            if st == P.SCHEDULE:
+                self.sched.body(A.ids, A.nact, A.act_e, A.act_off, A.act_cnt, A.pairs, A.T)
+        if cutlass.const_expr(self.has(P.UP)):
+            if st == P.UP:
+                hi = cutlass.min(grp * ub + ub, NA[0])
+                for u in cutlass.range(grp * ub, hi):
+                    self.up.body(A.w13, A.w13s, A.hl, A.nact, A.act_e, A.act_off, A.act_cnt,
+                                 A.pairs, A.act, A.T, loc - grp * self.up.tiles, u)
+        if cutlass.const_expr(self.has(P.DOWN)):
+            if st == P.DOWN:
+                hi = cutlass.min(grp * ub + ub, NA[0])
+                for u in cutlass.range(grp * ub, hi):
+                    self.down.body(A.w2, A.w2s, A.act, A.nact, A.act_e, A.act_off, A.act_cnt,
+                                   A.pairs, A.y, A.T, loc - grp * self.down.tiles, u)
+        if cutlass.const_expr(self.has(P.COMBINE)):
+            if st == P.COMBINE:
+                self.comb.body(A.ids, A.wts, A.y, A.norm_w, A.yc, A.yn, A.T, loc)
+        if cutlass.const_expr(self.has(P.OUT_ROUTED)):
+            if st == P.OUT_ROUTED:
+                self.gor.body(A.w_up, A.yn, A.ro, A.T, loc * gt, loc * gt + gt, 1)
+        if cutlass.const_expr(self.has(P.GEMV_SHARED)):
+            if st == P.GEMV_SHARED:
+                self.gsh.body(A.w_gu, A.x, A.s2, A.T, loc * gt, loc * gt + gt, 1)
+        if cutlass.const_expr(self.has(P.SHARED_ACT)):
+            if st == P.SHARED_ACT:
+                self.sact.body(A.s2, A.acts, A.T, loc // ACT_NPW, loc % ACT_NPW)
+        if cutlass.const_expr(self.has(P.OUT_SHARED)):
+            if st == P.OUT_SHARED:
+                self.gos.body(A.w_sd, A.acts, A.so, A.T, loc * gt, loc * gt + gt, 1)
+        if cutlass.const_expr(self.has(P.FINAL_SUM)):
+            if st == P.FINAL_SUM:
+                self.fsum.body(A.ro, A.so, A.out, A.T, loc // SUM_NPT, loc % SUM_NPT)
 
 
 @cute.jit

@@ -83,3 +83,27 @@ def test_tune_gemv_variants_build_and_pipe_keeps_the_split():
                     o = cache.KERNELS["gemv"](shape, **v)
                     assert (o.KS, o.PIPE) == (v["KS"], v["PIPE"])
                     assert o.KS == cache.KERNELS["gemv"](shape, **dict(v, PIPE=0)).KS
+
+
+def test_persistent_regs_reads_ptxas_and_refuses_bad_arguments():
+    from megakernel.tools.persistent_regs import parse_ptxas
+    out = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
+           "    224 bytes stack frame, 676 bytes spill stores, 652 bytes spill loads\n"
+           "ptxas info    : Used 80 registers, used 1 barriers, 224 bytes cumulative stack size\n")
+    assert parse_ptxas(out) == (80, 676, 652)
+    assert parse_ptxas("ptxas info    : Used 32 registers, used 1 barriers") == (32, 0, 0)
+    with pytest.raises(ValueError, match="no register count"):
+        parse_ptxas("nothing")
+    lines = refused("persistent_regs", ["--formats", "fp8"])
+    assert len(lines) == 1 and lines[0].startswith("persistent_regs: --formats"), lines
+
+
+def test_persistent_regs_measures_one_variant():
+    """One real row, small dims: the scheduler with every body compiled out fits without a
+    spill (a child compile, then ptxas -v)."""
+    import shutil
+    if shutil.which("ptxas") is None:
+        pytest.skip("no ptxas on PATH")
+    from megakernel.tools.persistent_regs import measure
+    regs, st, ld = measure("small", "bf16", True, (-1,), "sm_90a")
+    assert 0 < regs <= 80 and st == ld == 0

@@ -1,0 +1,101 @@
+"""python -m megakernel.tools.persistent_regs: which task bodies of the MoE's one launch
+(k_persistent.py) spill at its register cap; no GPU needed.
+
+The one launch runs every stage's body in one kernel of 256 threads with `.minnctapersm 3`, so
+ptxas caps it at 80 registers, and the kernel needs what its hungriest body needs. For the whole
+kernel, for the scheduler alone and for each stage's body alone (PersistentStep(only=...): the
+other bodies compiled out), this compiles the PTX in a child process (CUTE_DSL_KEEP=ptx, the disk
+cache off) and prints what `ptxas -arch=<arch> -v` reports: registers and spill bytes. Needs
+`ptxas` on PATH (CUDA's, as on the CPU and GPU machines). Issue 16 asks for tasks that fit the
+register budget without spilling; this table says which do not.
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+CHILD = """
+import sys
+from megakernel import cache
+from megakernel.dims import FULL, SMALL
+dm = {{"full": FULL, "small": SMALL}}[{dims!r}]
+cache.compile_kernel("persistent", dm, fmt={fmt!r}, forced=False, T1={t1}, peek={peek},
+                     gemv_mma=cache.moe_mma(), only={only!r})
+"""
+_REGS = re.compile(r"Used (\d+) registers")
+_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+
+def parse_ptxas(text):
+    """(registers, spill store bytes, spill load bytes) from `ptxas -v` output; ValueError if
+    it has no register line."""
+    r = _REGS.search(text)
+    if r is None:
+        raise ValueError("ptxas -v printed no register count")
+    s = _SPILL.search(text)
+    return int(r.group(1)), int(s.group(1)) if s else 0, int(s.group(2)) if s else 0
+
+
+def measure(dims, fmt, t1, only, arch, peek=False):
+    """ptxas's (registers, spill stores, spill loads) for one variant."""
+    with tempfile.TemporaryDirectory() as d:
+        # the child imports this very tree (not whatever an editable install points at)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+        env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=d, CUTE_DSL_ARCH=arch,
+                   MEGAKERNEL_CACHE="off", PYTHONPATH=path)
+        code = CHILD.format(dims=dims, fmt=fmt, t1=t1, only=tuple(only), peek=peek)
+        r = subprocess.run([sys.executable, "-c", code], env=env, cwd=d, capture_output=True,
+                           text=True, timeout=900)
+        if r.returncode:
+            raise RuntimeError(f"compile failed: {r.stderr.strip().splitlines()[-1:]}")
+        ptx = [f for f in os.listdir(d) if f.endswith(".ptx")]
+        if len(ptx) != 1:
+            raise RuntimeError(f"expected one PTX file, found {ptx}")
+        p = subprocess.run(["ptxas", f"-arch={arch}", "-v", os.path.join(d, ptx[0]), "-o",
+                            os.path.join(d, "k.cubin")], capture_output=True, text=True,
+                           timeout=900)
+        if p.returncode:
+            raise RuntimeError(f"ptxas failed: {p.stderr.strip().splitlines()[-1:]}")
+        return parse_ptxas(p.stdout + p.stderr)
+
+
+def main(argv=None) -> int:
+    from megakernel import plan as P
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.persistent_regs",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--dims", default="full", choices=("full", "small"))
+    ap.add_argument("--formats", default="bf16,mxfp4")
+    ap.add_argument("--classes", default="1", help="batch classes: 1 and/or many (T > 1)")
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--peek", action="store_true", help="the ready-ticket scheduler variant")
+    a = ap.parse_args(argv)
+    fmts, classes = a.formats.split(","), a.classes.split(",")
+    if not set(fmts) <= {"bf16", "mxfp4"} or not set(classes) <= {"1", "many"}:
+        print("persistent_regs: --formats bf16,mxfp4; --classes 1,many", file=sys.stderr)
+        return 2
+    if shutil.which("ptxas") is None:
+        print("persistent_regs: needs ptxas on PATH (CUDA's)", file=sys.stderr)
+        return 2
+    rows = [("whole kernel", ())] + [("scheduler alone", (-1,))] + [
+        (f"{name} alone", (st,)) for st, name in enumerate(P.STAGES)]
+    print(f"ptxas -arch={a.arch} -v, {a.dims} dims{', peek' if a.peek else ''}: registers / "
+          "spill store bytes / spill load bytes (cap 80: 256 threads, 3 CTAs per SM)")
+    for fmt in fmts:
+        for c in classes:
+            print(f"{fmt}, batch {'1' if c == '1' else '> 1'}")
+            for label, only in rows:
+                try:
+                    regs, st, ld = measure(a.dims, fmt, c == "1", only, a.arch, a.peek)
+                except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
+                    print(f"persistent_regs: {label}: {e}", file=sys.stderr)
+                    return 1
+                print(f"  {label:22s} {regs:4d} {st:6d} {ld:6d}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -5,6 +5,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/k3diff-out}; mkdir -p "$OUT"
 MK=megakernel.backend:MegakernelBackend
 SEED=${K3DIFF_SEED:-20261201}
+PLANT=${PLANT:-/tmp/planted}   # the throwaway copy (one per lane when lanes run side by side)
 step() { echo; echo "=== $*"; }
 
 # lane_tests STAGE TESTFILE: the stage's GPU tests (k3diff verdicts on chosen cases)
@@ -23,17 +24,17 @@ lane_suite() {
 # megakernel/FILE, hunted with `k3diff hunt`; refuses to hunt when the expression changed nothing
 lane_planted() {
   local log="$OUT/${4:-$1_planted}.txt"
-  rm -rf /tmp/planted && mkdir /tmp/planted && cp -r k3diff reference megakernel /tmp/planted/
-  sed -i "$3" "/tmp/planted/megakernel/$2"
-  if cmp -s "megakernel/$2" "/tmp/planted/megakernel/$2"; then
+  rm -rf $PLANT && mkdir $PLANT && cp -r k3diff reference megakernel $PLANT/
+  sed -i "$3" "$PLANT/megakernel/$2"
+  if cmp -s "megakernel/$2" "$PLANT/megakernel/$2"; then
     echo "planted bug NOT APPLIED: the sed expression matched nothing in megakernel/$2" \
       | tee "$log"
   else
-    diff "megakernel/$2" "/tmp/planted/megakernel/$2" | head -4
-    (cd /tmp/planted && PYTHONPATH=/tmp/planted:${PYTHONPATH:-} python3 -m k3diff.cli hunt \
+    diff "megakernel/$2" "$PLANT/megakernel/$2" | head -4
+    (cd $PLANT && PYTHONPATH=$PLANT:${PYTHONPATH:-} python3 -m k3diff.cli hunt \
       --backend $MK --stage "$1" --examples 40 --seed $SEED 2>&1 | head -6 | tee "$log")
   fi
-  rm -rf /tmp/planted
+  rm -rf $PLANT
 }
 
 # lane_memcheck STAGE TESTFILE SELECTOR [LOGNAME]: compute-sanitizer memcheck over those tests

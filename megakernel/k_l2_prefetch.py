@@ -32,7 +32,7 @@ def region(w, mb):
     total = rows * row_bytes
     want = total if mb is None else min(total, int(mb * 2 ** 20))
     if want >= total:
-        assert total < 2 ** 31, "one prefetch region must stay below 2 GiB"
+        assert total <= 2 ** 31 - CHUNK, "one prefetch region must stay below 2 GiB (int32)"
         return 1, total, total
     return rows, row_bytes, max(16, want // rows // 16 * 16)
 

@@ -72,11 +72,12 @@ def parse_prefetch(spec, stages):
             w, rest = item.split("@")
             after, mb = rest.split(":")
             mb = None if mb == "all" else int(mb)
-            if w not in stages or (mb is not None and mb <= 0):
+            if w not in stages or (mb is not None and mb <= 0) or stages[w] in [
+                    o[0] for o in out]:
                 raise ValueError
         except ValueError:
             raise ValueError(f"prefetch spec {item!r}: w@after:MiB (MiB > 0 or all), w in "
-                             f"{sorted(stages)}") from None
+                             f"{sorted(stages)}, each w once") from None
         out.append((stages[w], None if after == "start" else after, mb))
     return out
 

@@ -78,7 +78,8 @@ def test_prefetch_specs_place_each_stage_after_its_launch():
     assert fused == [("main", "x"), ("main", "s_pf_o"), ("main", "b")]
 
 
-@pytest.mark.parametrize("spec", ["o@g", "o:32", "q@g:32", "o@g:0", "o@g:-1", "o@g:x"])
+@pytest.mark.parametrize("spec", ["o@g", "o:32", "q@g:32", "o@g:0", "o@g:-1", "o@g:x",
+                                  "o@g:8,o@h:16"])
 def test_a_bad_prefetch_spec_is_refused_in_one_line(spec):
     with pytest.raises(ValueError, match="w@after:MiB"):
         side_stream.parse_prefetch(spec, {"o": "s_pf_o"})

@@ -6,6 +6,8 @@ the kernel cannot (no GPU, no CuTe DSL): such a backend loads, then says why it 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from importlib.metadata import entry_points
 
 from k3diff.backends.base import Backend, BackendError
@@ -31,6 +33,12 @@ def names() -> list[str]:
 
 def _load_target(target: str):
     module_name, _, attr = target.partition(":")
+    # a candidate module beside the user (`--backend mykernels.fused:Step`) imports from the
+    # current folder under the `k3diff` console script too, as under `python -m` and pytest:
+    # the replay line a run prints must work as printed
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.append(cwd)
     try:
         obj = importlib.import_module(module_name)
     except ImportError as exc:

@@ -27,6 +27,14 @@ def _cli(cwd, *args):
                           text=True, timeout=600)
 
 
+def _console(cwd, *args):
+    """`k3diff ...` as printed in a run's summary, run the way the console script runs it: its
+    sys.path, unlike `python -m`'s, does not start with the current folder."""
+    cmd = [sys.executable, "-c", "import sys; del sys.path[0]; from k3diff.cli import main; "
+           "sys.exit(main())"]
+    return subprocess.run(cmd + list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
 def _one_line_usage_error(result, message):
     """pytest's usage error: exit 4, the reason in one stderr line, no INTERNALERROR."""
     err = result.stderr.str()
@@ -63,6 +71,12 @@ def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
     assert replay.returncode == 1, replay.stderr
     assert "reproduced the recorded outcome (FAIL" in replay.stdout
     assert "FAIL" in replay.stdout.splitlines()[0]
+    # the line exactly as printed, through the console script: the candidate module beside the
+    # user still imports (it did not: "No module named 'broken_candidate'", exit 2)
+    line = re.search(r"replay: (k3diff replay seeds/\S+\.json)", out).group(1).split()
+    again = _console(project.path, *line[1:])
+    assert again.returncode == 1, again.stderr
+    assert "reproduced the recorded outcome (FAIL" in again.stdout
 
 
 def test_xdist_merges_one_summary_and_loses_no_seed(project):

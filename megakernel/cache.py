@@ -318,6 +318,7 @@ def variants(gemv_mma=None):
     out += [("persistent", dict(fmt=fmt, forced=forced, T1=T1, gemv_mma=m))
             for fmt in ("bf16", "mxfp4")
             for T1 in (True, False) for forced in (False, True)]
+    out += [("l2_prefetch", dict(PF_VARIANT))]          # W_up beside expert_down (prefetch_up)
     # the scheduler that takes only ready tickets (plan.Order(peek=1)): one batch class
     out += [("persistent", dict(fmt=fmt, forced=False, T1=False, gemv_mma=m, peek=True))
             for fmt in ("bf16", "mxfp4")]

@@ -27,7 +27,8 @@ none; their CTAs then loop over row tiles). `streams="serial"` puts all 11 launc
 same bits (same kernels; tested).
 
 `fuse_route=True` (batch 1 only): gemv_x runs route and schedule in its last CTA
-(k_gemv_route.py; the same bits; measured slower, so off).
+(k_gemv_route.py; the same bits; measured slower, so off). `prefetch_up` (MiB, 0 = off): W_up
+fetched into L2 on the side stream after out_shared, beside expert_down (not yet run).
 """
 import torch
 
@@ -76,6 +77,18 @@ def launches(moe, T, forced):
             gv("gemv_shared"), c("shared_act", dm), gv("out_shared"), c("final_sum", dm))
 
 
+def _prefetch_up(moe, named, st):
+    """W_up's first moe.prefetch_up MiB into L2 on the side stream, once out_shared is queued:
+    at MXFP4 batch 1 the tail (expert_down, combine, out_routed) ran alone at ~2.2 TB/s
+    (NOTES.md, v5 timeline), so HBM has room to bring out_routed's 51 MB in beside expert_down.
+    Changes no bit (k_l2_prefetch.py)."""
+    from megakernel.k_l2_prefetch import region
+    from megakernel.side_stream import PF_VARIANT
+    rows, row_bytes, prefix = region(named["w_up"], moe.prefetch_up)
+    cache.compiled("l2_prefetch", moe.dm, **PF_VARIANT)(
+        dict(w=named["w_up"], rows=rows, row_bytes=row_bytes, prefix=prefix), st)
+
+
 def launch(moe, named, T, forced, stages=None):
     """Enqueue the 11 launches (module docstring) over the buffers `named`
     (LatentMoE.buffers); `stages`: only those (indices into STAGES)."""
@@ -114,6 +127,8 @@ def launch(moe, named, T, forced, stages=None):
     if moe.gate == "down":
         side.wait_stream(main)
     go(sd, 9)
+    if moe.prefetch_up and stages is None:
+        _prefetch_up(moe, named, sd)
     go(m, 5, 6)
     main.wait_stream(side)            # join: the final sum needs both halves
     go(m, 10)

@@ -19,7 +19,7 @@ MODES = ("fork", "serial", "persistent")
 class LatentMoE:
     def __init__(self, dims, weights: dict, device, streams: str = "fork", fork: str = "start",
                  gate: str = "none", side_ctas_per_sm: int = 0, order: plan.Order = plan.Order(),
-                 ctas_per_sm: int = 0, fuse_route: bool = False):
+                 ctas_per_sm: int = 0, fuse_route: bool = False, prefetch_up: int = 0):
         """Pack the weights once (never modifies `weights`): the routed x-side rows are
         concatenated so gemv_x reads x once; expert tensors are made contiguous."""
         for name, v, ok in (("streams", streams, MODES), ("fork", fork, tuple(FORKS)),
@@ -31,6 +31,9 @@ class LatentMoE:
         self.side_ctas_per_sm = side_ctas_per_sm
         # batch 1: launches 0-2 as one (k_gemv_route.py); measured slower, so off by default
         self.fuse_route = fuse_route
+        # MiB of W_up (out_routed's weights) fetched into L2 on the side stream after out_shared
+        # (k_l2_prefetch.py; launch_streams.py), 0 = none: written without a GPU, not yet run
+        self.prefetch_up = prefetch_up
         # 0: as many as the persistent kernel is built to fit (cache.PERSIST_CTAS)
         self.order, self.ctas_per_sm = order, ctas_per_sm or cache.PERSIST_CTAS
         self.trace = None        # int64 [tickets, 4]: the persistent launch traces into it

@@ -25,6 +25,10 @@ MODES += [(f"{f}/{g}/0", dict(fork=f, gate=g, side_ctas_per_sm=0, fuse_route=Fal
 # batch 1: gemv_x, route and schedule in one launch (k_gemv_route.py; T > 1 ignores it)
 MODES += [("start/none/0 fused", dict(fork="start", gate="none", side_ctas_per_sm=0,
                                       fuse_route=True), 4, 4)]
+# W_up's first 24 / 48 MiB (of 49) into L2 beside expert_down (launch_streams._prefetch_up)
+MODES += [(f"start/none/0 pf_up{mb}", dict(fork="start", gate="none", side_ctas_per_sm=0,
+                                          fuse_route=False, prefetch_up=mb), 4, 4)
+          for mb in (24, 48)]
 
 
 def main(argv=None):
@@ -47,7 +51,7 @@ def main(argv=None):
             for label, attrs, u_side, u_main in modes:
                 cache.GEMV_UNROLL.update(gemv_shared=u_side, out_shared=u_side, gemv_x=u_main,
                                          out_routed=u_main)
-                moe.streams = "fork"
+                moe.streams, moe.prefetch_up = "fork", 0
                 for k, v in attrs.items():
                     setattr(moe, k, v)
                 for x in xs[:2]:

@@ -151,12 +151,14 @@ def test_fork_join_equals_one_stream_and_graph(fmt, T):
     serial = LatentMoE(SMALL, w, DEV, streams="serial")
     x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
     want = snapshot(serial, serial.launch(x), T)
-    for fk, gate, cap in (("start", "none", 2), ("after_x", "up", 0), ("start", "down", 1),
-                          ("after_route", "down", 0), ("after_schedule", "none", 0)):
-        fork.fork, fork.gate, fork.side_ctas_per_sm = fk, gate, cap
+    for fk, gate, cap, pf in (("start", "none", 2, 0), ("after_x", "up", 0, 0),
+                              ("start", "down", 1, 1), ("after_route", "down", 0, 0),
+                              ("after_schedule", "none", 0, 0), ("start", "none", 0, 1000)):
+        # pf: MiB of W_up prefetched into L2 beside expert_down (1000: all of it)
+        fork.fork, fork.gate, fork.side_ctas_per_sm, fork.prefetch_up = fk, gate, cap, pf
         got = snapshot(fork, fork.launch(x), T)
         for n in want:
-            assert torch.equal(got[n], want[n]), (fk, gate, cap, n)
+            assert torch.equal(got[n], want[n]), (fk, gate, cap, pf, n)
     assert_graph_replay_equals(fork, x, want)
 
 

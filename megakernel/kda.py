@@ -112,9 +112,11 @@ class KdaStep(side_stream.Modes):
                      side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):
-            if name in PREFETCH and (stages is None or name in stages):
+            if stages is not None and name not in stages:
+                return
+            if name in PREFETCH:
                 self.prefetch_launch(name, named, st, kd)
-            elif stages is None or name in stages:
+            else:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     cache.kda_core_variant(T) if name == "kda_core" else {})
                 cache.compiled(name, kd, **v)(named, st, BIND.get(name))

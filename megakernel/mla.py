@@ -118,9 +118,11 @@ class MlaStep(side_stream.Modes):
                      side_grid=self.side_grid(FULL_GRID))
 
         def go(name, st):
-            if name in PREFETCH and (stages is None or name in stages):
+            if stages is not None and name not in stages:
+                return
+            if name in PREFETCH:
                 self.prefetch_launch(name, named, st, md)
-            elif stages is None or name in stages:
+            else:
                 v = cache.gemv_variant(name, T) if name in BIND else (
                     dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else
                     cache.mla_merge_variant(T) if name == "mla_merge" else {})

@@ -156,6 +156,7 @@ class Modes:
             raise ValueError(f"megakernel {type(self).__name__}: streams in {MODES}, fork in "
                              f"{tuple(self.FORKS)}; got {self.streams!r}, {self.fork!r}")
         self.prefetch = prefetch if prefetch is not None or prefetch_from_env() else "off"
+        self._memo = {}                # (what, mode, fork, spec) -> plan / prefetches
         for m in MODES:                # a bad spec fails here, not at the first launch
             self._plan(m, self.fork)
         self._streams = TwoStreams(device)
@@ -164,11 +165,20 @@ class Modes:
 
     def prefetches(self, mode=None):
         """[(stage, after, MiB)] of the prefetch stages in `mode` (None: the current one)."""
-        spec = self.PF_DEFAULT[mode or self.streams] if self.prefetch is None else self.prefetch
-        return parse_prefetch(spec, short_names(self))
+        mode = mode or self.streams
+        key = ("pf", mode, None, self.prefetch)
+        if key not in self._memo:
+            spec = self.PF_DEFAULT[mode] if self.prefetch is None else self.prefetch
+            self._memo[key] = parse_prefetch(spec, short_names(self))
+        return self._memo[key]
 
     def _plan(self, mode, fork):
-        return step_plan(self, mode, fork, self.prefetches(mode))
+        # kept per setting: a launch asks for its plan every step (the host's hot path), and
+        # the knobs are attributes a tuner may change between steps
+        key = ("plan", mode, fork, self.prefetch)
+        if key not in self._memo:
+            self._memo[key] = step_plan(self, mode, fork, self.prefetches(mode))
+        return self._memo[key]
 
     def plan(self):
         return self._plan(self.streams, self.fork)

@@ -34,7 +34,8 @@ def _sources(suffixes=(".py", ".md")):
     files = [p for p in ROOT.glob("*") if p.suffix in suffixes]
     for top in SCANNED:
         files += [p for p in (ROOT / top).rglob("*") if p.suffix in suffixes and p.is_file()]
-    return sorted(p for p in files if p.resolve() not in NOT_CITING and "/." not in str(p))
+    hidden = lambda p: any(part.startswith(".") for part in p.relative_to(ROOT).parts)
+    return sorted(p for p in files if p.resolve() not in NOT_CITING and not hidden(p))
 
 
 def sections() -> set[str]:

@@ -1,0 +1,440 @@
+"""A distributed candidate: N rank processes under torch.distributed, seen by the runner as one
+ordinary backend (issue 34).
+
+    DistributedCandidate      the Backend protocol (k3diff/backends/base.py) around a per-rank
+                              implementation named by `rank_impl` ("module:object"); runner.py and
+                              invariance.py bind it to each case (`bind_case`), so it knows the
+                              case's layout (k3diff/ep_config.py)
+    RankPool                  the N processes: spawned, one process group (gloo on the CPU; NCCL on
+                              GPUs, rank r on cuda:r, NVLink multicast off), kept across cases
+
+Every rank gets the same inputs and its shard of the experts (the others' rows never reach it);
+each returns the rows of its home tokens, which are written into the framework's `out` buffers,
+so the controls (poison, run twice, inputs unchanged), the routing rule and the error rule judge
+the distributed result exactly as a single-device one.
+
+A per-rank implementation has: `prepare_rank(cfg, stage, shard, ctx)` -> prepared and
+`run_rank(stage, cfg, prepared, inputs, ctx)` -> {output name: rows of ctx's home tokens}, where
+ctx is a RankContext (rank, world, group, layout, device) and `shard` holds the replicated
+weights plus `experts.*` of ctx's own experts, ascending id, with `expert_ids` naming them.
+
+Failures: a rank that dies is a `crash:` of the case, a rank with no answer within
+`rank_timeout` seconds a `hang:` (both final, like isolation.py's); a rank that raises fails the
+case with its message. In each of them every rank is killed and the next case starts a fresh pool.
+A pool never outlives the process that started it: each rank dies with its parent (Linux
+PR_SET_PDEATHSIG, and a watchdog thread where that is missing), so when isolation.py kills a hung
+candidate process its ranks go with it.
+"""
+from __future__ import annotations
+
+import atexit
+import io
+import itertools
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+from k3diff.ep_config import MAX_RANKS, Layout, layout_of
+
+RANK_TIMEOUT = float(os.environ.get("K3DIFF_RANK_TIMEOUT", "300"))   # one rank's answer to one step
+START_TIMEOUT = 300.0          # N fresh interpreters importing torch on a loaded machine
+CRASH, HANG = "crash:", "hang:"
+
+
+class RankFailure(RuntimeError):
+    """A rank died, hung or raised. `verdict_error` is the case's error line (runner.py uses it
+    as is, so `crash:`/`hang:` stay final verdicts)."""
+
+    def __init__(self, line: str):
+        super().__init__(line)
+        self.verdict_error = line
+
+
+def is_distributed(backend) -> bool:
+    return bool(getattr(backend, "distributed", False))
+
+
+def bind_case(candidate, case) -> None:
+    """Tell a distributed candidate which case it is about to run (a no-op for any other)."""
+    bind = getattr(candidate, "bind_case", None)
+    if bind is not None:
+        bind(case)
+
+
+# ------------------------------------------------------------------ transport of tensors
+
+def _pack(obj) -> bytes:
+    """Tensors (any dtype, bf16 included) and plain values through a pipe, by value."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _unpack(blob: bytes, device=None):
+    import torch
+
+    return torch.load(io.BytesIO(blob), map_location=device, weights_only=True)
+
+
+def _to_cpu(tensors: dict) -> dict:
+    import torch
+
+    return {k: (v.detach().cpu() if torch.is_tensor(v) else v) for k, v in tensors.items()}
+
+
+# ------------------------------------------------------------------ one rank
+
+@dataclass
+class RankContext:
+    rank: int
+    world: int
+    layout: Layout
+    device: str
+    group: object = None
+
+    @property
+    def rows(self) -> tuple:
+        return self.layout.rows[self.rank]
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL when the process that started us dies (Linux), and a watchdog thread for the rest:
+    a rank blocked in a collective must not survive a killed candidate process."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:          # the parent died before prctl took effect
+        os._exit(1)
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="k3diff-rank-watchdog", daemon=True).start()
+
+
+def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: str, parent_pid: int,
+               timeout: float) -> None:
+    _die_with_parent(parent_pid)
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    if kind == "nccl":
+        os.environ["NCCL_NVLS_ENABLE"] = "0"     # NVLink multicast off (these machines, KINDS.md)
+        device = f"cuda:{rank % max(1, torch.cuda.device_count())}"
+        torch.cuda.set_device(device)
+    else:
+        device = "cpu"
+        if "GLOO_SOCKET_IFNAME" not in os.environ and os.path.exists("/sys/class/net/lo"):
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"       # ranks of one host: loopback only
+    try:
+        impl = load_impl(impl_spec)
+        dist.init_process_group(kind, init_method=f"file://{store}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout + 60))
+    except BaseException as exc:  # noqa: BLE001 - one line to the parent
+        conn.send(("error", _line(exc)))
+        return
+    conn.send(("ready", os.getpid()))
+    shards: dict = {}
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            break
+        if msg is None:
+            break
+        try:
+            if msg[0] == "shard":
+                _, key, stage, cfg, layout, blob = msg
+                if len(shards) > 4:
+                    shards.clear()
+                ctx = RankContext(rank, world, layout, device, dist.group.WORLD)
+                shards[key] = impl.prepare_rank(cfg, stage, _unpack(blob, device), ctx)
+                conn.send(("ok", None))
+            else:
+                _, key, stage, cfg, layout, blob = msg
+                ctx = RankContext(rank, world, layout, device, dist.group.WORLD)
+                with torch.no_grad():
+                    rows = impl.run_rank(stage, cfg, shards[key], _unpack(blob, device), ctx)
+                if kind == "nccl":
+                    torch.cuda.synchronize()
+                conn.send(("ok", _pack(_to_cpu(rows))))
+        except BaseException as exc:  # noqa: BLE001 - the parent tears the pool down
+            conn.send(("error", _line(exc)))
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def load_impl(spec: str):
+    """A per-rank implementation by "module:object" (a class is instantiated)."""
+    from k3diff.backends import _load_target
+
+    obj = _load_target(spec)
+    impl = obj() if isinstance(obj, type) else obj
+    missing = [m for m in ("prepare_rank", "run_rank", "provides") if not hasattr(impl, m)]
+    if missing:
+        from k3diff.backends.base import BackendError
+
+        raise BackendError(f"rank implementation {spec!r} lacks {', '.join(missing)} (k3diff/distributed.py)")
+    return impl
+
+
+def _line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:300]
+
+
+def _signal_name(code) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+# ------------------------------------------------------------------ the pool
+
+_POOLS: "weakref.WeakSet[RankPool]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_pools():
+    for pool in list(_POOLS):
+        pool.kill()
+
+
+class RankPool:
+    """N rank processes and one pipe to each. Any failure kills them all (`kill`)."""
+
+    def __init__(self, impl_spec: str, world: int, kind: str, timeout: float = RANK_TIMEOUT):
+        import multiprocessing
+
+        from k3diff.isolation import _main_not_reimported
+
+        self.world, self.kind, self.timeout = world, kind, timeout
+        self.dir = tempfile.mkdtemp(prefix="k3diff-ranks-")
+        ctx = multiprocessing.get_context("spawn")
+        self.procs, self.conns, self.pids = [], [], []
+        _POOLS.add(self)
+        for r in range(world):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_rank_main, name=f"k3diff-rank{r}", daemon=True,
+                               args=(child, r, world, os.path.join(self.dir, "store"), impl_spec, kind,
+                                     os.getpid(), timeout))
+            with _main_not_reimported():         # spawn must not rerun the caller's script
+                proc.start()
+            child.close()
+            self.procs.append(proc)
+            self.conns.append(parent)
+        for r, (tag, payload) in enumerate(self._gather(START_TIMEOUT, "start")):
+            if tag != "ready":
+                self.kill()
+                from k3diff.backends.base import BackendError
+
+                raise BackendError(f"rank {r} of {world} did not start: {payload}")
+            self.pids.append(payload)
+
+    def alive(self) -> bool:
+        return bool(self.procs) and all(p.is_alive() for p in self.procs)
+
+    def broadcast(self, msgs: list, what: str) -> list:
+        """Send msgs[r] to rank r, then wait for every answer; RankFailure (pool killed) if a rank
+        dies, hangs or raises."""
+        for r, (conn, msg) in enumerate(zip(self.conns, msgs)):
+            try:
+                conn.send(msg)
+            except (OSError, BrokenPipeError):
+                self._fail_dead(r, what)
+        answers = self._gather(self.timeout, what)
+        errors = [(r, p) for r, (t, p) in enumerate(answers) if t == "error" and p is not None]
+        if errors:
+            self.kill()
+            r, line = errors[0]
+            raise RankFailure(f"rank {r} of {self.world} raised during {what}: {line}")
+        return [p for _, p in answers]
+
+    def _gather(self, timeout: float, what: str) -> list:
+        deadline = time.monotonic() + timeout
+        answers = [None] * self.world
+        pending = set(range(self.world))
+        while pending:
+            for r in sorted(pending):
+                conn = self.conns[r]
+                try:
+                    if conn.poll(0.05):
+                        answers[r] = conn.recv()
+                        pending.discard(r)
+                        if answers[r][0] == "error":     # the others may wait for it forever
+                            return [a if a is not None else ("error", None) for a in answers]
+                    elif not self.procs[r].is_alive():
+                        self._fail_dead(r, what)
+                except (EOFError, OSError):
+                    self._fail_dead(r, what)
+            if pending and time.monotonic() > deadline:
+                late = ", ".join(map(str, sorted(pending)))
+                self.kill()
+                raise RankFailure(f"{HANG} rank(s) {late} of {self.world} gave no answer to {what} within "
+                                  f"{timeout:g} s (K3DIFF_RANK_TIMEOUT); every rank was killed")
+        return answers
+
+    def _fail_dead(self, r: int, what: str):
+        self.procs[r].join(2)
+        code = self.procs[r].exitcode
+        self.kill()
+        raise RankFailure(f"{CRASH} rank {r} of {self.world} died during {what} ({_signal_name(code)}); "
+                          "the other ranks were torn down")
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+        for proc in self.procs:
+            proc.join(5)
+        for conn in self.conns:
+            conn.close()
+        self.procs, self.conns = [], []
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def close(self) -> None:
+        for conn in self.conns:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc in self.procs:
+            proc.join(5)
+        self.kill()
+
+
+# ------------------------------------------------------------------ the candidate
+
+_KEYS = itertools.count(1)
+
+
+class DistributedCandidate:
+    """The runner's view of a candidate that runs on the case's ranks. Subclasses name
+    `rank_impl`; `name`, `stages`, `provides` come from the implementation class."""
+
+    distributed = True
+    deterministic = True
+    batch_invariant = False
+    rank_impl = ""                  # "module:object" of the per-rank implementation
+    rank_timeout = RANK_TIMEOUT
+
+    def __init__(self):
+        self._impl = load_impl(self.rank_impl)      # asked for stages and outputs, never run here
+        self.stages = tuple(getattr(self._impl, "stages", ("moe",)))
+        self._case = None
+        self._pool = None
+        self._sent: set = set()
+
+    # -- the Backend protocol
+    def available(self) -> str | None:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return "torch.distributed is not built into this torch"
+        return None
+
+    def provides(self, stage: str) -> set:
+        return set(self._impl.provides(stage))
+
+    def bind_case(self, case) -> None:
+        self._case = case
+
+    def prepare(self, cfg, stage, weights):
+        """Sharding waits for the case's placement (run): here only a key for this weight set."""
+        return {"key": next(_KEYS), "weights": weights}
+
+    def run(self, stage, cfg, prepared, inputs, out) -> None:
+        if self._case is None:
+            raise RuntimeError(f"{self.name}: run() before bind_case(case): a distributed candidate needs "
+                               "the case's layout (k3diff.distributed.bind_case)")
+        layout = layout_of(self._case, cfg.n_experts, inputs["x"].shape[0])
+        kind = "nccl" if inputs["x"].device.type == "cuda" else "gloo"
+        pool = self._pool_for(layout.ranks, kind)
+        key = (prepared["key"], layout.owners)
+        if key not in self._sent:
+            msgs = [("shard", key, stage, cfg, layout, _pack(shard_of(prepared["weights"], layout, r)))
+                    for r in range(layout.ranks)]
+            pool.broadcast(msgs, "prepare")
+            if len(self._sent) > 4:
+                self._sent.clear()
+            self._sent.add(key)
+        blob = _pack(_to_cpu(inputs))
+        answers = pool.broadcast([("run", key, stage, cfg, layout, blob)] * layout.ranks, "run")
+        for r, answer in enumerate(answers):
+            a, b = layout.rows[r]
+            rows = _unpack(answer)
+            for name, buf in out.items():
+                if a < b:
+                    buf[a:b] = rows[name].to(buf.device)
+
+    # -- the pool
+    def _pool_for(self, world: int, kind: str) -> RankPool:
+        if world > MAX_RANKS and kind == "gloo":
+            raise RuntimeError(f"{world} ranks: at most {MAX_RANKS} on one host")
+        pool = self._pool
+        if pool is None or pool.world != world or pool.kind != kind or not pool.alive():
+            if pool is not None:
+                pool.kill()
+            self._sent.clear()
+            self._pool = None
+            self._pool = RankPool(self.rank_impl, world, kind, self.rank_timeout)
+        return self._pool
+
+    def rank_pids(self) -> list:
+        """The pids of the live pool's ranks (tests: nothing may outlive a teardown)."""
+        return list(self._pool.pids) if self._pool is not None else []
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    def __del__(self):  # pragma: no cover - best effort
+        try:
+            if self._pool is not None:
+                self._pool.kill()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def shard_of(weights: dict, layout: Layout, r: int) -> dict:
+    """Rank r's weights: everything replicated except `experts.*`, of which only r's own experts
+    (ascending id), with `expert_ids` naming them. CPU copies: they travel through a pipe."""
+    import torch
+
+    mine = layout.experts_of(r)
+    index = torch.tensor(mine, dtype=torch.int64)
+    shard = {}
+    for k, v in weights.items():
+        if not torch.is_tensor(v):
+            continue
+        v = v.detach()
+        if k.startswith("experts.") or ".experts." in k:
+            shard[k] = v.index_select(0, index.to(v.device)).cpu()
+        else:
+            shard[k] = v.cpu()
+    shard["expert_ids"] = index
+    return shard

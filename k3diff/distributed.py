@@ -66,6 +66,40 @@ def bind_case(candidate, case) -> None:
         bind(case)
 
 
+def apply_ranks(session, ranks) -> None:
+    """`--k3diff-ranks N` checked against the session's backend, device and preset, then put in its
+    strategy space; UsageProblem (one line, pytest exit 4) for a bad combination."""
+    from dataclasses import replace
+
+    from k3diff.session import UsageProblem
+
+    name = session.backend_name
+    if ranks is None:
+        if is_distributed(session.backend):
+            raise UsageProblem(f"backend {name!r} is distributed: give --k3diff-ranks N (1..{MAX_RANKS})")
+        return
+    if not is_distributed(session.backend):
+        raise UsageProblem(f"--k3diff-ranks {ranks}: backend {name!r} is not distributed "
+                           "(use a distributed one, e.g. torch-blocked-ep)")
+    if ranks < 1:
+        raise UsageProblem(f"--k3diff-ranks must be >= 1, got {ranks}")
+    from reference.config import preset
+
+    experts = preset(session.space.preset).n_experts
+    if ranks > experts:
+        raise UsageProblem(f"--k3diff-ranks {ranks} is more ranks than the {experts} experts of preset "
+                           f"{session.space.preset!r}")
+    if ranks > MAX_RANKS:
+        raise UsageProblem(f"--k3diff-ranks {ranks}: at most {MAX_RANKS} ranks (one host)")
+    if str(session.device).startswith("cuda"):
+        import torch
+
+        if ranks > torch.cuda.device_count():
+            raise UsageProblem(f"--k3diff-ranks {ranks}: this machine has {torch.cuda.device_count()} GPU(s) "
+                               "(NCCL: one rank per GPU)")
+    session.space = replace(session.space, ranks=ranks)
+
+
 # ------------------------------------------------------------------ transport of tensors
 
 def _pack(obj) -> bytes:
@@ -274,27 +308,33 @@ class RankPool:
         return [p for _, p in answers]
 
     def _gather(self, timeout: float, what: str) -> list:
+        from multiprocessing.connection import wait
+
         deadline = time.monotonic() + timeout
         answers = [None] * self.world
         pending = set(range(self.world))
         while pending:
-            for r in sorted(pending):
-                conn = self.conns[r]
-                try:
-                    if conn.poll(0.05):
-                        answers[r] = conn.recv()
-                        pending.discard(r)
-                        if answers[r][0] == "error":     # the others may wait for it forever
-                            return [a if a is not None else ("error", None) for a in answers]
-                    elif not self.procs[r].is_alive():
-                        self._fail_dead(r, what)
-                except (EOFError, OSError):
-                    self._fail_dead(r, what)
-            if pending and time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 late = ", ".join(map(str, sorted(pending)))
                 self.kill()
                 raise RankFailure(f"{HANG} rank(s) {late} of {self.world} gave no answer to {what} within "
                                   f"{timeout:g} s (K3DIFF_RANK_TIMEOUT); every rank was killed")
+            # a pipe with an answer, or a process that ended (its sentinel), wakes us at once
+            ready = set(wait([self.conns[r] for r in pending] + [self.procs[r].sentinel for r in pending],
+                             timeout=min(left, 1.0)))
+            for r in sorted(pending):
+                conn = self.conns[r]
+                try:
+                    if conn in ready or conn.poll(0):
+                        answers[r] = conn.recv()
+                        pending.discard(r)
+                        if answers[r][0] == "error":     # the others may wait for it forever
+                            return [a if a is not None else ("error", None) for a in answers]
+                    elif self.procs[r].sentinel in ready or not self.procs[r].is_alive():
+                        self._fail_dead(r, what)
+                except (EOFError, OSError):
+                    self._fail_dead(r, what)
         return answers
 
     def _fail_dead(self, r: int, what: str):

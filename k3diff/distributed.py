@@ -21,9 +21,11 @@ weights plus `experts.*` of ctx's own experts, ascending id, with `expert_ids` n
 Failures: a rank that dies is a `crash:` of the case, a rank with no answer within
 `rank_timeout` seconds a `hang:` (both final, like isolation.py's); a rank that raises fails the
 case with its message. In each of them every rank is killed and the next case starts a fresh pool.
-A pool never outlives the process that started it: each rank dies with its parent (Linux
-PR_SET_PDEATHSIG, and a watchdog thread where that is missing), so when isolation.py kills a hung
-candidate process its ranks go with it.
+A pool never outlives the process that started it (its owner): ranks fork from a multiprocessing
+forkserver (torch imported once, so a pool restarted after a failure starts in milliseconds), and
+a watchdog thread in each rank exits as soon as the owner stops; so when isolation.py kills a hung
+candidate process its ranks go with it, and then the forkserver. The forkserver keeps the
+environment it started with: variables set later in the owner do not reach the ranks.
 """
 from __future__ import annotations
 
@@ -138,30 +140,45 @@ class RankContext:
         return self.layout.rows[self.rank]
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """SIGKILL when the process that started us dies (Linux), and a watchdog thread for the rest:
-    a rank blocked in a collective must not survive a killed candidate process."""
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(") ", 1)[1][:1] not in "ZX"      # a zombie has stopped
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+def _die_with(owner: int) -> None:
+    """Exit when the process that started the pool stops. Our parent is the forkserver, which
+    outlives that process while any rank holds its liveness pipe, so a thread watches the owner
+    itself (a rank blocked in a collective has released the GIL); PR_SET_PDEATHSIG covers a
+    forkserver that dies."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)     # PR_SET_PDEATHSIG (Linux)
     except (OSError, AttributeError):
         pass
-    if os.getppid() != parent_pid:          # the parent died before prctl took effect
-        os._exit(1)
 
     def watch():
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent_pid:
-                os._exit(1)
+        while _running(owner):
+            time.sleep(0.25)
+        os._exit(1)
 
+    if not _running(owner):
+        os._exit(1)
     threading.Thread(target=watch, name="k3diff-rank-watchdog", daemon=True).start()
 
 
-def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: str, parent_pid: int,
-               timeout: float) -> None:
-    _die_with_parent(parent_pid)
+def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: str, timeout: float,
+               owner: int) -> None:
+    _die_with(owner)
     import datetime
 
     import torch
@@ -267,14 +284,17 @@ class RankPool:
 
         self.world, self.kind, self.timeout = world, kind, timeout
         self.dir = tempfile.mkdtemp(prefix="k3diff-ranks-")
-        ctx = multiprocessing.get_context("spawn")
+        # forkserver: one server imports torch once; every rank of every later pool forks from it
+        # (a pool restarted after a failure costs milliseconds, not N interpreters importing torch)
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "k3diff.distributed"])
         self.procs, self.conns, self.pids = [], [], []
         _POOLS.add(self)
         for r in range(world):
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_rank_main, name=f"k3diff-rank{r}", daemon=True,
-                               args=(child, r, world, os.path.join(self.dir, "store"), impl_spec, kind,
-                                     os.getpid(), timeout))
+                               args=(child, r, world, os.path.join(self.dir, "store"), impl_spec, kind, timeout,
+                                     os.getpid()))
             with _main_not_reimported():         # spawn must not rerun the caller's script
                 proc.start()
             child.close()

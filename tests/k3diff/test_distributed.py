@@ -283,3 +283,24 @@ def test_pytest_k3diff_moe_on_two_gloo_ranks_passes_and_shows_the_layouts(tmp_pa
     assert run.returncode == 0, out[-3000:] + run.stderr[-2000:]
     assert "backend torch-blocked-ep on cpu" in out
     assert "  ep       ranks 2 " in out and "placement " in out and "experts per rank" in out, out[-3000:]
+
+
+def test_a_seed_records_the_layout_and_replays_it(tmp_path, capsys):
+    """The failing EP case saved as a seed replays on its ranks (`k3diff replay`): the buggy
+    candidate's failure is reproduced, the correct one passes the same case."""
+    from k3diff import cli
+    from k3diff.backends.blocked_ep import TorchBlockedEPDispatchBug
+    from k3diff.corpus import save
+
+    case = ep_case(2, "contiguous", batch=4, overrides=ODD, seed=1)
+    bug = TorchBlockedEPDispatchBug()
+    try:
+        verdict = check_case(case, bug)
+    finally:
+        bug.close()
+    path = save(case, verdict.to_dict(), tmp_path, "k3diff.backends.blocked_ep:TorchBlockedEPDispatchBug")
+    assert json.loads(path.read_text())["case"]["ep_owners"] == list(case.ep_owners)
+    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off"]) == 1
+    out = capsys.readouterr().out
+    assert "ep=2:contiguous" in out and "reproduced the recorded outcome (FAIL" in out
+    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off", "--backend", "torch-blocked-ep"]) == 0

@@ -447,8 +447,14 @@ class DistributedCandidate:
             a, b = layout.rows[r]
             rows = _unpack(answer)
             for name, buf in out.items():
-                if a < b:
-                    buf[a:b] = rows[name].to(buf.device)
+                got = rows.get(name)
+                want = (b - a,) + tuple(buf.shape[1:])
+                if got is None or got.dtype != buf.dtype or tuple(got.shape) != want:
+                    # the copy below would convert silently: the rows must already be what the stage says
+                    have = "nothing" if got is None else f"{str(got.dtype).replace('torch.', '')}{list(got.shape)}"
+                    raise RuntimeError(f"contract: rank {r} returned {have} for {name!r}; required "
+                                       f"{str(buf.dtype).replace('torch.', '')}{list(want)}")
+                buf[a:b] = got.to(buf.device)
 
     # -- the pool
     def _pool_for(self, world: int, kind: str) -> RankPool:

@@ -118,7 +118,8 @@ class Case:
             cfg = self.config()
         except (ConfigError, TypeError) as exc:
             raise CaseError(f"invalid case config: {exc}") from None
-        need(ep_config.validate(self, cfg.n_experts) is None, ep_config.validate(self, cfg.n_experts))
+        ep_problem = ep_config.validate(self, cfg.n_experts)       # expert parallelism (issue 34)
+        need(ep_problem is None, ep_problem)
         kind = self.attention_kind
         if self.stage == "layer":
             need(0 <= self.layer_idx < cfg.n_layers,

@@ -12,6 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from k3diff import ep_config
 from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
@@ -51,6 +52,9 @@ class Case:
     weight_seed: int = 0                  # weights depend only on (dims, weight_seed, format, layer)
     seed: int = 0                         # inputs, caches, states and routing tweaks
     steps: int = 1                        # consecutive decode steps on the same state
+    ep_ranks: int = 0                     # expert parallelism (k3diff/ep_config.py); 0: one device
+    ep_placement: str = ""
+    ep_owners: tuple = ()
     version: int = field(default=CASE_VERSION, compare=False)
 
     # ---- derived ----
@@ -79,7 +83,7 @@ class Case:
             bits.append("L=" + ",".join(map(str, shown)))
         if self.steps > 1:
             bits.append(f"steps={self.steps}")
-        bits += [self.value_dist, f"seed={self.seed}"]
+        bits += [self.value_dist, f"seed={self.seed}"] + ([ep_config.label(self)] if self.ep_ranks else [])
         return " ".join(bits)
 
     # ---- validation ----
@@ -114,6 +118,8 @@ class Case:
             cfg = self.config()
         except (ConfigError, TypeError) as exc:
             raise CaseError(f"invalid case config: {exc}") from None
+        ep_problem = ep_config.validate(self, cfg.n_experts)       # expert parallelism (issue 34)
+        need(ep_problem is None, ep_problem)
         kind = self.attention_kind
         if self.stage == "layer":
             need(0 <= self.layer_idx < cfg.n_layers,
@@ -141,7 +147,7 @@ class Case:
         d["overrides"] = [list(kv) for kv in self.overrides]
         for key in ("cache_lens", "state_idx"):
             d[key] = list(d[key])
-        return d
+        return ep_config.strip_defaults(d)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Case":
@@ -158,7 +164,7 @@ class Case:
         try:
             d = dict(d)
             d["overrides"] = tuple((str(k), v) for k, v in d.get("overrides", ()))
-            for key in ("cache_lens", "state_idx"):
+            for key in ("cache_lens", "state_idx", "ep_owners"):
                 d[key] = tuple(d.get(key, ()))
             return cls(**d).validate()
         except CaseError:

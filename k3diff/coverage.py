@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from k3diff import ep_config
+
 MOE_DIMS = ("n_experts", "top_k", "latent_dim", "moe_intermediate")
 KEY = "coverage"
 
@@ -34,6 +36,7 @@ def coverage_fields(case) -> dict:
         dims["cache_len"] = sorted(set(int(n) for n in case.cache_lens))
     if case.stage == "layer":
         cov["layer_kind"] = case.attention_kind
+    cov.update(ep_config.coverage_fields(case, cfg))     # ranks, placement (issue 34)
     return {KEY: cov}
 
 
@@ -82,6 +85,7 @@ def coverage_lines(records, boundaries=()) -> list[str]:
             counter = Counter(c[key] for c in covs if key in c)
             if counter:
                 lines.append(f"  {label:8} {_counts(counter)}")
+        lines += ep_config.coverage_lines(covs)
         marks = []
         for dim in sorted(bounds):
             values = seen.get(dim)

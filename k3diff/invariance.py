@@ -17,6 +17,7 @@ from k3diff.backends.oracle import run_reference
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
 from k3diff.controls import Controls, run_candidate
+from k3diff.distributed import bind_case
 from k3diff.divergence import TensorReport
 from k3diff.materialize import materialize
 from k3diff.runner import prepared_for
@@ -45,6 +46,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
     if case.routing == "ties" or case.routing == "near_tie":
         case = dataclasses.replace(case, routing="natural")
     cfg, weights, inputs = materialize(case, device)
+    bind_case(candidate, case)                  # a distributed candidate runs the case's layout
     prepared = prepared_for(candidate, cfg, case.stage, weights)
     provides = set(candidate.provides(case.stage))
     p = position % case.batch

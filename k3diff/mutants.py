@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
-from k3diff.backends import blocked, blocked_attn, blocked_moe, blocked_ops
+from k3diff.backends import blocked, blocked_attn, blocked_ep, blocked_moe, blocked_ops
 from k3diff.stages import STATE
 
 _IMPL_MODULES = (blocked, blocked_attn, blocked_moe, blocked_ops)
@@ -65,6 +65,8 @@ class Mutant:
     swap: Swap | None = None             # a helper of the candidate replaced by a broken one
     tamper: Callable | None = None       # (mutant_backend, stage, inputs_before, inputs, out) after run
     case_filter: Callable | None = None  # hunt only on cases where the bug can show
+    backend: Callable | None = None      # () -> a whole buggy candidate (a distributed one), not a wrapper
+    ranks: int = 0                       # hunt on cases drawn for this many ranks (k3diff/ep_config.py)
 
 
 class MutantBackend:
@@ -350,6 +352,10 @@ MUTANTS = [
     Mutant("writes_nan_to_free_cache_rows", "anti-cheat", ("mla",),
            "writes a canonical NaN into every free MLA cache row (> L_b)",
            tamper=_nan_into_free_cache_rows),
+    Mutant("ep_dispatch_off_by_one", "ep", ("moe",),
+           "3 ranks: when E % ranks != 0 a route goes to rank (id + 1) mod N, not its expert's owner",
+           backend=lambda: blocked_ep.TorchBlockedEPDispatchBug(), ranks=3,
+           case_filter=lambda case: case.config().n_experts % 3 != 0),
 ]
 BY_NAME = {m.name: m for m in MUTANTS}
 
@@ -386,10 +392,15 @@ def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space,
 
 
 def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
-    verdict, count, seconds, stage = first_failure(MutantBackend(mutant), mutant.stages,
-                                                   examples_per_stage=examples_per_stage, seed=seed,
-                                                   space=space, device=device,
-                                                   case_filter=mutant.case_filter)
+    backend = mutant.backend() if mutant.backend else MutantBackend(mutant)
+    space = replace(space, ranks=mutant.ranks) if mutant.ranks else space
+    try:
+        verdict, count, seconds, stage = first_failure(backend, mutant.stages,
+                                                       examples_per_stage=examples_per_stage, seed=seed,
+                                                       space=space, device=device,
+                                                       case_filter=mutant.case_filter)
+    finally:
+        getattr(backend, "close", lambda: None)()      # a distributed one's ranks
     if verdict is None:
         return HuntResult(mutant.name, mutant.area, False, count, seconds)
     first = verdict.failures()[0] if verdict.failures() else verdict.headline()

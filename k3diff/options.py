@@ -16,6 +16,7 @@ MUTANTS = "--k3diff-mutants"
 REPORT = "--k3diff-report"
 TIMEOUT = "--k3diff-timeout"
 ISOLATE = "--k3diff-isolate"
+RANKS = "--k3diff-ranks"
 
 PRESETS = ("tiny", "small", "full")
 DEFAULT_SAVE = str(Path("corpora") / "failures")
@@ -55,6 +56,9 @@ def add_options(parser, profiles) -> None:
     group.addoption(ISOLATE, default="on", choices=["on", "off"],
                     help="judge cases in a child process, so a crash or hang of the candidate fails "
                          "the case instead of the run (default on)")
+    group.addoption(RANKS, default=None, type=int, metavar="N",
+                    help="run a distributed candidate (torch-blocked-ep) on N ranks: moe cases draw a placement "
+                         "of the experts over them (k3diff/ep_config.py); gloo on the CPU, NCCL on GPUs")
 
 
 def fix_rootdir(config, parser, args) -> None:

@@ -103,6 +103,9 @@ def _make_session(config):
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
                           isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout)
+        from k3diff.distributed import apply_ranks  # a distributed candidate's ranks (issue 34)
+
+        apply_ranks(session, config.getoption(opt.RANKS))
         if config._k3diff_report is not None:
             from k3diff.results import run_header  # line 1 of the results file: the run and the machine
 

@@ -23,6 +23,7 @@ from k3diff.budgets import budget_for
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
 from k3diff.controls import Controls, run_candidate
+from k3diff.distributed import bind_case
 from k3diff.host_memory import keep_freed_memory
 from k3diff.materialize import inputs_for, materialize
 from k3diff.sizing import check_fits
@@ -66,6 +67,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     keep_freed_memory()             # once per process: the next case reuses this one's host memory
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
+    bind_case(candidate, case)                  # a distributed candidate runs the case's layout
     prepared = prepared_for(candidate, cfg, stage, weights)
     provides = set(candidate.provides(stage))
     oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode)  # noqa: E731
@@ -83,7 +85,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
         try:
             cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
         except Exception as exc:  # the candidate crashed: a failure with its message, not a lost run
-            verdict.error = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            verdict.error = getattr(exc, "verdict_error", None) or f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             break
         if stage == "moe" and "topk_ids" in provides:
             ref, base = routing.judge_moe_routing(oracle, per, ref, base, cand, verdict)

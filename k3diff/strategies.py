@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 from k3diff.case import EXPERT_FORMATS, ROUTING_MODES, VALUE_DISTS, Case
+from k3diff.ep_config import draw_ep
 from reference.config import ConfigError, preset
 
 BOUNDARY_BATCHES = (1, 2, 3, 33, 64, 65, 73, 128)
@@ -48,6 +49,7 @@ class Space:
     production: bool = False       # moe/layer dims at the preset's real sizes, E/top-k around boundaries
     mix: str | None = None         # another space's preset drawn for half of the cases (full: small)
     weight_seeds: int = 3          # weight seeds 0 .. n-1 (1 where a weight set is huge)
+    ranks: int = 0                 # moe cases on this many ranks (k3diff/ep_config.py); 0: one device
 
     def around(self, name: str) -> tuple:
         """The declared sizes of `name` (empty when the backend declared none)."""
@@ -226,4 +228,6 @@ def cases(draw, stage: str, space: Space = CPU_SPACE):
         fields["n_slots"], fields["state_idx"] = draw(kda_slots(batch))
     if kind is not None:
         fields["steps"] = draw(st.one_of(st.just(1), st.integers(1, space.max_steps)))
+    if space.ranks and stage == "moe":       # drawn last: a space without ranks draws as before
+        fields.update(draw_ep(draw, fields, cfg, space.ranks))
     return Case(**fields).validate()

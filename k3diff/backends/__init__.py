@@ -16,6 +16,7 @@ BUILTIN = {
     "reference": "k3diff.backends.oracle:exact",
     "torch": "k3diff.backends.oracle:faithful",
     "torch-blocked": "k3diff.backends.blocked:TorchBlockedBackend",
+    "torch-blocked-ep": "k3diff.backends.blocked_ep:TorchBlockedEP",      # distributed: --k3diff-ranks N
     # optional: public libraries' kernels (GPU + the extra installed; else available() says why)
     "fla": "k3diff.backends.fla_kda:FlaKdaBackend",                       # pip install -e '.[fla]'
     "flashinfer": "k3diff.backends.flashinfer_mla:FlashInferMlaBackend",  # pip install -e '.[flashinfer]'

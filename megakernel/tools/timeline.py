@@ -70,7 +70,7 @@ def mode_ok(step, mode):
         parts, forks, n = mode.split("/"), FORKS, 3
     else:
         import importlib
-        forks = importlib.import_module(f"megakernel.{step}").FORKS
+        forks = importlib.import_module(f"megakernel.{step}").STEPS.forks
         parts, n = mode.split("/"), 2
     return (len(parts) == n and parts[0] in forks and parts[-1].isdigit()
             and (n == 2 or parts[1] in GATES))

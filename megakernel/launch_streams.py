@@ -24,7 +24,8 @@ capture copies into the kernel nodes. Knobs, all measured by
 `gate`, out_shared held back until the main stream has finished expert_up ("up") or
 expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on the side GEMVs' grids (0 =
 none; their CTAs then loop over row tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
-same bits (same kernels; tested).
+same bits (same kernels; tested). `plan` writes the picture above as a plan (launch_plan.py),
+run by the executor the attention steps use.
 """
 import torch
 
@@ -69,44 +70,39 @@ def launches(moe, T, forced):
             gv("gemv_shared"), c("shared_act", dm), gv("out_shared"), c("final_sum", dm))
 
 
+# the serial order: the shared experts' launches right after gemv_x, as on the side stream
+SERIAL = [("main", STAGES[i]) for i in (0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)]
+
+
+def plan(fork, gate):
+    """The fork-join plan (launch_plan.py) of the 11 launches: the side starts at `fork`
+    (FORKS), out_shared is held back until the main stream has enqueued expert_up / expert_down
+    (`gate` "up" / "down"; "none": not held), the final sum joins both."""
+    after = FORKS[fork]
+    out = [("fork", None)] if after is None else []
+    for i in (0, 1, 2):
+        out.append(("main", STAGES[i]))
+        if i == after:
+            out.append(("fork", None))
+    out += [("side", "gemv_shared"), ("side", "shared_act"), ("main", "expert_up")]
+    out += [("fork", None)] if gate == "up" else []
+    out.append(("main", "expert_down"))
+    out += [("fork", None)] if gate == "down" else []
+    out += [("side", "out_shared"), ("main", "combine"), ("main", "out_routed"), ("join", None),
+            ("main", "final_sum")]
+    return out
+
+
 def launch(moe, named, T, forced, stages=None):
     """Enqueue the 11 launches (module docstring) over the buffers `named`
     (LatentMoE.buffers); `stages`: only those (indices into STAGES)."""
-    on = (lambda i: True) if stages is None else (lambda i: i in stages)  # noqa: E731
-    fns = launches(moe, T, forced)
+    fns = dict(zip(STAGES, launches(moe, T, forced)))
     named = dict(named, full_grid=gemv.FULL_GRID, side_grid=moe._nsm * moe.side_ctas_per_sm
                  if moe.side_ctas_per_sm else gemv.FULL_GRID)
-    binds = [BIND.get(n) for n in STAGES]
 
-    def go(st, *idx):
-        for i in idx:
-            if on(i):
-                fns[i](named, st, binds[i])
+    def go(name, st):
+        if stages is None or STAGES.index(name) in stages:
+            fns[name](named, st, BIND.get(name))
 
-    if moe.streams == "serial":
-        go(stream(), 0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)
-        return
-    # each launch names its stream (a handle), so no launch needs the current stream switched
-    cur = torch.cuda.current_stream()
-    main, side = moe._main, moe._side
-    m, sd = main.cuda_stream, side.cuda_stream
-    main.wait_stream(cur)
-    after = FORKS[moe.fork]
-    if after is None:
-        side.wait_stream(cur)
-    for i in (0, 1, 2):
-        go(m, i)
-        if i == after:
-            side.wait_stream(main)
-    go(sd, 7, 8)
-    go(m, 3)
-    if moe.gate == "up":
-        side.wait_stream(main)
-    go(m, 4)
-    if moe.gate == "down":
-        side.wait_stream(main)
-    go(sd, 9)
-    go(m, 5, 6)
-    main.wait_stream(side)            # join: the final sum needs both halves
-    go(m, 10)
-    cur.wait_stream(main)
+    serial = moe.streams == "serial"
+    moe._streams.run(SERIAL if serial else moe.plan(), go, one_stream=serial)

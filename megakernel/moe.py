@@ -12,6 +12,7 @@ import torch
 from megakernel import config, launch_persistent, launch_streams, plan
 from megakernel.dims import MAX_T
 from megakernel.k_expert_mma import fits
+from megakernel.launch_plan import TwoStreams
 from megakernel.launch_streams import FORKS, GATES, STAGES  # noqa: F401 (re-exported)
 
 MODES = config.MOE_MODES
@@ -65,9 +66,9 @@ class LatentMoE:
         self._plans = {}         # (T, order) -> the persistent launch's task table
         # the persistent launch's counters: zero before its first launch, reset by its last CTA
         self._sync = torch.zeros(plan.SYNC_WORDS, dtype=torch.int32, device=device)
-        # lower number = higher priority (launch_streams.py)
-        self._main = torch.cuda.Stream(device, priority=-1)
-        self._side = torch.cuda.Stream(device, priority=0)
+        # made now, before any graph capture (launch_plan.py)
+        self._streams = TwoStreams(device, now=True)
+        self._plans_fj = {}      # (fork, gate) -> the fork-join plan (launch_streams.plan)
 
     def scratch(self, T):
         s = self._scratch.get(T)
@@ -85,6 +86,14 @@ class LatentMoE:
                      fids=torch.full((T, dm.k), -1, dtype=torch.int32, device=dev))
             self._scratch[T] = s
         return s
+
+    def plan(self):
+        """The fork-join plan of the current knobs (kept: the host's hot path asks every step,
+        and a tuner may change fork and gate between steps)."""
+        key = (self.fork, self.gate)
+        if key not in self._plans_fj:
+            self._plans_fj[key] = launch_streams.plan(*key)
+        return self._plans_fj[key]
 
     def compile_all(self, T, forced=False):
         """Compile (once) the 11 launches of the stream modes for batch T."""

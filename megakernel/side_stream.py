@@ -8,9 +8,8 @@ f_b, conv, core). So the gate's GEMV runs on a side stream beside that chain and
 it just before the launch that reads the gate: its bytes stream while the chain waits on
 latencies (the MoE does the same with its shared experts: launch_streams.py).
 
-A plan is a list of (what, stage): ("main", s) / ("side", s) enqueue launch s on that stream;
-("fork", None): the side waits for what the main stream has enqueued so far; ("join", None):
-the main stream waits for what the side has enqueued so far. The other mode, "fused", is the
+Each step declares its stages once (Stages: mla.STEPS, kda.STEPS), and its plans (launch_plan.py:
+the one plan model and executor, the MoE's too) are built from that. The other mode, "fused", is the
 step without a side stream: the x-side projection as one GEMV over all its rows (gate included),
 then the chain, all on the caller's stream (`fused_plan`). Each row's dot is the same whichever
 GEMV launch holds it (one K split per GEMV, the same for the three), no two launches of a plan
@@ -22,6 +21,7 @@ import contextlib
 from dataclasses import dataclass
 
 from megakernel.config import ATTN_MODES as MODES
+from megakernel.launch_plan import TwoStreams, fused_plan, launches, plan
 
 
 @contextlib.contextmanager
@@ -34,33 +34,6 @@ def other_mode(step):
         yield step.streams
     finally:
         step.streams = was
-
-
-def fused_plan(fused, chain):
-    """The step without a side stream: launch `fused` in place of chain[0], then the chain."""
-    return [("main", fused)] + [("main", s) for s in chain[1:]]
-
-
-def launches(steps):
-    """The stage names of a plan, in its order."""
-    return tuple(s for _, s in steps if s is not None)
-
-
-def plan(chain, side, join_before, fork_after=None):
-    """chain: the main stream's stages in order; side: the side's; join_before: the first main
-    stage that reads what the side writes; fork_after: the main stage after which the side starts
-    (None: at the start, beside the first)."""
-    assert join_before in chain and (fork_after is None or
-                                     chain.index(fork_after) < chain.index(join_before))
-    forked = [("fork", None)] + [("side", s) for s in side]
-    out = list(forked) if fork_after is None else []
-    for s in chain:
-        if s == join_before:
-            out.append(("join", None))
-        out.append(("main", s))
-        if s == fork_after:
-            out += forked
-    return out
 
 
 @dataclass(frozen=True)
@@ -144,37 +117,4 @@ class Modes:
                 kname, v = self.kernel(name, T)
                 cache.compiled(kname, dims, **v)(named, st, self.STEPS.bind.get(name))
 
-        self._streams.run(self.plan(), go, self.streams)
-
-
-class TwoStreams:
-    """A step object's main (high priority) and side CUDA streams, made at the first forked
-    launch, and the executor of its plans."""
-
-    def __init__(self, device):
-        self.device = device
-        self._pair = None
-
-    def run(self, steps, go, mode):
-        """Enqueue `steps` (a plan): go(stage, stream handle) enqueues one launch."""
-        import torch
-        if mode == "fused":
-            st = torch.cuda.current_stream().cuda_stream
-            for s in launches(steps):
-                go(s, st)
-            return
-        if self._pair is None:        # lower number = higher priority
-            self._pair = (torch.cuda.Stream(self.device, priority=-1),
-                          torch.cuda.Stream(self.device, priority=0))
-        main, side = self._pair
-        cur = torch.cuda.current_stream()
-        main.wait_stream(cur)
-        for what, s in steps:
-            if what == "fork":
-                side.wait_stream(main)
-            elif what == "join":
-                main.wait_stream(side)
-            else:
-                go(s, (main if what == "main" else side).cuda_stream)
-        # every side launch is behind a join (plan), so the caller waits on both
-        cur.wait_stream(main)
+        self._streams.run(self.plan(), go, one_stream=self.streams == "fused")

@@ -2,7 +2,7 @@
 declares (kernel_args: ARGS, bound by name) among the buffers the host code passes, with nothing
 compiled or run. A name the host code forgets, or misspells, fails here instead of on a GPU.
 The kernels are replaced by a recorder; the MoE (whose launches need CUDA streams) by a stub, and
-the attention steps' two streams (side_stream.TwoStreams) by a walk of the plan that records on
+the steps' two streams (launch_plan.TwoStreams) by a walk of the plan that records on
 which stream each launch goes ("+" marks the side stream)."""
 import pytest
 
@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture()
 def recorder(monkeypatch):
-    from megakernel import cache, layer, registry, side_stream
+    from megakernel import cache, launch_plan, layer, registry
     from megakernel.kernel_args import call_values, dtypes
 
     calls = []
@@ -28,7 +28,7 @@ def recorder(monkeypatch):
                 assert isinstance(v, int), (self.name, n)
             calls.append(self.name + ("+" if stream == "side" else ""))
 
-    def walk(self, steps, go, mode):
+    def walk(self, steps, go, one_stream=False):
         for what, s in steps:
             if s is not None:
                 go(s, what)
@@ -43,7 +43,7 @@ def recorder(monkeypatch):
 
     monkeypatch.setattr(cache, "compiled", lambda name, dims, fresh=False, **v: Recorded(name, dims, v))
     monkeypatch.setattr(layer, "stream", lambda: 0)
-    monkeypatch.setattr(side_stream.TwoStreams, "run", walk)
+    monkeypatch.setattr(launch_plan.TwoStreams, "run", walk)
     import megakernel.moe
     monkeypatch.setattr(megakernel.moe, "LatentMoE", MoeStub)
     return calls

@@ -1,4 +1,4 @@
-"""python -m megakernel.tools.ptx_dump --out DIR [--arch sm_90a] [--dims full,small]
+"""python -m megakernel.tools.ptx_dump --out DIR [--arch sm_90a] [--dims full,small] [--experimental]
    python -m megakernel.tools.ptx_dump --diff BEFORE AFTER
 
 The PTX of every kernel of the compile list (`python -m megakernel compile`'s), one file per
@@ -20,12 +20,17 @@ def _label(dn, name, var):
     return re.sub(r"[^A-Za-z0-9_.,=+-]", "_", f"{dn}__{name}__{vs}")
 
 
-def dump(out, dims_names):
-    from megakernel import cache, compile_list, config
+def dump(out, dims_names, experimental=False):
+    from megakernel import cache, compile_list, config, registry
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     n = 0
-    for dn, name, var, dims in compile_list.entries(dims_names, config.current()):
+    extra = None
+    if experimental:
+        from megakernel import experimental as X
+        registry.KERNELS.update(X.kernels())
+        extra = X.variants
+    for dn, name, var, dims in compile_list.entries(dims_names, config.current(), extra):
         fn = cache.compile_kernel(name, dims, fresh=True, **var)
         (out / (_label(dn, name, var) + ".ptx")).write_text(fn.__ptx__)
         n += 1
@@ -66,6 +71,7 @@ def main(argv=None):
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--dims", default="full,small")
     ap.add_argument("--diff", nargs=2, metavar=("BEFORE", "AFTER"))
+    ap.add_argument("--experimental", action="store_true", help="also experimental/'s kernels")
     ap.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.diff:
@@ -73,14 +79,15 @@ def main(argv=None):
     if not a.out:
         ap.error("--out DIR (or --diff BEFORE AFTER)")
     if a._child:
-        return dump(a.out, a.dims.split(","))
+        return dump(a.out, a.dims.split(","), a.experimental)
     import subprocess
     from megakernel import config
     with tempfile.TemporaryDirectory() as d:      # the DSL keeps PTX only with a dump folder
         env = config.child_env(CUTE_DSL_ARCH=a.arch, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=d,
                                MEGAKERNEL_CACHE="off")
         return subprocess.run([sys.executable, "-m", "megakernel.tools.ptx_dump", "--_child",
-                               "--out", a.out, "--dims", a.dims], env=env).returncode
+                               "--out", a.out, "--dims", a.dims] + ["--experimental"] * a.experimental,
+                              env=env).returncode
 
 
 if __name__ == "__main__":

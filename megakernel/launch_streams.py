@@ -29,10 +29,13 @@ run by the executor the attention steps use.
 """
 import torch
 
-from megakernel import cache, gemv, k_expert, k_expert_mma
+from megakernel import cache, gemv, k_expert, k_expert_mma, plan as P
 
-STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
-          "gemv_shared", "shared_act", "out_shared", "final_sum")
+# the MoE's stages and its two queues, declared once in plan.py (the persistent launch reads
+# its indices): the routed chain runs on the main stream, the shared experts on the side
+STAGES = P.STAGES
+MAIN = tuple(STAGES[i] for i in P.ROUTED_STAGES)
+SIDE = tuple(STAGES[i] for i in P.SHARED_STAGES)
 # fork point -> the main-stream launch after which the side starts (None: beside gemv_x)
 FORKS = {"start": None, "after_x": 0, "after_route": 1, "after_schedule": 2}
 GATES = ("none", "up", "down")
@@ -79,17 +82,18 @@ def plan(fork, gate):
     (FORKS), out_shared is held back until the main stream has enqueued expert_up / expert_down
     (`gate` "up" / "down"; "none": not held), the final sum joins both."""
     after = FORKS[fork]
+    held = {"none": None, "up": "expert_up", "down": "expert_down"}[gate]
     out = [("fork", None)] if after is None else []
-    for i in (0, 1, 2):
-        out.append(("main", STAGES[i]))
-        if i == after:
+    for i, s in enumerate(MAIN):
+        if s == "expert_up":                  # the shared experts' first two, once forked
+            out += [("side", x) for x in SIDE[:-1]]
+        if s == "combine":                    # out_shared, after the gate
+            out.append(("side", SIDE[-1]))
+        if s == MAIN[-1]:                     # the final sum reads both halves
+            out.append(("join", None))
+        out.append(("main", s))
+        if i == after or s == held:
             out.append(("fork", None))
-    out += [("side", "gemv_shared"), ("side", "shared_act"), ("main", "expert_up")]
-    out += [("fork", None)] if gate == "up" else []
-    out.append(("main", "expert_down"))
-    out += [("fork", None)] if gate == "down" else []
-    out += [("side", "out_shared"), ("main", "combine"), ("main", "out_routed"), ("join", None),
-            ("main", "final_sum")]
     return out
 
 

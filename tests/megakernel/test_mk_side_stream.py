@@ -88,6 +88,13 @@ def test_the_moe_plan_keeps_the_hand_ordered_waits():
             i_sd = p.index(("side", "out_shared"))
             if held:
                 assert ("fork", None) in p[p.index(("main", held)) + 1:i_sd]
+    F, J = ("fork", None), ("join", None)
+    m = lambda *n: [("main", x) for x in n]  # noqa: E731
+    sd = lambda *n: [("side", x) for x in n]  # noqa: E731
+    assert L.plan("after_route", "down") == (           # as launch_streams.launch wrote it
+        m("gemv_x", "route") + [F] + m("schedule") + sd("gemv_shared", "shared_act")
+        + m("expert_up", "expert_down") + [F] + sd("out_shared") + m("combine", "out_routed")
+        + [J] + m("final_sum"))
     assert launch_plan.launches(L.SERIAL) == (
         "gemv_x", "gemv_shared", "shared_act", "route", "schedule", "expert_up", "expert_down",
         "out_shared", "combine", "out_routed", "final_sum")

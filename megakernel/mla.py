@@ -30,6 +30,7 @@ import torch
 
 from megakernel import gemv, k_mla_merge, side_stream
 from megakernel.k_mla_attn import max_splits
+from megakernel.k_mla_attn_mma import attention_kernel
 
 STEPS = side_stream.Stages(
     chain=("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out"),
@@ -51,13 +52,6 @@ STEPS = side_stream.Stages(
     streams="fork", fork="start", side_ctas_per_sm=2)
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
-
-
-def attention_kernel(md, attn):
-    """The attention kernel's name for these dims under attn (a config.Attn): the tensor-core
-    one where its tiles fit. The two round differently, so one of them serves every batch."""
-    ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
-    return "mla_attn_mma" if attn.mla_mma and ok else "mla_attn"
 
 
 class MlaStep(side_stream.Modes):

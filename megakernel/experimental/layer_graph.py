@@ -49,7 +49,7 @@ def moe(g: Graph, dm, fmt: str, T: int, after: str | None, order: Order = Order(
 def _mla(g, md, T, NS):
     from megakernel import k_mla_merge
     from megakernel.k_mla_absorb import MlaAbsorb
-    from megakernel.mla import attention_kernel
+    from megakernel.k_mla_attn_mma import attention_kernel
     absorb = MlaAbsorb(md, 1 if T == 1 else gemv.TT_GEMV)
     attn = registry.KERNELS[attention_kernel(md, config.Attn())](md)
     mv = k_mla_merge.variant(T)

@@ -85,7 +85,7 @@ def test_mla_attention_kernel_choice():
     from megakernel import registry
     from megakernel.config import Attn
     from megakernel.dims import MLA_FULL
-    from megakernel.mla import attention_kernel
+    from megakernel.k_mla_attn_mma import attention_kernel
 
     assert attention_kernel(MLA_FULL, Attn(mla_mma=False)) == "mla_attn"
     assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_mma"

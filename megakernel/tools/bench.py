@@ -16,6 +16,7 @@ measured in the same run.
 import contextlib
 import os
 import statistics
+import sys
 import time
 from dataclasses import replace
 
@@ -28,6 +29,14 @@ from megakernel.moe import STAGES, LatentMoE
 from megakernel.tools.torch_moe import TorchMoE
 
 DEV = torch.device("cuda")
+
+
+def no_gpu(tool) -> bool:
+    """True (after one line on stderr) when no CUDA GPU is here: the tools then exit 2."""
+    if torch.cuda.is_available():
+        return False
+    print(f"{tool}: needs a CUDA GPU", file=sys.stderr)
+    return True
 
 
 def attn_step_args(p):

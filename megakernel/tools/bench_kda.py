@@ -21,7 +21,7 @@ from megakernel.config import KDA_GEMVS
 from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import KdaStep
 from megakernel.side_stream import other_mode
-from megakernel.tools.bench import copy_bw, other_gemv_kernel, time_events
+from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, time_events
 
 DEV = torch.device("cuda")
 
@@ -98,8 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--dims", default="full,small")
     p.add_argument("--batches", default="1,8,64")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_kda: needs a CUDA device", file=sys.stderr)
+    if no_gpu("bench_kda"):
         return 2
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")

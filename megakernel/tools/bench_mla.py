@@ -21,7 +21,7 @@ from megakernel.config import MLA_GEMVS
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
 from megakernel.side_stream import other_mode
-from megakernel.tools.bench import copy_bw, other_gemv_kernel, with_settings
+from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, with_settings
 from megakernel.tools.bench_kda import graph_us
 
 DEV = torch.device("cuda")
@@ -58,8 +58,7 @@ def main(argv=None) -> int:
     p.add_argument("--batches", default="1,8,64")
     p.add_argument("--lens", default="1024,8192,32768", help="cache lengths")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_mla: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("bench_mla"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]

@@ -19,6 +19,8 @@ from dataclasses import replace
 
 import torch
 
+from megakernel.tools.bench import no_gpu
+
 from megakernel.config import KDA_GEMVS, Gemv
 from megakernel.dims import FULL, KDA_FULL
 from megakernel.kda import KdaStep
@@ -93,8 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--persistent", action="store_true",
                     help="the MoE also as one persistent launch (k_persistent.py)")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("gemv_choice: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("gemv_choice"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]

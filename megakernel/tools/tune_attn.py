@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from megakernel.tools.bench import no_gpu
+
 from megakernel import cache, registry
 from megakernel.dims import KDA_FULL, MLA_FULL
 from megakernel.launch_streams import stream
@@ -100,8 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--merge-rows", default="1x1024,1x32768,8x1024,8x32768,64x1024,64x32768",
                    help="batch x cache length for mla_merge")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tune_attn: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("tune_attn"):
         return 2
     try:
         splits = [int(v) for v in a.splits.split(",")]

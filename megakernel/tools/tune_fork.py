@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from megakernel.tools.bench import attn_step_args, attn_step_values
+from megakernel.tools.bench import no_gpu, attn_step_args, attn_step_values
 
 DEV = torch.device("cuda")
 
@@ -99,8 +99,7 @@ def main(argv=None) -> int:
         print("tune_fork: --steps mla,kda; --forks start,after; --batches (>= 1), --caps (>= 0), "
               "--len, --R take integers", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("tune_fork: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("tune_fork"):
         return 2
     sets = settings(caps, forks)
     differ = False

@@ -22,7 +22,7 @@ import torch
 from megakernel import cache, gemv, registry
 from megakernel.config import ALL_GEMVS, KDA_GEMVS, MLA_GEMVS
 from megakernel.dims import FULL, SMALL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL
-from megakernel.tools.bench import copy_bw, time_events
+from megakernel.tools.bench import no_gpu, copy_bw, time_events
 
 DEV = torch.device("cuda")
 
@@ -148,8 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--PIPE", default="0", help="0, 1 or 0,1: the double-buffered weight loads")
     ap.add_argument("--json", default="")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tune_gemv: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("tune_gemv"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]

@@ -8,7 +8,6 @@ PTX means the same machine code. The kernel's symbol names hold its module path
 (`kernel_cutlass_kernel_megakernelk_final_sum...`), so a kernel moved to another module differs in
 those names only: `--diff` reports that case apart ("names only")."""
 import argparse
-import os
 import re
 import sys
 import tempfile

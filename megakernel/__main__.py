@@ -1,37 +1,34 @@
-"""python -m megakernel compile [--arch sm_90a,sm_103a] [--dims full,small] | bench [...]
+"""python -m megakernel compile [--arch sm_90a,sm_103a] [--dims full,small] [--experimental] | bench [...]
 
 bench is megakernel/tools/bench.py; the other tools run as `python -m megakernel.tools.<name>`."""
 import argparse
-import os
 import subprocess
 import sys
 import time
 
 
-def _compile_one_arch(dims_names):
+def _compile_one_arch(dims_names, experimental):
     # runs in a child whose CUTE_DSL_ARCH is already set
-    from megakernel import cache
-    from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
-    table = {"full": (FULL, KDA_FULL, MLA_FULL), "small": (SMALL, KDA_SMALL, MLA_SMALL)}
-    arch = os.environ["CUTE_DSL_ARCH"]
+    from megakernel import cache, compile_list, config, registry
+    arch = config.dsl_arch()
+    extra = None
+    if experimental:
+        from megakernel import experimental as X
+        registry.KERNELS.update(X.kernels())
+        extra = X.variants
     ok = True
-    for dn in dims_names:
-        moe, kda, mla = table[dn]
-        for name, var, dims in ([(n, v, moe) for n, v in cache.variants()]
-                                + [(n, v, kda) for n, v in cache.kda_variants()]
-                                + [(n, v, mla) for n, v in cache.mla_variants()]
-                                + [(n, v, moe) for n, v in cache.layer_variants()]):
-            t0 = time.time()
-            try:
-                # always compiled (this is the check), and stored: it warms the disk cache
-                cache.compile_kernel(name, dims, fresh=True, **var)
-                status = "ok"
-            except Exception as e:  # report and continue: one line per kernel x arch
-                status = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                ok = False
-            vs = ",".join(f"{k}={v}" for k, v in var.items())
-            print(f"{arch:8s} {dn:5s} {name:12s} {vs:24s} {time.time() - t0:6.2f}s {status}",
-                  flush=True)
+    for dn, name, var, dims in compile_list.entries(dims_names, config.current(), extra):
+        t0 = time.time()
+        try:
+            # always compiled (this is the check), and stored: it warms the disk cache
+            cache.compile_kernel(name, dims, fresh=True, **var)
+            status = "ok"
+        except Exception as e:  # report and continue: one line per kernel x arch
+            status = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            ok = False
+        vs = ",".join(f"{k}={v}" for k, v in var.items())
+        print(f"{arch:8s} {dn:5s} {name:12s} {vs:24s} {time.time() - t0:6.2f}s {status}",
+              flush=True)
     return ok
 
 
@@ -41,6 +38,8 @@ def main(argv=None):
     c = sub.add_parser("compile", help="compile every kernel for each arch (no GPU needed)")
     c.add_argument("--arch", default="sm_90a,sm_103a")
     c.add_argument("--dims", default="full,small")
+    c.add_argument("--experimental", action="store_true",
+                   help="also megakernel/experimental/'s kernels (off the shipped path)")
     c.add_argument("--_child", action="store_true", help=argparse.SUPPRESS)
     b = sub.add_parser("bench", help="time the kernel against torch eager / compile / roofline")
     b.add_argument("--configs", default="full,small")
@@ -50,12 +49,13 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.cmd == "compile":
         if a._child:
-            return 0 if _compile_one_arch(a.dims.split(",")) else 1
+            return 0 if _compile_one_arch(a.dims.split(","), a.experimental) else 1
         rc = 0
         for arch in a.arch.split(","):
-            env = dict(os.environ, CUTE_DSL_ARCH=arch)
+            from megakernel import config
             r = subprocess.run([sys.executable, "-m", "megakernel", "compile", "--_child",
-                                "--dims", a.dims], env=env)
+                                "--dims", a.dims] + ["--experimental"] * a.experimental,
+                               env=config.child_env(CUTE_DSL_ARCH=arch))
             rc |= r.returncode
         print("compile:", "all ok" if rc == 0 else "FAILED")
         return 1 if rc else 0

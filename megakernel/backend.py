@@ -5,15 +5,16 @@ Duck-typed to k3diff/backends/base.py (no k3diff import). Registered by the lead
 `megakernel = "megakernel.backend:MegakernelBackend"` in group `k3diff.backends`. Importing this
 module imports neither cutlass nor CUDA.
 
-MEGAKERNEL_STREAMS selects how the step is launched (moe.MODES): "fork" (default, the fastest
-measured: 11 launches over two streams), "serial" (the same on one stream) or "persistent" (the
-whole step in one launch, k_persistent.py). All three compute the same bits.
-The layer stage is layer.py: AttnRes, the attention, AttnRes, the MoE or the dense MLP, as
-launches (judged on the H200 since the fifth session; MEGAKERNEL_LAYER=0 leaves it out).
+Every step is built with config.current(), the settings of the environment (config.py:
+MEGAKERNEL_STREAMS picks how the MoE is launched: "fork", the fastest measured, 11 launches over
+two streams; "serial", the same on one stream; "persistent", the whole step in one launch; all
+three compute the same bits). The layer stage is layer.py: AttnRes, the attention, AttnRes, the
+MoE or the dense MLP, as launches (judged on the H200 since the fifth session;
+MEGAKERNEL_LAYER=0 leaves it out).
 """
 from __future__ import annotations
 
-import os
+from megakernel import config
 
 MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "combined",
                "latent_normed", "routed_out", "shared_out")
@@ -25,7 +26,7 @@ OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS, "layer": 
 
 class MegakernelBackend:
     name = "megakernel"
-    stages = ("moe", "kda", "mla") + (() if os.environ.get("MEGAKERNEL_LAYER") == "0" else ("layer",))
+    stages = ("moe", "kda", "mla") + (("layer",) if config.layer_stage() else ())
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
@@ -36,12 +37,9 @@ class MegakernelBackend:
     from megakernel.dims import BOUNDARIES as boundaries
 
     def available(self) -> str | None:
-        from megakernel.side_stream import mode_from_env, prefetch_from_env
-        try:
-            mode_from_env("fork")         # a bad MEGAKERNEL_ATTN_STREAMS or MEGAKERNEL_PREFETCH:
-            prefetch_from_env()           # one line, before any case
-        except ValueError as e:
-            return str(e)
+        bad = config.check()              # a bad setting: one line, before any case
+        if bad:
+            return bad
         try:
             import torch
         except Exception as e:  # pragma: no cover
@@ -87,8 +85,7 @@ class MegakernelBackend:
             return LayerStep(cfg, weights, dev)
         from megakernel.dims import from_cfg
         from megakernel.moe import LatentMoE
-        return LatentMoE(from_cfg(cfg), weights, dev,
-                         streams=os.environ.get("MEGAKERNEL_STREAMS", "fork"))
+        return LatentMoE(from_cfg(cfg), weights, dev)
 
     def run(self, stage, cfg, prepared, inputs, out) -> None:
         if stage == "kda":

@@ -11,7 +11,7 @@ NUM_SMS = 132  # H200; passed as a constant: no driver queries while tracing
 
 def import_cutlass():
     """Import cutlass with the arch fixed; returns the module (raises ImportError if missing)."""
-    os.environ.setdefault("CUTE_DSL_ARCH", DEFAULT_ARCH)
+    os.environ.setdefault("CUTE_DSL_ARCH", DEFAULT_ARCH)   # the DSL's variable, not a setting of ours
     import cutlass  # noqa: F401  (the import is the point)
     return cutlass
 

@@ -31,7 +31,7 @@ MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared
 # (k3diff/backends/base.py): the fuzzer draws on and around each (n-1, n, n+1; 32 for r and I).
 # Literal copies, so this module imports no cutlass; where each comes from:
 #   batch      1: T == 1 runs token tiles of 1, T > 1 tiles of TT_EXPERT = 4 (CUDA-core expert
-#                 kernels) and of TT_GEMV = 8 (the CUDA-core GEMVs, those not in cache.GEMV_MMA) -- cache.py;
+#                 kernels) and of TT_GEMV = 8 (the CUDA-core GEMVs, those not in Settings.gemv.mma) -- gemv.py;
 #                 4, 8: a tile full / one over; 8 is also the mma kernels' N (pairs per pass,
 #                 k_expert_mma.py) and where the tensor-core GEMVs change variant (T > 8: 8 token
 #                 tiles per pass); 64 = GEMV_PASS, one pass full / a second one; MAX_T the limit
@@ -39,7 +39,7 @@ MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared
 #                 (256 threads): E = 257 is the first case with a second expert per thread, 513 a third
 #   top_k      1 (no renormalisation partner), 16 (K3's k; lanes 0..k-1 of warp 0 renormalise)
 #   latent_dim, moe_intermediate: the MXFP4 tensor-core path needs r % 128 == 0 and I % 128 == 0
-#                 (cache.mma_ok), else the CUDA-core kernels; around 128 and the presets' widths
+#                 (k_expert_mma.fits), else the CUDA-core kernels; around 128 and the presets' widths
 #   cache_len  MLA (k_mla_attn.py): a cache of L rows attends over n = L + 1; splits of CH_SHORT =
 #                 64 rows up to SHORT = 2048 rows, of CH = 256 beyond: 63 puts n on the first split
 #                 edge, 2047 on the switch (n = 2048: 32 splits of 64; n = 2049: 9 of 256)

@@ -18,7 +18,6 @@ fast path is then built and checked against the argument array CuTe DSL builds f
 says so once on stderr. MEGAKERNEL_FAST_CALL=0 turns the fast path off everywhere.
 """
 import ctypes
-import os
 import sys
 
 from cuda.bindings import driver
@@ -28,7 +27,8 @@ _SLOT = {"ptr": ctypes.c_void_p, "int": ctypes.c_int32, "stream": ctypes.c_void_
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+    from megakernel import config
+    return config.current().fast_call
 
 
 def _address(p) -> int:

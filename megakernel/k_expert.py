@@ -197,3 +197,11 @@ class ExpertUp(_ExpertBase):
 class ExpertDown(_ExpertBase):
     def __init__(self, dims, fmt, TT):
         super().__init__(dims, fmt, TT, up=False)
+
+
+# token tile of the CUDA-core expert kernels at batch T > 1 (1 at batch 1)
+TT_EXPERT = 4
+
+
+def tile(T):
+    return 1 if T == 1 else TT_EXPERT

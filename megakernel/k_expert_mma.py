@@ -20,7 +20,7 @@ the column a pair lands in (columns of an mma are independent), so batch invaria
 determinism hold. Scale: value * 2^(s-191) from the bf16x2 multiply (exact for codes 63..190),
 the remaining 2^64 on the finished f32 dot (mxfp4.MX_POST), SiTU in f32, act / y_j rounded to bf16.
 
-Loads, two schemes (cache.py picks per launch; outputs are bitwise identical):
+Loads, two schemes (the launch picks one per kernel: UP, DOWN below; outputs are bitwise identical):
 - S = 0: the loads of U blocks are issued into registers (weights 128-bit, L1 no-allocate, L2
   prefetch PF bytes) before any is decoded; ptxas interleaves them with the previous blocks' mma.
 - S > 0: a per-warp cp.async ring of S stages in shared memory (cp.async.cg for the weights,
@@ -223,3 +223,19 @@ def _mma_block(Ar, Sr, Xr, acc, uu, NT, UP):
                                    acc[4 * t + 2], acc[4 * t + 3])
                 for i in range(4):
                     acc[4 * t + i] = c[i]
+
+
+def fits(dm):
+    """The tensor-core kernels need r % 128 == 0 and I % 128 == 0 (else k_expert.py runs)."""
+    return dm.r % 128 == 0 and dm.I % 128 == 0
+
+
+# The variants (`python -m megakernel.tools.tune_mma`, H200, full dims; every variant gives
+# bitwise the same result). U: K blocks of 128 whose loads are issued together; WPC: warps per
+# CTA; MT: 16-row tiles per warp (down); PF: L2 prefetch bytes on the weight loads; S: stages of
+# a per-warp cp.async ring (0 = loads into registers). up: a 3-stage ring, down: register loads
+# (NOTES.md has the timings). The other load scheme of each is compiled too (ALT_*).
+UP = dict(U=1, WPC=4, PF=128, S=3)
+DOWN = dict(U=2, WPC=4, MT=1, PF=128)
+ALT_UP = dict(U=2, WPC=4, PF=128)
+ALT_DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)

@@ -149,3 +149,9 @@ class KdaCore:
             if lane == 0:
                 for r in cutlass.range_constexpr(RPW):
                     CORE[t, h, part * RPS + warp + NW * r] = o[r]
+
+
+def variant(T):
+    """CTAs per (token, head) at batch T (the bits do not depend on it): 8 at batch 1, else 4
+    (`python -m megakernel.tools.tune_attn`, H200, fourth session; timings in NOTES.md)."""
+    return dict(split=8 if T == 1 else 4)

@@ -25,9 +25,9 @@ The sum per head: l per lane over its tiles, the quad's four in butterfly order 
 Partials (m, l, acc) as k_mla_attn.py's (acc un-normalised, m in the scaled domain), so an empty
 split writes (-inf, 0, 0). Everything depends on the sequence's own length only (its splits and
 tiles): batch-invariant and deterministic. Its bits differ from k_mla_attn.py's: one of the two
-serves every batch (cache.MLA_MMA).
+serves every batch (Settings.attn.mla_mma).
 
-Needs (R + RP) % 64 == 0 and R % 64 == 0 (cache.mla_attn_kernel falls back to k_mla_attn.py).
+Needs (R + RP) % 64 == 0 and R % 64 == 0 (attention_kernel, below, falls back to k_mla_attn.py).
 Status: the default since its first H200 run (fifth session: every GPU test and ci case passed;
 the step 1.05x faster at batch 1 with a 1k cache, 3.3x at batch 64 with 32k; NOTES.md);
 MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
@@ -240,3 +240,10 @@ class MlaAttnMMA(MlaAttn):
             row = Int64(t) * Int64(Lcap) + Int64(cutlass.min(start + RT * tile + r, end - 1))
             cp_async_16(sbase + bufno * (RT * SR * 2) + r * (SR * 2) + cc * 16,
                         kvb + row * Int64(2 * C) + Int64(16 * cc))
+
+
+def attention_kernel(md, attn):
+    """The attention kernel's name for these dims under attn (a config.Attn): this one where its
+    tiles fit. The two round differently, so one of them serves every batch."""
+    ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
+    return "mla_attn_mma" if attn.mla_mma and ok else "mla_attn"

@@ -12,7 +12,7 @@ Why slices: at batch 1 v2 (one CTA per (token, head), NOTES.md) ran 96 CTAs on 1
 chain of dependent loads (25 us at 1k); VQ slices make VQ times the CTAs, each merging the
 splits again (they are small and in L2). Tiles of TT tokens read each W_UV row once per tile
 (v2 re-read its 12.6 MB from L2 for every token), but merging the splits is the cost and a tile
-merges its tokens' splits in one CTA: measured, TT > 1 never paid (cache.mla_merge_variant).
+merges its tokens' splits in one CTA: measured, TT > 1 never paid (variant, below).
 The splits are merged with the split loop outside and the tokens and columns inside, so the
 loads of independent sums overlap (v3's first run merged a tile's tokens one after another:
 215 us at batch 8, 1k cache, where v2 took 35).
@@ -127,3 +127,12 @@ class MlaMerge:
                     if lane == 0 and t < T:
                         O[t, h, c] = ob
                         GT[t, h * V + c] = (ob.to(Float32) * sigmoid(Z[t, G0 + h * V + c].to(Float32))).to(BFloat16)
+
+
+def variant(T):
+    """The tile of tokens and slices of a head's output columns at batch T (the bits depend on
+    neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200, fifth
+    session; timings in NOTES.md). Merging the splits is the cost, and a token tile merges its
+    tokens' splits in one CTA, so tiles never paid; slices pay only while the heads alone leave
+    SMs idle."""
+    return dict(TT=1, VQ=4 if T == 1 else 1)

@@ -23,9 +23,8 @@ Details that matter:
   and moe.LatentMoE.check_persistent reports it): a broken plan costs a one-line error, not a
   hung GPU;
 - the last CTA to leave resets the counters, so the next launch (or graph replay) starts clean;
-- `peek` (plan.Order(peek=1), a compile-time variant, so the default kernel's code is unchanged):
-  tickets of both queues taken only when their task is ready (next_ready_task), the protocol
-  task_graph.py plans a whole layer for; written without a GPU and not yet run;
+- PEEK, a class hook: a subclass with PEEK = True and a `next_ready_task` compiles another
+  scheduler (experimental/peek.py, not yet run); the default kernel compiles without it;
 - the stages' shared memory is unioned (smem_merge_branch_allocs): the largest, the expert_up
   cp.async ring, sets the CTA's footprint; registers are capped for `ctas_per_sm` CTAs per SM.
 
@@ -51,6 +50,7 @@ SPIN_LIMIT = 1 << 22      # polls (~1 us each) before a wait is declared broken
 
 @declare
 class PersistentStep:
+    PEEK = False      # the ready-ticket scheduler (experimental/peek.py); a compile-time hook
     # every buffer of the step (moe.LatentMoE names them alike), then the plan (plan.py), the
     # counters, the trace buffer (the plan again when not tracing), T and the grid size
     ARGS = (("w1", BF), ("x", BF), ("s1", F32), ("bias", F32), ("fids", I32), ("ids", I32),
@@ -63,14 +63,13 @@ class PersistentStep:
 
     def __init__(self, dims, fmt: str, forced: bool, gemvs: dict, TTe: int,
                  mma_up=None, mma_down=None, trace: bool = False, ctas_per_sm: int = 3,
-                 peek: bool = False, only: tuple = ()):
-        """`gemvs`: the four GEMV objects by stage name (cache.persistent_step: k_gemv.Gemv or
+                 only: tuple = ()):
+        """`gemvs`: the four GEMV objects by stage name (registry.persistent_step: k_gemv.Gemv or
         k_gemv_mma.GemvMMA of 8 warps, the out_* ones reading coherently); `mma_up` /
         `mma_down`: ExpertMMA variants (WPC must be 8: one task = one CTA), or None for the
         CUDA-core expert kernels."""
         dm = self.dm = dims
         self.fmt, self.trace, self.ctas_per_sm = fmt, trace, ctas_per_sm
-        self.peek = peek          # plan.Order(peek=1)'s scheduler (next_ready_task): a variant
         # only these stages' bodies compiled in (plan stage indices; () = all): for
         # tools/persistent_regs.py, which finds the bodies that spill at the grid's register cap
         self.only = tuple(only)
@@ -136,7 +135,7 @@ class PersistentStep:
         if bid < pl[P.HDR_SHARED_FIRST]:
             s_first = Int32(1)
         if tid == 0:
-            if (s_first == 0) & (not self.peek):
+            if (s_first == 0) & (not self.PEEK):
                 pend = cute.arch.atomic_add(SY.iterator + P.ROUTED_TICKET, Int32(1),
                                             scope="gpu")
         go = Int32(1)
@@ -145,7 +144,7 @@ class PersistentStep:
                 t_draw = Int64(0)
                 if cutlass.const_expr(self.trace):
                     t_draw = globaltimer()
-                if cutlass.const_expr(self.peek):
+                if cutlass.const_expr(self.PEEK):
                     q, st, loc, grp, tick, sir, sis = self.next_ready_task(
                         pl, SY, sir, sis, s_first)
                 else:
@@ -242,60 +241,6 @@ class PersistentStep:
                 else:
                     s_open = Int32(0)
         return q, st, loc, grp, tick, pend, sir, sis, s_open
-
-    @cute.jit
-    def next_ready_task(self, pl, SY, sir, sis, s_first):
-        """Thread 0 under plan.Order(peek=1): the head ticket of a queue is taken only when its
-        task is ready (read the ticket, check the task's inputs, compare-and-swap the ticket
-        forward; a lost race reads again), trying this CTA's first queue (shared for
-        shared-first CTAs, else routed) then the other; when neither head is ready it polls.
-        No CTA ever holds a task it cannot run, so the plan's order alone rules out a hang
-        (task_graph.py). -> (queue, or 2 when both are drained; stage, local index, expert
-        group, ticket, segment cursors). After SPIN_LIMIT polls it flags ERROR and takes the
-        heads unready (wrong results, no hang), as next_task does."""
-        tot_r = pl[P.HDR_TOTAL_R]
-        tot_s = pl[P.HDR_TOTAL_S]
-        q = Int32(-1)
-        st = Int32(0)
-        loc = Int32(0)
-        grp = Int32(0)
-        tick = Int32(0)
-        spins = Int32(0)
-        force = Int32(0)
-        while q < 0:
-            live = Int32(0)
-            for k in cutlass.range_constexpr(2):
-                if q < 0:
-                    qq = Int32(k) ^ s_first             # 0 routed, 1 shared
-                    word = Int32(P.ROUTED_TICKET)
-                    tot = tot_r
-                    if qq == 1:
-                        word = Int32(P.SHARED_TICKET)
-                        tot = tot_s
-                    t = cute.arch.load(SY.iterator + word, Int32, sem="relaxed", scope="gpu")
-                    if t < tot:
-                        live = live + 1
-                        cst = Int32(0)
-                        cloc = Int32(0)
-                        if qq == 0:
-                            sir, cst, cloc = _seek(pl, P.SEGS_R, sir, t)
-                        else:
-                            sis, cst, cloc = _seek(pl, P.SEGS_S, sis, t)
-                        cgrp = self.group(cst, cloc)
-                        if (force == 1) | (_missing(pl, SY, cst, cgrp) <= 0):
-                            old = cute.arch.atomic_cas(SY.iterator + word, cmp=t, val=t + 1,
-                                                       sem="relaxed", scope="gpu")
-                            if old == t:
-                                q, st, loc, grp, tick = qq, cst, cloc, cgrp, t
-            if q < 0:
-                if live == 0:
-                    q = Int32(2)
-                else:
-                    spins = spins + 1
-                    if spins > SPIN_LIMIT:
-                        SY[P.ERROR] = Int32(1)
-                        force = Int32(1)
-        return q, st, loc, grp, tick, sir, sis
 
     @cute.jit
     def group(self, st, loc):

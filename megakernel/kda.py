@@ -17,7 +17,7 @@ same in every launch, so the modes share their bits. The gate (176 MB at full di
 by the gated norm, so in "fork" it streams while f_b -> conv -> core wait on latencies
 (`streams`, `fork` ("start" / "after_in"), `side_ctas_per_sm` as in mla.py; the default mode is
 the one measured faster, `python -m megakernel.tools.tune_fork`).
-The GEMVs are the MoE's (cache.gemv_variant: k_gemv_mma.py on the tensor cores, a fixed K
+The GEMVs are the MoE's (gemv.variant: k_gemv_mma.py on the tensor cores, a fixed K
 order whatever the batch); the other kernels work per token: the step is batch-invariant and
 deterministic, as the backend declares. Null tokens (state_idx <= 0) get zero intermediates, so
 o_proj gives them exact zeros; their projections are computed and never read. The states are
@@ -25,50 +25,37 @@ updated in place.
 """
 import torch
 
-from megakernel import cache, side_stream
-from megakernel.launch_streams import FULL_GRID
+from megakernel import gemv, k_kda_core, side_stream
 
-CHAIN = ("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out")
-SIDE = ("kda_g",)
-FUSED = "kda_x"                                # kda_in and kda_g in one launch
-FORKS = {"start": None, "after_in": "kda_in"}  # where the side starts -> side_stream.plan
-# prefetch stages (k_l2_prefetch.py) -> the weights they fetch into L2: f_b, o_proj
-PREFETCH = {"kda_pf_fb": "w_fb", "kda_pf_o": "w_o"}
-# none by default: written in a session with no GPU lent, not yet run; scripts/gpu_prefetch.sh
-# times every spec side by side (tune_prefetch) and checks the bits, then a default can be chosen
-PF_DEFAULT = {"fused": "off", "fork": "off"}
-STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:] + tuple(PREFETCH)   # every launch, any mode
-# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, one run; us at batch
-# 1 / 8 / 64): fused 245.6 / 284.3 / 692.4; fork start, no cap 245.4 / 283.4 / 688.7; start, 2
-# CTAs per SM 247.2 / 285.3 / 688.7; after_in/0 248.1 / 282.8 / 720.0. bench_kda, another run:
-# fork 250.7 / 283.7 / 686.8 against fused 250.5 / 284.6 / 691.9. The fork gains nothing at
-# batch 1 and 8: the chain it could hide (f_b, conv, core) is ~10 us in a trace, and the two
-# GEMVs side by side end later (193.5 us) than one after the other (189.3), so the default is
-# the fused launch (timeline, NOTES.md)
-STREAMS, FORK, SIDE_CTAS_PER_SM = "fused", "start", 0
+STEPS = side_stream.Stages(
+    chain=("kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out"),
+    side=("kda_g",), fused="kda_x", join="kda_norm",      # kda_x: kda_in and kda_g in one launch
+    forks={"start": None, "after_in": "kda_in"},
+    bind={   # a GEMV stage -> {kernel argument: buffer} (the generic GEMV's w, x, y, ctas)
+        "kda_x": dict(w="w_x", x="x", y="z", ctas="full_grid"),
+        "kda_in": dict(w="w_x", x="x", y="z", ctas="full_grid"),
+        "kda_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
+        "kda_fb": dict(w="w_fb", x="f_a", y="graw", ctas="full_grid"),
+        "kda_out": dict(w="w_o", x="normed", y="out", ctas="full_grid"),
+    },
+    variant={"kda_core": k_kda_core.variant},
+    # the default, measured (`python -m megakernel.tools.tune_fork`, bench_kda, H200, sixth
+    # session; NOTES.md): the fork gains nothing at batch 1 and 8 (the chain it could hide is
+    # ~10 us, and the two GEMVs side by side end later than one after the other): fused
+    streams="fused", fork="start", side_ctas_per_sm=0)
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")
-# stage -> {kernel argument: buffer} (the generic Gemv's arguments w, x, y)
-BIND = {
-    "kda_x": dict(w="w_x", x="x", y="z", ctas="full_grid"),
-    "kda_in": dict(w="w_x", x="x", y="z", ctas="full_grid"),
-    "kda_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
-    "kda_fb": dict(w="w_fb", x="f_a", y="graw", ctas="full_grid"),
-    "kda_out": dict(w="w_o", x="normed", y="out", ctas="full_grid"),
-}
 _INT31 = 1 << 31
 
 
 class KdaStep(side_stream.Modes):
-    CHAIN, SIDE, FUSED, JOIN, FORKS = CHAIN, SIDE, FUSED, "kda_norm", FORKS
-    STREAMS, FORK, SIDE_CTAS_PER_SM = STREAMS, FORK, SIDE_CTAS_PER_SM
-    PREFETCH, PF_DEFAULT = PREFETCH, PF_DEFAULT
+    STEPS = STEPS
 
     def __init__(self, kd, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None,
-                 prefetch=None):
-        """streams, fork, side_ctas_per_sm, prefetch: as mla.MlaStep's (None: the module's
+                 settings=None):
+        """streams, fork, side_ctas_per_sm, settings: as mla.MlaStep's (None: the module's
         defaults)."""
         self.kd, self.device = kd, device
-        self._modes(device, streams, fork, side_ctas_per_sm, prefetch)
+        self._modes(device, settings, streams, fork, side_ctas_per_sm)
         w = {n: t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         f32 = lambda t: t.to(torch.float32).contiguous()          # noqa: E731
@@ -97,7 +84,7 @@ class KdaStep(side_stream.Modes):
     def launch(self, x, conv_state, rec, state_idx, stages=None):
         """Enqueue the step on the caller's stream; `conv_state` [S, 3P, W-1] bf16 and `rec`
         [S, H, D, D] f32 (contiguous) are updated in place. Returns the scratch dict, whose
-        buffers named OUTPUTS hold the results. `stages` (names from STAGES): only those
+        buffers named OUTPUTS hold the results. `stages` (names from STEPS.stages): only those
         launches (the bench times each alone)."""
         kd = self.kd
         T, S = x.shape[0], conv_state.shape[0]
@@ -108,18 +95,8 @@ class KdaStep(side_stream.Modes):
         s = self.scratch(T)
         s["sidx"].copy_(state_idx.to(torch.int32))
         named = dict(s, **self._weights, x=x, f_a=s["z"][:, kd.FA0:], gz=s["z"][:, kd.G0:],
-                     conv_state=conv_state, rec=rec, T=T, S=S, full_grid=FULL_GRID,
-                     side_grid=self.side_grid(FULL_GRID))
+                     conv_state=conv_state, rec=rec, T=T, S=S, full_grid=gemv.FULL_GRID,
+                     side_grid=self.side_grid(gemv.FULL_GRID))
 
-        def go(name, st):
-            if stages is not None and name not in stages:
-                return
-            if name in PREFETCH:
-                self.prefetch_launch(name, named, st, kd)
-            else:
-                v = cache.gemv_variant(name, T) if name in BIND else (
-                    cache.kda_core_variant(T) if name == "kda_core" else {})
-                cache.compiled(name, kd, **v)(named, st, BIND.get(name))
-
-        self._streams.run(self.plan(), go, self.streams)
+        self.run(named, T, kd, stages)
         return s

@@ -7,10 +7,11 @@ compiled kernel is exported (`export_to_c`: an object file holding the host laun
 cubin; no GPU needed) and later loaded (`cute.runtime.load_module`, milliseconds).
 
 The file name is a hash of everything that decides the binary: the kernel name, dims and variant,
-the target arch (CUTE_DSL_ARCH), the CuTe DSL version, the MK_* tuning overrides and the source of
-every module in megakernel/ (any edit to a kernel changes every name: stale binaries are never
-loaded, only left behind). Where: $MEGAKERNEL_CACHE, default ~/.cache/k3diff/megakernel;
-MEGAKERNEL_CACHE=off turns it off. Files are written to a temporary name and renamed, so parallel
+the target arch (CUTE_DSL_ARCH), the CuTe DSL version and the source of every module in megakernel/
+(any edit to a kernel changes every name: stale binaries are never loaded, only left behind); no
+other environment, since every setting that changes a binary is in its variant (config.py).
+Where: Settings.kernel_cache ($MEGAKERNEL_CACHE), default ~/.cache/k3diff/megakernel; off turns
+it off. Files are written to a temporary name and renamed, so parallel
 processes never read half a file; a file that does not load is compiled again and replaced.
 """
 import hashlib
@@ -26,14 +27,11 @@ _DIGEST = None
 
 def directory() -> Path | None:
     """The cache directory, or None when the cache is off."""
-    where = os.environ.get("MEGAKERNEL_CACHE", "")
+    from megakernel import config
+    where = config.current().kernel_cache
     if where.lower() in ("off", "0", "none"):
         return None
     return Path(where).expanduser() if where else Path.home() / ".cache" / "k3diff" / "megakernel"
-
-
-# MK_* switches that pick which kernels (keys) run, never how one compiles: the key holds the choice
-SELECTORS = ("MK_GEMV_MMA", "MK_MLA_MMA")
 
 
 def _digest() -> str:
@@ -42,13 +40,12 @@ def _digest() -> str:
     if _DIGEST is None:
         import cutlass
 
+        from megakernel import config
         h = hashlib.sha256()
-        h.update(f"{cutlass.__version__}|{os.environ.get('CUTE_DSL_ARCH', '')}".encode())
-        for k in sorted(os.environ):
-            if k.startswith("MK_") and k not in SELECTORS:
-                h.update(f"|{k}={os.environ[k]}".encode())
-        for f in sorted(HERE.glob("*.py")):
-            h.update(f.name.encode() + f.read_bytes())
+        h.update(f"{cutlass.__version__}|{config.dsl_arch()}".encode())
+        # the kernels' modules (experimental/'s too: its kernels are stored), not tools/
+        for f in sorted([*HERE.glob("*.py"), *HERE.glob("experimental/*.py")]):
+            h.update(str(f.relative_to(HERE)).encode() + f.read_bytes())
         _DIGEST = h.hexdigest()
     return _DIGEST
 

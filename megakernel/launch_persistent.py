@@ -3,17 +3,22 @@ SM drawing the 11 stages' tasks from the queues of plan.py (`order`); the same b
 launches of launch_streams.py."""
 import torch
 
-from megakernel import cache, plan
-from megakernel.launch_streams import stream
+from megakernel import cache, compile_list, gemv, plan, registry
+
+
+def _variant(moe, forced, T):
+    s = moe.settings
+    return compile_list.persistent_variant(s, moe.fmt, forced, T == 1, gemv.moe_mma(s.gemv.mma))
 
 
 def task_table(moe, T, maxU):
     """The launch's task table for this batch and order (plan.py), on the GPU (kept per T, order
     and GEMV kernels: a tensor-core GEMV has other tile counts than a CUDA-core one)."""
-    key = (T, moe.order, cache.moe_mma())
+    v = _variant(moe, False, T)
+    key = (T, moe.order, tuple(sorted(v.items())))
     t = moe._plans.get(key)
     if t is None:
-        shape = cache.persistent_step(moe.dm, moe.fmt, False, T == 1).shape()
+        shape = registry.persistent_step(moe.dm, **v).shape()
         words, _, _ = plan.build(shape, T, maxU, moe.order, moe._nsm)
         t = moe._plans[key] = torch.tensor(words, dtype=torch.int32, device=moe.device)
     return t
@@ -23,9 +28,8 @@ def launch(moe, named, T, forced):
     """Enqueue the one launch over the buffers `named` (LatentMoE.buffers) on the caller's
     stream; with moe.trace set (an int64 [tickets, 4] tensor), the tracing variant into it."""
     tr = moe.trace is not None
-    extra = dict({"trace": True} if tr else {}, **({"peek": True} if moe.order.peek else {}))
-    fn = cache.compiled("persistent", moe.dm, fmt=moe.fmt, forced=forced, T1=T == 1,
-                        gemv_mma=cache.moe_mma(), **extra)
+    fn = cache.compiled("persistent", moe.dm, **_variant(moe, forced, T),
+                        **({"trace": True} if tr else {}))
     pl = task_table(moe, T, named["maxU"])
     fn(dict(named, plan=pl, sync=moe._sync, trace=moe.trace if tr else pl,
-            ctas=moe._nsm * moe.ctas_per_sm), stream())
+            ctas=moe._nsm * moe.ctas_per_sm), torch.cuda.current_stream().cuda_stream)

@@ -24,22 +24,21 @@ capture copies into the kernel nodes. Knobs, all measured by
 `gate`, out_shared held back until the main stream has finished expert_up ("up") or
 expert_down ("down"), or not ("none"); `side_ctas_per_sm`, a cap on the side GEMVs' grids (0 =
 none; their CTAs then loop over row tiles). `streams="serial"` puts all 11 launches on the caller's stream. Every mode gives the
-same bits (same kernels; tested).
-
-`fuse_route=True` (batch 1 only): gemv_x runs route and schedule in its last CTA
-(k_gemv_route.py; the same bits; measured slower, so off). `prefetch_up` (MiB, 0 = off): W_up
-fetched into L2 on the side stream after out_shared, beside expert_down (not yet run).
+same bits (same kernels; tested). `plan` writes the picture above as a plan (launch_plan.py),
+run by the executor the attention steps use.
 """
 import torch
 
-from megakernel import cache
+from megakernel import cache, gemv, k_expert, k_expert_mma, plan as P
 
-STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
-          "gemv_shared", "shared_act", "out_shared", "final_sum")
+# the MoE's stages and its two queues, declared once in plan.py (the persistent launch reads
+# its indices): the routed chain runs on the main stream, the shared experts on the side
+STAGES = P.STAGES
+MAIN = tuple(STAGES[i] for i in P.ROUTED_STAGES)
+SIDE = tuple(STAGES[i] for i in P.SHARED_STAGES)
 # fork point -> the main-stream launch after which the side starts (None: beside gemv_x)
 FORKS = {"start": None, "after_x": 0, "after_route": 1, "after_schedule": 2}
 GATES = ("none", "up", "down")
-FULL_GRID = 1 << 30                 # a grid cap no GEMV reaches
 # stage -> {kernel argument: buffer} where the names differ (the generic kernels: Gemv, the
 # experts); every other argument takes the buffer of its own name (LatentMoE.buffers)
 BIND = {
@@ -58,78 +57,56 @@ def stream() -> int:
 
 
 def launches(moe, T, forced):
-    """The 11 compiled launches, in STAGES order (launch 0 = gemv_x + route + schedule when
-    fused; launches 1 and 2 are then skipped)."""
-    dm = moe.dm
-    te = 1 if T == 1 else cache.TT_EXPERT
+    """The 11 compiled launches, in STAGES order."""
+    dm, s = moe.dm, moe.settings
+    te = k_expert.tile(T)
     c = cache.compiled
     if moe.uses_mma():
-        f_up = c("expert_up_mma", dm, **cache.MMA_UP)
-        f_down = c("expert_down_mma", dm, **cache.MMA_DOWN)
+        f_up = c("expert_up_mma", dm, **dict(s.moe.up or k_expert_mma.UP))
+        f_down = c("expert_down_mma", dm, **dict(s.moe.down or k_expert_mma.DOWN))
     else:
         f_up = c("expert_up", dm, fmt=moe.fmt, TT=te)
         f_down = c("expert_down", dm, fmt=moe.fmt, TT=te)
-    gv = lambda n: c(n, dm, **cache.gemv_variant(n, T))  # noqa: E731
-    first = (c("gemv_route", dm, forced=forced, **cache.gemv_variant("gemv_x", 1, threads=256))
-             if moe.fuse_route and T == 1 else gv("gemv_x"))
-    return (first, c("route", dm, forced=forced), c("schedule", dm),
+    gv = lambda n: c(n, dm, **gemv.variant(n, T, s.gemv))  # noqa: E731
+    return (gv("gemv_x"), c("route", dm, forced=forced), c("schedule", dm),
             f_up, f_down, c("combine", dm), gv("out_routed"),
             gv("gemv_shared"), c("shared_act", dm), gv("out_shared"), c("final_sum", dm))
 
 
-def _prefetch_up(moe, named, st):
-    """W_up's first moe.prefetch_up MiB into L2 on the side stream, once out_shared is queued:
-    at MXFP4 batch 1 the tail (expert_down, combine, out_routed) ran alone at ~2.2 TB/s
-    (NOTES.md, v5 timeline), so HBM has room to bring out_routed's 51 MB in beside expert_down.
-    Changes no bit (k_l2_prefetch.py)."""
-    from megakernel.k_l2_prefetch import region
-    from megakernel.side_stream import PF_VARIANT
-    rows, row_bytes, prefix = region(named["w_up"], moe.prefetch_up)
-    cache.compiled("l2_prefetch", moe.dm, **PF_VARIANT)(
-        dict(w=named["w_up"], rows=rows, row_bytes=row_bytes, prefix=prefix), st)
+# the serial order: the shared experts' launches right after gemv_x, as on the side stream
+SERIAL = [("main", STAGES[i]) for i in (0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)]
+
+
+def plan(fork, gate):
+    """The fork-join plan (launch_plan.py) of the 11 launches: the side starts at `fork`
+    (FORKS), out_shared is held back until the main stream has enqueued expert_up / expert_down
+    (`gate` "up" / "down"; "none": not held), the final sum joins both."""
+    after = FORKS[fork]
+    held = {"none": None, "up": "expert_up", "down": "expert_down"}[gate]
+    out = [("fork", None)] if after is None else []
+    for i, s in enumerate(MAIN):
+        if s == "expert_up":                  # the shared experts' first two, once forked
+            out += [("side", x) for x in SIDE[:-1]]
+        if s == "combine":                    # out_shared, after the gate
+            out.append(("side", SIDE[-1]))
+        if s == MAIN[-1]:                     # the final sum reads both halves
+            out.append(("join", None))
+        out.append(("main", s))
+        if i == after or s == held:
+            out.append(("fork", None))
+    return out
 
 
 def launch(moe, named, T, forced, stages=None):
     """Enqueue the 11 launches (module docstring) over the buffers `named`
     (LatentMoE.buffers); `stages`: only those (indices into STAGES)."""
-    on = (lambda i: True) if stages is None else (lambda i: i in stages)  # noqa: E731
-    fns = launches(moe, T, forced)
-    fused = moe.fuse_route and T == 1
-    named = dict(named, full_grid=FULL_GRID,
-                 side_grid=moe._nsm * moe.side_ctas_per_sm if moe.side_ctas_per_sm else FULL_GRID)
-    binds = [None if fused and i == 0 else BIND.get(n) for i, n in enumerate(STAGES)]
+    fns = dict(zip(STAGES, launches(moe, T, forced)))
+    named = dict(named, full_grid=gemv.FULL_GRID, side_grid=moe._nsm * moe.side_ctas_per_sm
+                 if moe.side_ctas_per_sm else gemv.FULL_GRID)
 
-    def go(st, *idx):
-        for i in idx:
-            if on(i) and not (fused and i in (1, 2)):   # fused: part of launch 0
-                fns[i](named, st, binds[i])
+    def go(name, st):
+        if stages is None or STAGES.index(name) in stages:
+            fns[name](named, st, BIND.get(name))
 
-    if moe.streams == "serial":
-        go(stream(), 0, 7, 8, 1, 2, 3, 4, 9, 5, 6, 10)
-        return
-    # each launch names its stream (a handle), so no launch needs the current stream switched
-    cur = torch.cuda.current_stream()
-    main, side = moe._main, moe._side
-    m, sd = main.cuda_stream, side.cuda_stream
-    main.wait_stream(cur)
-    after = FORKS[moe.fork]
-    if after is None:
-        side.wait_stream(cur)
-    for i in (0, 1, 2):
-        go(m, i)
-        if i == after:
-            side.wait_stream(main)
-    go(sd, 7, 8)
-    go(m, 3)
-    if moe.gate == "up":
-        side.wait_stream(main)
-    go(m, 4)
-    if moe.gate == "down":
-        side.wait_stream(main)
-    go(sd, 9)
-    if moe.prefetch_up and stages is None:
-        _prefetch_up(moe, named, sd)
-    go(m, 5, 6)
-    main.wait_stream(side)            # join: the final sum needs both halves
-    go(m, 10)
-    cur.wait_stream(main)
+    serial = moe.streams == "serial"
+    moe._streams.run(SERIAL if serial else moe.plan(), go, one_stream=serial)

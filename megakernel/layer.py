@@ -18,8 +18,8 @@ from dataclasses import replace
 
 import torch
 
-from megakernel import cache
-from megakernel.launch_streams import BIND as MOE_BIND, FULL_GRID, stream
+from megakernel import cache, config, gemv
+from megakernel.launch_streams import BIND as MOE_BIND, stream
 
 OUTPUTS = ("delta", "x_attn", "attn_out", "x_mlp")
 
@@ -43,7 +43,8 @@ class DenseMLP:
 
     STAGES = ("gemv_shared", "shared_act", "out_shared")
 
-    def __init__(self, dm, weights: dict, device):
+    def __init__(self, dm, weights: dict, device, settings=None):
+        self.settings = settings or config.current()
         self.dm = replace(dm, Is=weights["dense.down"].shape[1])
         bf = lambda t: t.to(device=device, dtype=torch.bfloat16).contiguous()  # noqa: E731
         self._w = dict(w_gu=bf(weights["dense.gate_up"]), w_sd=bf(weights["dense.down"]))
@@ -52,18 +53,20 @@ class DenseMLP:
         T, dm = x.shape[0], self.dm
         s2 = torch.empty(T, 2 * dm.Is, dtype=torch.float32, device=x.device)
         acts = torch.empty(T, dm.Is, dtype=torch.bfloat16, device=x.device)
-        named = dict(self._w, x=x, s2=s2, acts=acts, so=out, T=T, full_grid=FULL_GRID,
-                     side_grid=FULL_GRID)
+        named = dict(self._w, x=x, s2=s2, acts=acts, so=out, T=T, full_grid=gemv.FULL_GRID,
+                     side_grid=gemv.FULL_GRID)
         st = stream()
         for name in self.STAGES:
-            v = cache.gemv_variant(name, T) if name in MOE_BIND else {}
+            v = gemv.variant(name, T, self.settings.gemv) if name in MOE_BIND else {}
             cache.compiled(name, dm, **v)(named, st, MOE_BIND.get(name))
 
 
 class LayerStep:
-    def __init__(self, cfg, weights: dict, device):
+    def __init__(self, cfg, weights: dict, device, settings=None):
+        """settings: a config.Settings for every step of the layer (None: config.current())."""
         from megakernel.dims import from_cfg, kda_from_cfg, mla_from_cfg
         self.cfg, self.device = cfg, device
+        s = self.settings = settings or config.current()
         self.dm = from_cfg(cfg)
         f32 = lambda n: weights[n].to(device=device, dtype=torch.float32).reshape(-1)  # noqa: E731
         bf = lambda n: weights[n].to(device=device, dtype=torch.bfloat16).contiguous()  # noqa: E731
@@ -76,18 +79,15 @@ class LayerStep:
         self.kda = self.mla = self.moe = self.dense = None
         if "q_proj.weight" in attn:
             from megakernel.kda import KdaStep
-            self.kda = KdaStep(kda_from_cfg(cfg), attn, device)
+            self.kda = KdaStep(kda_from_cfg(cfg), attn, device, settings=s)
         if "q_a.weight" in attn:
             from megakernel.mla import MlaStep
-            self.mla = MlaStep(mla_from_cfg(cfg), attn, device)
+            self.mla = MlaStep(mla_from_cfg(cfg), attn, device, settings=s)
         if "router.weight" in mlp:
-            import os
-
             from megakernel.moe import LatentMoE
-            self.moe = LatentMoE(self.dm, mlp, device,
-                                 streams=os.environ.get("MEGAKERNEL_STREAMS", "fork"))
+            self.moe = LatentMoE(self.dm, mlp, device, settings=s)
         if "dense.gate_up" in mlp:
-            self.dense = DenseMLP(self.dm, mlp, device)
+            self.dense = DenseMLP(self.dm, mlp, device, settings=s)
 
     def _attn_res(self, w, prefix, delta, blocks, out, n, wi):
         T, NB = prefix.shape[0], blocks.shape[1]

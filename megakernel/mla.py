@@ -8,7 +8,7 @@
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]              GEMV              columns)
   3 mla_absorb  ql = bf16(q_nope W_UK)                              k_mla_absorb.py
   4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_mma.py
-                (on the tensor cores; MK_MLA_MMA=0: k_mla_attn.py)
+                (on the tensor cores; Settings.attn.mla_mma off: k_mla_attn.py)
                                                    <-- join --
   5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
   6 mla_out     out = bf16(gated W_o^T)                             GEMV
@@ -28,50 +28,42 @@ timed by `python -m megakernel.tools.bench_mla` (NOTES.md).
 """
 import torch
 
-from megakernel import cache, side_stream
+from megakernel import gemv, k_mla_merge, side_stream
 from megakernel.k_mla_attn import max_splits
-from megakernel.launch_streams import FULL_GRID
+from megakernel.k_mla_attn_mma import attention_kernel
 
-CHAIN = ("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out")
-SIDE = ("mla_g",)
-FUSED = "mla_x"                                # mla_a and mla_g in one launch
-FORKS = {"start": None, "after_a": "mla_a"}    # where the side starts -> side_stream.plan
-# prefetch stages (k_l2_prefetch.py) -> the weights they fetch into L2: [q_a | kv_a], q_b, o_proj
-PREFETCH = {"mla_pf_a": "w_a", "mla_pf_qb": "w_qb", "mla_pf_o": "w_o"}
-# none by default: written in a session with no GPU lent, not yet run; scripts/gpu_prefetch.sh
-# times every spec side by side (tune_prefetch) and checks the bits, then a default can be chosen
-PF_DEFAULT = {"fused": "off", "fork": "off"}
-STAGES = (FUSED,) + CHAIN[:1] + SIDE + CHAIN[1:] + tuple(PREFETCH)   # every launch, any mode
-# `python -m megakernel.tools.tune_fork` (H200, sixth session, full dims, 1k cache, one run; us
-# at batch 1 / 8 / 64): fused 161.9 / 249.3 / 950.1; fork start, no cap 161.4 / 250.1 / 938.7;
-# start, 2 CTAs per SM 157.2 / 238.0 / 942.4; after_a/0 162.9 / 250.1 / 944.2; after_a/2
-# 172.6 / 235.1 / 947.9. bench_mla, another run, start/2 over fused: 1.03-1.05x at batch 1 and 8
-# (1k-32k cache), 1.00-1.01x at 64. Uncapped, the gate's CTAs hold the SMs and mla_a ends with
-# it (timeline); capped at 2 per SM the chain starts at ~27 us (NOTES.md)
-STREAMS, FORK, SIDE_CTAS_PER_SM = "fork", "start", 2
+STEPS = side_stream.Stages(
+    chain=("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out"),
+    side=("mla_g",), fused="mla_x", join="mla_merge",     # mla_x: mla_a and mla_g in one launch
+    forks={"start": None, "after_a": "mla_a"},
+    bind={   # a GEMV stage -> {kernel argument: buffer} (the generic GEMV's w, x, y, ctas)
+        "mla_x": dict(w="w_x", x="x", y="z", ctas="full_grid"),
+        "mla_a": dict(w="w_x", x="x", y="z", ctas="full_grid"),
+        "mla_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
+        "mla_qb": dict(w="w_qb", x="qc", y="q", ctas="full_grid"),
+        "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
+    },
+    variant={"mla_absorb": lambda T: dict(TT=1 if T == 1 else gemv.TT_GEMV),
+             "mla_merge": k_mla_merge.variant},
+    # the default, measured faster (`python -m megakernel.tools.tune_fork`, bench_mla, H200,
+    # sixth session: 1.03-1.05x over fused at batch 1 and 8; NOTES.md): forked at the start,
+    # the gate's GEMV capped at 2 CTAs per SM (uncapped, its CTAs hold the SMs and mla_a ends
+    # with it)
+    streams="fork", fork="start", side_ctas_per_sm=2)
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
-BIND = {   # the generic GEMV's arguments w, x, y, ctas -> buffers
-    "mla_x": dict(w="w_x", x="x", y="z", ctas="full_grid"),
-    "mla_a": dict(w="w_x", x="x", y="z", ctas="full_grid"),
-    "mla_g": dict(w="w_g", x="x", y="gz", ctas="side_grid"),
-    "mla_qb": dict(w="w_qb", x="qc", y="q", ctas="full_grid"),
-    "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
-}
 
 
 class MlaStep(side_stream.Modes):
-    CHAIN, SIDE, FUSED, JOIN, FORKS = CHAIN, SIDE, FUSED, "mla_merge", FORKS
-    STREAMS, FORK, SIDE_CTAS_PER_SM = STREAMS, FORK, SIDE_CTAS_PER_SM
-    PREFETCH, PF_DEFAULT = PREFETCH, PF_DEFAULT
+    STEPS = STEPS
 
     def __init__(self, md, weights: dict, device, streams=None, fork=None, side_ctas_per_sm=None,
-                 prefetch=None):
-        """streams: "fused" or "fork" (None: side_stream.mode_from_env(STREAMS)); fork,
-        side_ctas_per_sm: the knobs of the module docstring (None: FORK, SIDE_CTAS_PER_SM);
-        prefetch: a prefetch spec (side_stream.py; None: PF_DEFAULT of the mode)."""
+                 settings=None):
+        """streams: "fused" or "fork" (None: settings.attn.streams, else STEPS.streams); fork,
+        side_ctas_per_sm: the knobs of the module docstring (None: STEPS' defaults);
+        settings: a config.Settings (None: config.current())."""
         self.md, self.device = md, device
-        self._modes(device, streams, fork, side_ctas_per_sm, prefetch)
+        self._modes(device, settings, streams, fork, side_ctas_per_sm)
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         w_x = bf(torch.cat([w["q_a"], w["kv_a"], w["g"]]))      # mla_a: its first rows (a view)
@@ -114,20 +106,13 @@ class MlaStep(side_stream.Modes):
         s = self.scratch(T, NS)
         s["lens"].copy_(cache_lens.to(torch.int32))
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
-                     gz=s["z"][:, md.G0:], full_grid=FULL_GRID,
-                     side_grid=self.side_grid(FULL_GRID))
+                     gz=s["z"][:, md.G0:], full_grid=gemv.FULL_GRID,
+                     side_grid=self.side_grid(gemv.FULL_GRID))
 
-        def go(name, st):
-            if stages is not None and name not in stages:
-                return
-            if name in PREFETCH:
-                self.prefetch_launch(name, named, st, md)
-            else:
-                v = cache.gemv_variant(name, T) if name in BIND else (
-                    dict(TT=1 if T == 1 else cache.TT_GEMV) if name == "mla_absorb" else
-                    cache.mla_merge_variant(T) if name == "mla_merge" else {})
-                kname = cache.mla_attn_kernel(md) if name == "mla_attn" else name
-                cache.compiled(kname, md, **v)(named, st, BIND.get(name))
-
-        self._streams.run(self.plan(), go, self.streams)
+        self.run(named, T, md, stages)
         return s
+
+    def kernel(self, stage, T):
+        if stage == "mla_attn":
+            return attention_kernel(self.md, self.settings.attn), {}
+        return super().kernel(stage, T)

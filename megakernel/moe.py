@@ -9,19 +9,25 @@ kernel the ones its class declares.
 """
 import torch
 
-from megakernel import cache, launch_persistent, launch_streams, plan
+from megakernel import config, launch_persistent, launch_streams, plan
 from megakernel.dims import MAX_T
+from megakernel.k_expert_mma import fits
+from megakernel.launch_plan import TwoStreams
 from megakernel.launch_streams import FORKS, GATES, STAGES  # noqa: F401 (re-exported)
 
-MODES = ("fork", "serial", "persistent")
+MODES = config.MOE_MODES
 
 
 class LatentMoE:
-    def __init__(self, dims, weights: dict, device, streams: str = "fork", fork: str = "start",
+    def __init__(self, dims, weights: dict, device, streams: str | None = None, fork: str = "start",
                  gate: str = "none", side_ctas_per_sm: int = 0, order: plan.Order = plan.Order(),
-                 ctas_per_sm: int = 0, fuse_route: bool = False, prefetch_up: int = 0):
+                 ctas_per_sm: int = 0, settings: config.Settings | None = None):
         """Pack the weights once (never modifies `weights`): the routed x-side rows are
-        concatenated so gemv_x reads x once; expert tensors are made contiguous."""
+        concatenated so gemv_x reads x once; expert tensors are made contiguous. streams: None =
+        settings.moe.streams; settings: a config.Settings (None: config.current()); a tuner may
+        replace `self.settings` between launches."""
+        self.settings = settings or config.current()
+        streams = streams or self.settings.moe.streams
         for name, v, ok in (("streams", streams, MODES), ("fork", fork, tuple(FORKS)),
                             ("gate", gate, GATES)):
             if v not in ok:
@@ -29,13 +35,8 @@ class LatentMoE:
         self.dm = dims
         self.streams, self.fork, self.gate = streams, fork, gate
         self.side_ctas_per_sm = side_ctas_per_sm
-        # batch 1: launches 0-2 as one (k_gemv_route.py); measured slower, so off by default
-        self.fuse_route = fuse_route
-        # MiB of W_up (out_routed's weights) fetched into L2 on the side stream after out_shared
-        # (k_l2_prefetch.py; launch_streams.py), 0 = none: written without a GPU, not yet run
-        self.prefetch_up = prefetch_up
-        # 0: as many as the persistent kernel is built to fit (cache.PERSIST_CTAS)
-        self.order, self.ctas_per_sm = order, ctas_per_sm or cache.PERSIST_CTAS
+        # 0: as many as the persistent kernel is built to fit (Settings.moe.persist.ctas)
+        self.order, self.ctas_per_sm = order, ctas_per_sm or self.settings.moe.persist.ctas
         self.trace = None        # int64 [tickets, 4]: the persistent launch traces into it
         self._nsm = torch.cuda.get_device_properties(device).multi_processor_count
         g = lambda n: weights[n].to(device)  # noqa: E731
@@ -65,10 +66,9 @@ class LatentMoE:
         self._plans = {}         # (T, order) -> the persistent launch's task table
         # the persistent launch's counters: zero before its first launch, reset by its last CTA
         self._sync = torch.zeros(plan.SYNC_WORDS, dtype=torch.int32, device=device)
-        self._route_ctr = torch.zeros(4, dtype=torch.int32, device=device)   # k_gemv_route
-        # lower number = higher priority (launch_streams.py)
-        self._main = torch.cuda.Stream(device, priority=-1)
-        self._side = torch.cuda.Stream(device, priority=0)
+        # made now, before any graph capture (launch_plan.py)
+        self._streams = TwoStreams(device, now=True)
+        self._plans_fj = {}      # (fork, gate) -> the fork-join plan (launch_streams.plan)
 
     def scratch(self, T):
         s = self._scratch.get(T)
@@ -87,6 +87,14 @@ class LatentMoE:
             self._scratch[T] = s
         return s
 
+    def plan(self):
+        """The fork-join plan of the current knobs (kept: the host's hot path asks every step,
+        and a tuner may change fork and gate between steps)."""
+        key = (self.fork, self.gate)
+        if key not in self._plans_fj:
+            self._plans_fj[key] = launch_streams.plan(*key)
+        return self._plans_fj[key]
+
     def compile_all(self, T, forced=False):
         """Compile (once) the 11 launches of the stream modes for batch T."""
         return launch_streams.launches(self, T, forced)
@@ -94,15 +102,14 @@ class LatentMoE:
     def uses_mma(self):
         """MXFP4 experts on the tensor cores (k_expert_mma.py; ACT then holds each 8-chunk in the
         pair order [0 4 1 5 2 6 3 7], written by its up and read by its down kernel)."""
-        return self.fmt == "mxfp4" and cache.MX_MMA and cache.mma_ok(self.dm)
+        return self.fmt == "mxfp4" and self.settings.moe.mx_mma and fits(self.dm)
 
     def buffers(self, x, s, out=None):
         """Every buffer of the step by the name the kernels declare (kernel_args.py): the packed
-        weights, the scratch `s`, x, out (s["out"] unless given), the route counter, and the
-        run-time ints T and maxU (the expert grid's active-slot bound)."""
+        weights, the scratch `s`, x, out (s["out"] unless given), and the run-time ints T and maxU (the expert grid's active-slot bound)."""
         T = x.shape[0]
         return dict(s, **self._weights, x=x, out=out if out is not None else s["out"],
-                    route_ctr=self._route_ctr, T=T, maxU=min(self.dm.E, T * self.dm.k))
+                    T=T, maxU=min(self.dm.E, T * self.dm.k))
 
     def launch(self, x, forced_ids=None, out=None, stages=None):
         """Enqueue the step (module docstring); returns the scratch dict, whose buffers hold every

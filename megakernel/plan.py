@@ -42,7 +42,7 @@ ROUTED_STAGES = (GEMV_X, ROUTE, SCHEDULE, UP, DOWN, COMBINE, OUT_ROUTED, FINAL_S
 SHARED_STAGES = (GEMV_SHARED, SHARED_ACT, OUT_SHARED)
 
 # plan words
-HDR_TOTAL_R, HDR_TOTAL_S, HDR_GT, HDR_UB, HDR_SHARED_FIRST, HDR_PEEK = 0, 1, 2, 3, 4, 5
+HDR_TOTAL_R, HDR_TOTAL_S, HDR_GT, HDR_UB, HDR_SHARED_FIRST = 0, 1, 2, 3, 4
 DEPS = 8                  # DEPS + 8 * stage: counter, target, counter, target, threshold
 PER_GROUP = -2            # counter code: GROUP + this task's expert group (expert_down)
 NEVER = 1 << 30           # threshold: always spin, never backfill
@@ -60,11 +60,6 @@ class Order:
     groups: int = 16           # expert groups per expert stage (tasks = groups x row tiles)
     gemv_tiles: int = 1        # 8-row tiles per GEMV task
     shared_first: int = 1      # CTAs per SM that take shared tasks first (the rest: routed first)
-    # 1: a ticket of either queue is taken only when its task is ready (read the counter, check
-    # the inputs, compare-and-swap it forward), so no CTA holds a task it cannot run and none
-    # spins on one: the backfill knobs above then do nothing. The layer's protocol
-    # (task_graph.py) for both queues; written without a GPU, not yet run (NOTES.md)
-    peek: int = 0
 
 
 @dataclass(frozen=True)
@@ -88,8 +83,6 @@ def build(sh: Shape, T: int, maxU: int, order: Order = Order(), nsm: int = 132):
                          f"got {order}")
     if order.shared_first < 0:
         raise ValueError(f"persistent order: shared_first must be >= 0, got {order}")
-    if order.peek not in (0, 1):
-        raise ValueError(f"persistent order: peek is 0 or 1, got {order}")
     if not 0.0 <= order.backfill <= 1.0 or order.min_backfill < 1:
         raise ValueError(f"persistent order: 0 <= backfill <= 1 and min_backfill >= 1, got {order}")
     gt = order.gemv_tiles
@@ -129,7 +122,6 @@ def build(sh: Shape, T: int, maxU: int, order: Order = Order(), nsm: int = 132):
     tot_s = sum(hi - lo for _, lo, hi in shared)
     words[HDR_TOTAL_R], words[HDR_TOTAL_S], words[HDR_GT], words[HDR_UB] = tot_r, tot_s, gt, ub
     words[HDR_SHARED_FIRST] = nsm * order.shared_first     # CTAs 0 .. this-1
-    words[HDR_PEEK] = order.peek
     for st in range(NST):
         dl = deps.get(st, []) + [(-1, 0)] * 2
         big = max(t for _, t in dl)

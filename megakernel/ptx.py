@@ -131,17 +131,3 @@ def globaltimer(*, loc=None, ip=None):
 def smid(*, loc=None, ip=None):
     """The SM this thread runs on."""
     return Int32(asm_op(1, T.i32(), [], "mov.u32 $0, %smid;", "=r", loc, ip, side=True))
-
-
-@dsl_user_op
-def prefetch_l2_bulk(gaddr, size, last: bool = False, *, loc=None, ip=None):
-    """cp.async.bulk.prefetch.L2 of `size` bytes (a multiple of 16, 16-byte aligned) at a 64-bit
-    global address: the copy engine fetches them into L2, the thread does not wait. `last`: with
-    an L2::evict_last policy (the lines outlive streaming traffic of normal priority)."""
-    args = [Int64(gaddr).ir_value(loc=loc, ip=ip), Int32(size).ir_value(loc=loc, ip=ip)]
-    if last:
-        asm = ("{\n.reg .b64 p;\ncreatepolicy.fractional.L2::evict_last.b64 p, 1.0;\n"
-               "cp.async.bulk.prefetch.L2.global.L2::cache_hint [$0], $1, p;\n}")
-    else:
-        asm = "cp.async.bulk.prefetch.L2.global [$0], $1;"
-    asm_op(0, None, args, asm, "l,r,~{memory}", loc, ip)

@@ -4,8 +4,6 @@
 # 4- or 8-GPU machine the whole check fits one call; on one GPU the lanes run one after another).
 # From the project root after `source .device/env.sh`:
 #   bash scripts/gpu_check_all.sh            # the default lanes (LANES below)
-#   GPU_CHECK_EXTRA=1 bash scripts/gpu_check_all.sh   # plus this session's unrun measurements:
-#                                                     # the prefetch stages, the ready-ticket scheduler
 # Each lane gets CUDA_VISIBLE_DEVICES=<its GPU>, its own log folder and its own throwaway copy
 # for planted bugs (PLANT); the compiled-kernel disk cache is shared (its writes are renames).
 # Comes back in $OUT: lanes.tsv (lane, GPU, seconds, exit code; 124 = its LANE_TIMEOUT hit) and
@@ -27,11 +25,6 @@ kda=bash scripts/gpu_check_kda.sh
 mla=bash scripts/gpu_check_mla.sh
 layer=bash scripts/gpu_check_layer.sh
 side=bash scripts/gpu_check_side.sh 1 3 5"
-if [ "${GPU_CHECK_EXTRA:-0}" = 1 ]; then
-  LANES="$LANES
-prefetch=bash scripts/gpu_prefetch.sh
-peek=python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_mk_gpu.py -k persistent && python3 -m megakernel.tools.tune_persistent --settings default,peek,peek/sfirst0"
-fi
 [ -n "${GPU_CHECK_LANES:-}" ] && LANES=$GPU_CHECK_LANES
 
 mapfile -t L < <(echo "$LANES" | sed '/^ *$/d')

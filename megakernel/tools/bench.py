@@ -6,20 +6,24 @@ GB anyway); the kernel's 11 launches (fork-join over two streams, and again all 
 are captured R times in one CUDA graph and the replays timed with events, median of 5 (and the
 one-launch persistent step, k_persistent.py, the same way: "1-launch us"; and the fork-join
 with the MoE's four GEMVs all on the other kernel: the tensor-core k_gemv_mma.py when none is on
-it by default (cache.DEFAULT_MMA), else the CUDA-core k_gemv.py: "other-GEMV us", and the
+it by default (config.Gemv.mma), else the CUDA-core k_gemv.py: "other-GEMV us", and the
 one launch so: "other-GEMV 1-launch"); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
 measured in the same run.
 """
+import contextlib
 import os
 import statistics
+import sys
 import time
+from dataclasses import replace
 
 import torch
 
-from megakernel import cache
+from megakernel import config
+from megakernel.config import MOE_GEMVS
 from megakernel.dims import FULL, SMALL
 from megakernel.moe import STAGES, LatentMoE
 from megakernel.tools.torch_moe import TorchMoE
@@ -27,8 +31,16 @@ from megakernel.tools.torch_moe import TorchMoE
 DEV = torch.device("cuda")
 
 
+def no_gpu(tool) -> bool:
+    """True (after one line on stderr) when no CUDA GPU is here: the tools then exit 2."""
+    if torch.cuda.is_available():
+        return False
+    print(f"{tool}: needs a CUDA GPU", file=sys.stderr)
+    return True
+
+
 def attn_step_args(p):
-    """The attention tuners' shared arguments (tune_fork, tune_prefetch): --steps, --batches,
+    """The attention tuners' shared arguments (tune_fork): --steps, --batches,
     --len, --R; `attn_step_values` reads them (ValueError on a bad one)."""
     p.add_argument("--steps", default="mla,kda", help="mla and/or kda")
     p.add_argument("--batches", default="1,8,64")
@@ -172,9 +184,11 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         for m in mods:
             m.check_persistent()
             m.streams = "fork"
-        # the same fork-join with the MoE's GEMVs on the other kernel (cache.py: every one on the
-        # tensor cores, k_gemv_mma.py, when none is by default; else every one on the CUDA cores)
-        with cache.other_gemv_kernel(cache.GEMV_UNROLL) as mma_now:
+        # the same fork-join with the MoE's GEMVs on the other kernel (config.Gemv.other: every
+        # one on the tensor cores, k_gemv_mma.py, when none is now; else every one on the CUDA
+        # cores), through a second settings object
+        mma_now = any(g in mods[0].settings.gemv.mma for g in MOE_GEMVS)
+        with other_gemv_kernel(mods, MOE_GEMVS):
             try:
                 alt_us = graph_us(mods, xs, R)
                 for m in mods:         # and the one launch so (its task table follows the set)
@@ -186,9 +200,6 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):
-            if T == 1 and mods[0].fuse_route and i in (1, 2):
-                parts.append(0.0)            # inside launch 0 at batch 1 (k_gemv_route.py)
-                continue
             gi = torch.cuda.CUDAGraph()
             with torch.cuda.graph(gi):
                 for j in range(R):
@@ -196,8 +207,7 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
             gi.replay(); torch.cuda.synchronize()  # noqa: E702
             parts.append(time_events(gi.replay) / R)
             del gi
-        fz = " (gemv_x includes route + schedule)" if T == 1 and mods[0].fuse_route else ""
-        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us){fz}: "
+        log(f"  {dm.tag} {fmt} T={T}: each launch alone (us): "
             + " | ".join(f"{n} {u:.1f}" for n, u in zip(STAGES, parts))
             + f" | sum {sum(parts):.1f} | one stream {serial_us:.1f} | fork-join {k_us:.1f}"
             + f" | one launch {one_us:.1f}"
@@ -243,10 +253,29 @@ def fmt_row(r):
             f"{r[12]:11.1f} {r[13]:13.1f} {r[14]:19.1f}")
 
 
+@contextlib.contextmanager
+def with_settings(steps, settings_of):
+    """Within the block each step object runs on settings_of(its settings) (a second
+    config.Settings: the benches' side-by-side columns), restored after."""
+    was = [s.settings for s in steps]
+    try:
+        for s in steps:
+            s.settings = settings_of(s.settings)
+        yield
+    finally:
+        for s, w in zip(steps, was):
+            s.settings = w
+
+
+def other_gemv_kernel(steps, names):
+    """with_settings: every GEMV on the kernel `names` do not use now (config.Gemv.other)."""
+    return with_settings(steps, lambda s: replace(s, gemv=s.gemv.other(names)))
+
+
 def out_log(name):
     """A log function for the GPU scripts: prints each line and appends it to $OUT/name (when
     $OUT is set) at once, so that a run cut short keeps what it measured."""
-    out = os.environ.get("OUT")
+    out = config.out_dir()
     path = os.path.join(out, name) if out else None
     if path:
         open(path, "w").close()

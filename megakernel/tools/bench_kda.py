@@ -6,23 +6,22 @@ must move (the weights once: the fused in-projection, f_b and o_proj; each live 
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
 in the same run.
 Then each launch alone, the same way (over the scratch the full steps left), and the step in the
-other stream mode (kda.py: "fused" or "fork"); torch
-eager and torch.compile (k3diff's torch-blocked KDA step, timed with events: it syncs on the live
-rows) as "x eager" / "x compile", their time over the step's; and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
+other stream mode (kda.py: "fused" or "fork"); and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
 run today. It does a little less than kda_core (no decay gate: FLA computes it in a kernel of
-its own); "x fla" is FLA's time over kda_core's.
+its own); "x fla" is FLA's time over kda_core's. Against k3diff's torch-blocked step (megakernel/
+imports neither k3diff nor reference): `python -m k3diff.tools.step_time --stage kda`.
 """
 import argparse
 import sys
 
 import torch
 
-from megakernel import cache
+from megakernel.config import KDA_GEMVS
 from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import KdaStep
 from megakernel.side_stream import other_mode
-from megakernel.tools.bench import copy_bw, eager_and_compiled_us, time_events
+from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, time_events
 
 DEV = torch.device("cuda")
 
@@ -94,42 +93,16 @@ def fla_core_us(kd, T, R):
         use_beta_sigmoid_in_kernel=True), R)
 
 
-def torch_us(kd, dn, w, T, do_compile):
-    """k3diff's torch-blocked KDA step (cuBLAS projections, the delta rule as batched torch ops;
-    a host sync on the live rows, so timed with events, no graph) eager, and under
-    torch.compile (dynamic shapes; nan when off or when it fails)."""
-    from k3diff.backends.blocked_attn import prepare_kda, run_kda
-    from reference.config import preset
-    cfg = preset(dn)
-    p = prepare_kda(cfg, w)
-    S = T + 1
-    conv = torch.randn(S, 3 * kd.P, kd.W - 1, device=DEV).to(torch.bfloat16)
-    rec = torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1
-    x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
-    idx = torch.arange(1, T + 1, device=DEV)
-    return eager_and_compiled_us(run_kda, (cfg, p, x, conv, rec, idx), do_compile, reps=5)
-
-
-def step_bytes(kd, T):
-    weights = 2 * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P)
-    states = T * (2 * kd.H * kd.D * kd.D * 4 + 2 * 3 * kd.P * (kd.W - 1) * 2)
-    return weights + states
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_kda", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full,small")
     p.add_argument("--batches", default="1,8,64")
-    p.add_argument("--no-torch", action="store_true", help="skip the torch eager / compile columns")
-    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_kda: needs a CUDA device", file=sys.stderr)
+    if no_gpu("bench_kda"):
         return 2
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9} {'x eager':>8} "
-          f"{'x compile':>9}  each launch alone (us)")
+    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9}  each launch alone (us)")
     for dn in a.dims.split(","):
         kd = {"full": KDA_FULL, "small": KDA_SMALL}[dn]
         w = draw_weights(kd)
@@ -140,8 +113,9 @@ def main(argv=None) -> int:
             us = {only: graph_us(lambda i, only=only: step.launch(x, conv, rec, idx[i], stages=only), R)
                   for only in (None,) + tuple((n,) for n in step.launches())}
             # the same step with KDA's GEMVs all on the other kernel (the CUDA-core k_gemv.py when
-            # the tensor-core k_gemv_mma.py is the default, cache.DEFAULT_MMA), in the same run
-            with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
+            # the tensor-core k_gemv_mma.py is the default, config.Gemv.mma), in the same run
+            mma_now = any(g in step.settings.gemv.mma for g in KDA_GEMVS)
+            with other_gemv_kernel([step], KDA_GEMVS):
                 alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
             with other_mode(step) as other:
@@ -152,10 +126,8 @@ def main(argv=None) -> int:
             alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
-            te, tc = (float("nan"),) * 2 if a.no_torch else torch_us(kd, dn, w, T, not a.no_compile)
-            vs += f"  torch eager {te:.1f} compile {tc:.1f}"
             print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%} "
-                  f"{te / us[None]:8.2f} {tc / us[None]:9.2f}  {alone}{vs}", flush=True)
+                  f" {alone}{vs}", flush=True)
             del conv, rec
         del step
     return 0

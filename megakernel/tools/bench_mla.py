@@ -6,21 +6,22 @@ step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj
 cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
-k_mla_attn_mma.py: cache.MLA_MMA), the step in the other stream mode (mla.py: "fused" or "fork";
-"x" is its time over the default's), and torch eager and torch.compile (dynamic shapes): k3diff's
-torch-blocked MLA (absorbed, split over the cache, cuBLAS projections; host loops, so timed
-with events without a graph), as "x torch" / "x compile", their time over the step's.
+k_mla_attn_mma.py: config.Attn.mla_mma), the step in the other stream mode (mla.py: "fused" or "fork";
+"x" is its time over the default's). Against k3diff's torch-blocked MLA (megakernel/ imports
+neither k3diff nor reference): `python -m k3diff.tools.step_time`.
 """
 import argparse
 import sys
 
 import torch
 
-from megakernel import cache as kcache
+from dataclasses import replace
+
+from megakernel.config import MLA_GEMVS
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
 from megakernel.side_stream import other_mode
-from megakernel.tools.bench import copy_bw, eager_and_compiled_us
+from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, with_settings
 from megakernel.tools.bench_kda import graph_us
 
 DEV = torch.device("cuda")
@@ -51,21 +52,13 @@ def step_bytes(md, T, L):
     return weights + T * 2 * md.C * (L + 2)        # L + 1 rows read, one written
 
 
-def torch_us(md, w, x, cache, lens, cfg, do_compile):
-    """[eager, compile] us of k3diff's torch-blocked MLA step (nan when off or when it fails)."""
-    from k3diff.backends.blocked_attn import prepare_mla, run_mla
-    return eager_and_compiled_us(run_mla, (cfg, prepare_mla(cfg, w), x, cache, lens), do_compile)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_mla", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full", help="full, small or both")
     p.add_argument("--batches", default="1,8,64")
     p.add_argument("--lens", default="1024,8192,32768", help="cache lengths")
-    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_mla: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("bench_mla"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]
@@ -74,13 +67,10 @@ def main(argv=None) -> int:
     except (ValueError, KeyError):
         print("bench_mla: --batches / --lens take integers, --dims full and/or small", file=sys.stderr)
         return 2
-    from reference.config import preset
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9} {'torch us':>9} "
-          f"{'x torch':>8} {'x compile':>9}  each launch alone (us)")
+    print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9}  each launch alone (us)")
     for md, dn in zip(dims, a.dims.split(",")):
-        cfg = preset(dn)
         w = draw_weights(md)
         step = MlaStep(md, w, DEV)
         for T in batches:
@@ -91,23 +81,24 @@ def main(argv=None) -> int:
                                                            max_len=L + R), R)
                       for only in (None,) + tuple((n,) for n in step.launches())}
                 # the same step with MLA's GEMVs all on the other kernel, in the same run
-                with kcache.other_gemv_kernel(kcache.MLA_GEMVS) as mma_now:
+                mma_now = any(g in step.settings.gemv.mma for g in MLA_GEMVS)
+                with other_gemv_kernel([step], MLA_GEMVS):
                     alt = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 # and with the other attention kernel (k_mla_attn.py / k_mla_attn_mma.py)
-                with kcache.other_mla_attention():
+                mla_mma = step.settings.attn.mla_mma
+                with with_settings([step], lambda s: replace(
+                        s, attn=replace(s.attn, mla_mma=not s.attn.mla_mma))):
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
                 with other_mode(step) as other:
                     one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
-                tu, tc = torch_us(md, w, x, cache, ln[0], cfg, not a.no_compile)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
-                alone += (f"  step with the attention on the {'CUDA' if kcache.MLA_MMA else 'tensor'} "
+                alone += (f"  step with the attention on the {'CUDA' if mla_mma else 'tensor'} "
                           f"cores {alt_at:.1f}  {other} {one:.1f} (x{one / us[None]:.2f})")
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
-                      f"{mb / (us[None] * 1e-6) / bw:8.1%} {tu:9.1f} {tu / us[None]:8.2f} "
-                      f"{tc / us[None]:9.2f}  {alone}",
+                      f"{mb / (us[None] * 1e-6) / bw:8.1%}  {alone}",
                       flush=True)
                 del cache
         del step

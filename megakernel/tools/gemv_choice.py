@@ -1,6 +1,6 @@
 """python -m megakernel.tools.gemv_choice: which GEMVs should run on the tensor cores.
 
-A GEMV keeps one kernel for every batch (cache.py: the two kernels round differently, so a choice
+A GEMV keeps one kernel for every batch (gemv.py: the two kernels round differently, so a choice
 per batch size would break batch invariance). The tensor-core kernel (k_gemv_mma.py) streams each
 weight row once per 64 tokens, the CUDA-core one (k_gemv.py) once per 8 and is finer-grained at
 batch 1. So the choice trades batch 1 against batch > 1, per GEMV, and is measured on whole
@@ -15,9 +15,13 @@ import itertools
 import math
 import sys
 
+from dataclasses import replace
+
 import torch
 
-from megakernel import cache
+from megakernel.tools.bench import no_gpu
+
+from megakernel.config import KDA_GEMVS, Gemv
 from megakernel.dims import FULL, KDA_FULL
 from megakernel.kda import KdaStep
 from megakernel.moe import LatentMoE
@@ -38,7 +42,7 @@ def moe_times(fmt, batches, R, mode="fork"):
     for T in batches:
         xs = [torch.randn(T, FULL.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
         for s in subsets(MOE_GEMVS):
-            cache.GEMV_MMA = s
+            mod.settings = replace(mod.settings, gemv=Gemv(mma=s))
             out[s, T] = bench.graph_us([mod], xs, R)
         if mode == "persistent":
             mod.check_persistent()
@@ -51,12 +55,12 @@ def kda_times(batches, R):
     """-> (the GEMVs the step launches in its default stream mode, {(subset, T): us})"""
     kd = KDA_FULL
     step = KdaStep(kd, bench_kda.draw_weights(kd), DEV)
-    names = tuple(g for g in cache.KDA_GEMVS if g in step.launches())
+    names = tuple(g for g in KDA_GEMVS if g in step.launches())
     out = {}
     for T in batches:
         x, conv, rec, idx = bench_kda.step_inputs(kd, T, R)
         for s in subsets(names):
-            cache.GEMV_MMA = s
+            step.settings = replace(step.settings, gemv=Gemv(mma=s))
             out[s, T] = bench_kda.graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
         del conv, rec
     return names, out
@@ -91,8 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--persistent", action="store_true",
                     help="the MoE also as one persistent launch (k_persistent.py)")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("gemv_choice: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("gemv_choice"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]
@@ -103,18 +106,14 @@ def main(argv=None) -> int:
     if not set(steps) <= {"moe", "kda"} or not set(a.formats.split(",")) <= {"bf16", "mxfp4"}:
         print("gemv_choice: --steps among moe,kda; --formats among bf16,mxfp4", file=sys.stderr)
         return 2
-    saved = cache.GEMV_MMA
-    try:
-        if "moe" in steps:
-            for fmt in a.formats.split(","):
-                for mode in ("fork", "persistent") if a.persistent else ("fork",):
-                    name = "fork-join" if mode == "fork" else "one launch"
-                    report(f"MoE {fmt}, {name}, full dims", MOE_GEMVS,
-                           moe_times(fmt, batches, a.R, mode), batches, a.t1_slack)
-        if "kda" in steps:
-            report("KDA, full dims", *kda_times(batches, a.R), batches, a.t1_slack)
-    finally:
-        cache.GEMV_MMA = saved
+    if "moe" in steps:
+        for fmt in a.formats.split(","):
+            for mode in ("fork", "persistent") if a.persistent else ("fork",):
+                name = "fork-join" if mode == "fork" else "one launch"
+                report(f"MoE {fmt}, {name}, full dims", MOE_GEMVS,
+                       moe_times(fmt, batches, a.R, mode), batches, a.t1_slack)
+    if "kda" in steps:
+        report("KDA, full dims", *kda_times(batches, a.R), batches, a.t1_slack)
     return 0
 
 

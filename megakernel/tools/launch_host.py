@@ -17,7 +17,7 @@ import torch
 from megakernel import cache, fast_call
 from megakernel.dims import FULL, SMALL
 from megakernel.moe import LatentMoE
-from megakernel.tools.bench import draw_weights
+from megakernel.tools.bench import no_gpu, draw_weights
 
 DEV = torch.device("cuda")
 
@@ -50,8 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--rounds", type=int, default=5)
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("launch_host: needs a CUDA device", file=sys.stderr)
+    if no_gpu("launch_host"):
         return 2
     if not fast_call.enabled():
         print(f"launch_host: {fast_call.ENV}=0 turns the fast path off; unset it to compare", file=sys.stderr)

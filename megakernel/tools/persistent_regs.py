@@ -17,13 +17,15 @@ import subprocess
 import sys
 import tempfile
 
+from megakernel import config
+
 CHILD = """
-import sys
-from megakernel import cache
+from megakernel import cache, config, gemv
 from megakernel.dims import FULL, SMALL
 dm = {{"full": FULL, "small": SMALL}}[{dims!r}]
-cache.compile_kernel("persistent", dm, fmt={fmt!r}, forced=False, T1={t1}, peek={peek},
-                     gemv_mma=cache.moe_mma(), only={only!r})
+persist = config.Persist(mma_gemv={mma_gemv!r})
+cache.compile_kernel("persistent", dm, fmt={fmt!r}, forced=False, T1={t1}, persist=persist,
+                     gemv_mma=gemv.moe_mma(config.current().gemv.mma), only={only!r})
 """
 _REGS = re.compile(r"Used (\d+) registers")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -39,15 +41,14 @@ def parse_ptxas(text):
     return int(r.group(1)), int(s.group(1)) if s else 0, int(s.group(2)) if s else 0
 
 
-def measure(dims, fmt, t1, only, arch, peek=False):
+def measure(dims, fmt, t1, only, arch, mma_gemv=()):
     """ptxas's (registers, spill stores, spill loads) for one variant."""
     with tempfile.TemporaryDirectory() as d:
         # the child imports this very tree (not whatever an editable install points at)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
-        env = dict(os.environ, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=d, CUTE_DSL_ARCH=arch,
-                   MEGAKERNEL_CACHE="off", PYTHONPATH=path)
-        code = CHILD.format(dims=dims, fmt=fmt, t1=t1, only=tuple(only), peek=peek)
+        env = config.child_env(path_first=root, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=d,
+                               CUTE_DSL_ARCH=arch, MEGAKERNEL_CACHE="off")
+        code = CHILD.format(dims=dims, fmt=fmt, t1=t1, only=tuple(only), mma_gemv=mma_gemv)
         r = subprocess.run([sys.executable, "-c", code], env=env, cwd=d, capture_output=True,
                            text=True, timeout=900)
         if r.returncode:
@@ -71,8 +72,16 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="bf16,mxfp4")
     ap.add_argument("--classes", default="1", help="batch classes: 1 and/or many (T > 1)")
     ap.add_argument("--arch", default="sm_90a")
-    ap.add_argument("--peek", action="store_true", help="the ready-ticket scheduler variant")
+    ap.add_argument("--mma-gemv", default="",
+                    help="knobs over its tensor-core GEMVs, e.g. PIPE=0,U=1 (config.Persist; never KS)")
     a = ap.parse_args(argv)
+    try:
+        mma_gemv = tuple((k, int(v)) for k, v in (kv.split("=") for kv in a.mma_gemv.split(",") if kv))
+    except ValueError:
+        mma_gemv = None
+    if mma_gemv is None or any(k == "KS" for k, _ in mma_gemv):
+        print("persistent_regs: --mma-gemv KNOB=INT,... (not KS: it decides the bits)", file=sys.stderr)
+        return 2
     fmts, classes = a.formats.split(","), a.classes.split(",")
     if not set(fmts) <= {"bf16", "mxfp4"} or not set(classes) <= {"1", "many"}:
         print("persistent_regs: --formats bf16,mxfp4; --classes 1,many", file=sys.stderr)
@@ -82,14 +91,14 @@ def main(argv=None) -> int:
         return 2
     rows = [("whole kernel", ())] + [("scheduler alone", (-1,))] + [
         (f"{name} alone", (st,)) for st, name in enumerate(P.STAGES)]
-    print(f"ptxas -arch={a.arch} -v, {a.dims} dims{', peek' if a.peek else ''}: registers / "
+    print(f"ptxas -arch={a.arch} -v, {a.dims} dims{', ' + a.mma_gemv if a.mma_gemv else ''}: registers / "
           "spill store bytes / spill load bytes (cap 80: 256 threads, 3 CTAs per SM)")
     for fmt in fmts:
         for c in classes:
             print(f"{fmt}, batch {'1' if c == '1' else '> 1'}")
             for label, only in rows:
                 try:
-                    regs, st, ld = measure(a.dims, fmt, c == "1", only, a.arch, a.peek)
+                    regs, st, ld = measure(a.dims, fmt, c == "1", only, a.arch, mma_gemv)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     print(f"persistent_regs: {label}: {e}", file=sys.stderr)
                     return 1

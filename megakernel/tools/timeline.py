@@ -11,7 +11,7 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from megakernel.tools.bench import DEV, draw_weights, out_log
+from megakernel.tools.bench import no_gpu, DEV, draw_weights, out_log
 from megakernel.dims import FULL
 
 R = 6
@@ -70,7 +70,7 @@ def mode_ok(step, mode):
         parts, forks, n = mode.split("/"), FORKS, 3
     else:
         import importlib
-        forks = importlib.import_module(f"megakernel.{step}").FORKS
+        forks = importlib.import_module(f"megakernel.{step}").STEPS.forks
         parts, n = mode.split("/"), 2
     return (len(parts) == n and parts[0] in forks and parts[-1].isdigit()
             and (n == 2 or parts[1] in GATES))
@@ -93,8 +93,7 @@ def main(argv=None):
         print(f"timeline: --modes {bad[0]!r}: for moe serial or fork/gate/CTAs (e.g. start/none/0), "
               f"for mla / kda fused or fork/CTAs (e.g. start/2)", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("timeline: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("timeline"):
         return 2
     setting, run = moe_runner(a) if a.step == "moe" else attn_runner(a)
     label = f"{a.fmt}, T={a.T}" if a.step == "moe" else f"{a.step}, T={a.T}"

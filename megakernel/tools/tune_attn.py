@@ -16,7 +16,9 @@ import sys
 
 import torch
 
-from megakernel import cache
+from megakernel.tools.bench import no_gpu
+
+from megakernel import cache, registry
 from megakernel.dims import KDA_FULL, MLA_FULL
 from megakernel.launch_streams import stream
 
@@ -100,8 +102,7 @@ def main(argv=None) -> int:
     p.add_argument("--merge-rows", default="1x1024,1x32768,8x1024,8x32768,64x1024,64x32768",
                    help="batch x cache length for mla_merge")
     a = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tune_attn: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("tune_attn"):
         return 2
     try:
         splits = [int(v) for v in a.splits.split(",")]
@@ -110,12 +111,12 @@ def main(argv=None) -> int:
         mrows = [tuple(int(v) for v in c.split("x")) for c in a.merge_rows.split(",") if c]
         assert all(len(c) == 2 for c in merges + mrows)
         for v in merges:
-            cache.KERNELS["mla_merge"](MLA_FULL, TT=v[0], VQ=v[1])
+            registry.KERNELS["mla_merge"](MLA_FULL, TT=v[0], VQ=v[1])
         batches = [int(v) for v in a.batches.split(",") if v]
         mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
         assert all(len(c) == 2 for c in mla)
         for sp in splits:
-            cache.KERNELS["kda_core"](KDA_FULL, split=sp)
+            registry.KERNELS["kda_core"](KDA_FULL, split=sp)
     except (ValueError, AssertionError):
         print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
               "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla / --merge-rows pairs like "

@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from megakernel.tools.bench import attn_step_args, attn_step_values
+from megakernel.tools.bench import no_gpu, attn_step_args, attn_step_values
 
 DEV = torch.device("cuda")
 
@@ -28,7 +28,7 @@ def settings(caps, forks):
 
 def _mla(batches, L, sets, R):
     from megakernel.dims import MLA_FULL as md
-    from megakernel.mla import FORKS, OUTPUTS, MlaStep
+    from megakernel.mla import OUTPUTS, STEPS, MlaStep
     from megakernel.tools.bench_kda import graph_us
     from megakernel.tools.bench_mla import draw_weights, step_inputs
     step = MlaStep(md, draw_weights(md), DEV)
@@ -40,13 +40,13 @@ def _mla(batches, L, sets, R):
             s = step.launch(x, kv, ln[0], max_len=L + R)
             return [s[n].clone() for n in OUTPUTS.values()] + [kv]
 
-        yield T, _row(step, sets, FORKS, bits,
+        yield T, _row(step, sets, STEPS.forks, bits,
                       lambda: graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R))
 
 
 def _kda(batches, sets, R):
     from megakernel.dims import KDA_FULL as kd
-    from megakernel.kda import FORKS, OUTPUTS, KdaStep
+    from megakernel.kda import OUTPUTS, STEPS, KdaStep
     from megakernel.tools.bench_kda import draw_weights, graph_us, step_inputs
     step = KdaStep(kd, draw_weights(kd), DEV)
     for T in batches:
@@ -57,7 +57,7 @@ def _kda(batches, sets, R):
             s = step.launch(x, c, r, idx[0])
             return [s[n].clone() for n in OUTPUTS] + [c, r]
 
-        yield T, _row(step, sets, FORKS, bits,
+        yield T, _row(step, sets, STEPS.forks, bits,
                       lambda: graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R))
 
 
@@ -99,8 +99,7 @@ def main(argv=None) -> int:
         print("tune_fork: --steps mla,kda; --forks start,after; --batches (>= 1), --caps (>= 0), "
               "--len, --R take integers", file=sys.stderr)
         return 2
-    if not torch.cuda.is_available():
-        print("tune_fork: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("tune_fork"):
         return 2
     sets = settings(caps, forks)
     differ = False

@@ -19,20 +19,21 @@ import zlib
 
 import torch
 
-from megakernel import cache
+from megakernel import cache, gemv, registry
+from megakernel.config import ALL_GEMVS, KDA_GEMVS, MLA_GEMVS
 from megakernel.dims import FULL, SMALL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL
-from megakernel.tools.bench import copy_bw, time_events
+from megakernel.tools.bench import no_gpu, copy_bw, time_events
 
 DEV = torch.device("cuda")
 
 
 def shapes(preset):
-    """name -> (N, K, out_bf16, ldx) of each GEMV of the MoE, KDA and MLA steps (cache.GEMVS;
+    """name -> (N, K, out_bf16, ldx) of each GEMV of the MoE, KDA and MLA steps (gemv.SHAPES;
     each timed into a buffer of its own width: the row stride of a column slice, ldy, changes
     only the store addresses)."""
     dm, kd, md = (FULL, KDA_FULL, MLA_FULL) if preset == "full" else (SMALL, KDA_SMALL, MLA_SMALL)
-    fam = dict.fromkeys(cache.KDA_GEMVS, kd) | dict.fromkeys(cache.MLA_GEMVS, md)
-    out = {n: cache.GEMVS[n](fam.get(n, dm))[:4] for n in cache.ALL_GEMVS}
+    fam = dict.fromkeys(KDA_GEMVS, kd) | dict.fromkeys(MLA_GEMVS, md)
+    out = {n: gemv.SHAPES[n](fam.get(n, dm))[:4] for n in ALL_GEMVS}
     out["kda_fb"] = out["kda_fb"][:3] + (0,)      # its own compact f_a
     return out
 
@@ -49,7 +50,7 @@ def mma_variants(shape, T, grid):
     for u, (rt, ks), mt, pf, pipe in itertools.product(U, RTKS, MT if T > 8 else (1,), PF, PIPE):
         v = dict(NTT=1 if T <= 8 else 8, U=u, RT=rt, KS=ks, MT=mt, PF=pf, PIPE=pipe)
         try:
-            o = cache.KERNELS["gemv"](shape, **v)
+            o = registry.KERNELS["gemv"](shape, **v)
         except AssertionError:
             continue
         v.update(KS=o.KS, U=o.U)
@@ -95,8 +96,7 @@ def one(name, shape, T, args, bw, log):
     bits_of = lambda t: t.view(torch.int16 if out_bf16 else torch.int32)  # noqa: E731
     row = dict(shape=name, T=T, N=N, K=K, MB=round(moved / 1e6, 1))
     # the CUDA-core GEMV as the steps launch it today (k_gemv.Gemv)
-    lc = cache.compiled("gemv", shape, TT=1 if T == 1 else cache.TT_GEMV,
-                        U=cache.GEMV_UNROLL["gemv_x"])
+    lc = cache.compiled("gemv", shape, TT=1 if T == 1 else gemv.TT_GEMV, U=gemv.UNROLL)
     row["core_us"] = run_us(lc, named, args.R)
     by_ks = {}
     for v in mma_variants(shape, T, args.grid):
@@ -148,8 +148,7 @@ def main(argv=None) -> int:
     ap.add_argument("--PIPE", default="0", help="0, 1 or 0,1: the double-buffered weight loads")
     ap.add_argument("--json", default="")
     a = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tune_gemv: needs a CUDA GPU", file=sys.stderr)
+    if no_gpu("tune_gemv"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]

@@ -11,18 +11,16 @@ import copy
 
 import torch
 
-from megakernel import cache
 from megakernel.tools.bench import DEV, draw_weights, graph_us, out_log
 from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 from megakernel.plan import Order
 
-# (label, plan.Order, CTAs per SM; 0 = what the kernel is built for, cache.PERSIST_CTAS)
+# (label, plan.Order, CTAs per SM; 0 = what the kernel is built for, config.Persist.ctas)
 SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             ("nobackfill", Order(backfill=1.0), 0), ("backfill0", Order(backfill=0.0), 0),
             ("gemv2", Order(gemv_tiles=2), 0), ("groups8", Order(groups=8), 0),
-            ("groups32", Order(groups=32), 0), ("2/SM", Order(), 2),
-            ("peek", Order(peek=1), 0), ("peek/sfirst0", Order(peek=1, shared_first=0), 0)]
+            ("groups32", Order(groups=32), 0), ("2/SM", Order(), 2)]
 
 
 def main(argv=None):
@@ -32,8 +30,6 @@ def main(argv=None):
     ap.add_argument("--settings", default=",".join(s[0] for s in SETTINGS))
     ap.add_argument("--trace", action="store_true",
                     help="instead: trace one launch per format and batch (default knobs)")
-    ap.add_argument("--peek", action="store_true",
-                    help="with --trace: the scheduler that takes only ready tickets")
     a = ap.parse_args(argv)
     if a.trace:
         return trace_main(a)
@@ -52,7 +48,7 @@ def main(argv=None):
             R = 20 if T == 1 else 8
             cells = [graph_us([fork], xs, R)]
             for label, order, cps in chosen:
-                one.order, one.ctas_per_sm = order, cps or cache.PERSIST_CTAS
+                one.order, one.ctas_per_sm = order, cps or one.settings.moe.persist.ctas
                 for x in xs[:2]:
                     sf, so = fork.launch(x), one.launch(x)
                     for n, v in dict(fork.debug_outputs(sf, T), out=sf["out"]).items():
@@ -73,8 +69,7 @@ def trace_main(a):
     from megakernel import plan as P
     log = out_log("persistent_trace.txt")
     for fmt in a.formats.split(","):
-        one = LatentMoE(FULL, draw_weights(FULL, fmt, seed=0), DEV, streams="persistent",
-                        order=Order(peek=int(a.peek)))
+        one = LatentMoE(FULL, draw_weights(FULL, fmt, seed=0), DEV, streams="persistent")
         for T in (int(b) for b in a.batches.split(",")):
             x = torch.randn(T, FULL.d, device=DEV).to(torch.bfloat16)
             one.trace = torch.zeros(1 << 20, 4, dtype=torch.int64, device=DEV)
@@ -124,7 +119,8 @@ def trace_main(a):
 
 
 def _shape(moe, T):
-    return cache.persistent_step(moe.dm, moe.fmt, False, T == 1).shape()
+    from megakernel import launch_persistent, registry
+    return registry.persistent_step(moe.dm, **launch_persistent._variant(moe, False, T)).shape()
 
 
 if __name__ == "__main__":

@@ -11,24 +11,17 @@ import copy
 
 import torch
 
-from megakernel import cache
+from dataclasses import replace
 from megakernel.tools.bench import DEV, draw_weights, graph_us, out_log
 from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 
 # (label, LatentMoE attributes, unroll of the side GEMVs, unroll of the main GEMVs)
 MODES = [("serial", dict(streams="serial"), 4, 4)]
-MODES += [(f"{f}/{g}/0", dict(fork=f, gate=g, side_ctas_per_sm=0, fuse_route=False), 4, 4)
+MODES += [(f"{f}/{g}/0", dict(fork=f, gate=g, side_ctas_per_sm=0), 4, 4)
           for f, g in (("start", "none"), ("after_x", "none"), ("after_route", "none"),
                        ("after_schedule", "none"), ("after_route", "down"),
                        ("after_schedule", "down"), ("start", "down"))]
-# batch 1: gemv_x, route and schedule in one launch (k_gemv_route.py; T > 1 ignores it)
-MODES += [("start/none/0 fused", dict(fork="start", gate="none", side_ctas_per_sm=0,
-                                      fuse_route=True), 4, 4)]
-# W_up's first 24 / 48 MiB (of 49) into L2 beside expert_down (launch_streams._prefetch_up)
-MODES += [(f"start/none/0 pf_up{mb}", dict(fork="start", gate="none", side_ctas_per_sm=0,
-                                          fuse_route=False, prefetch_up=mb), 4, 4)
-          for mb in (24, 48)]
 
 
 def main(argv=None):
@@ -43,15 +36,18 @@ def main(argv=None):
     log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>22s}" for m in modes))
     for fmt in ("mxfp4", "bf16"):
         moe = LatentMoE(dm, draw_weights(dm, fmt, seed=0), DEV)
+        base = moe.settings
         ref = copy.copy(moe)                        # the same weights, on one stream
-        ref.streams, ref._scratch, ref.fuse_route = "serial", {}, False   # three launches
+        ref.streams, ref._scratch = "serial", {}
         for T in (int(b) for b in a.batches.split(",")):
             xs = [torch.randn(T, dm.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
             cells = []
             for label, attrs, u_side, u_main in modes:
-                cache.GEMV_UNROLL.update(gemv_shared=u_side, out_shared=u_side, gemv_x=u_main,
-                                         out_routed=u_main)
-                moe.streams, moe.prefetch_up = "fork", 0
+                # the unrolls on this tuner's own settings object (every value: the same bits)
+                unroll = (("gemv_shared", u_side), ("out_shared", u_side), ("gemv_x", u_main),
+                          ("out_routed", u_main))
+                moe.settings = replace(base, gemv=replace(base.gemv, unroll=unroll))
+                moe.streams = "fork"
                 for k, v in attrs.items():
                     setattr(moe, k, v)
                 for x in xs[:2]:

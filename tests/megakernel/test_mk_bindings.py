@@ -2,7 +2,7 @@
 declares (kernel_args: ARGS, bound by name) among the buffers the host code passes, with nothing
 compiled or run. A name the host code forgets, or misspells, fails here instead of on a GPU.
 The kernels are replaced by a recorder; the MoE (whose launches need CUDA streams) by a stub, and
-the attention steps' two streams (side_stream.TwoStreams) by a walk of the plan that records on
+the steps' two streams (launch_plan.TwoStreams) by a walk of the plan that records on
 which stream each launch goes ("+" marks the side stream)."""
 import pytest
 
@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 @pytest.fixture()
 def recorder(monkeypatch):
-    from megakernel import cache, layer, side_stream
+    from megakernel import cache, launch_plan, layer, registry
     from megakernel.kernel_args import call_values, dtypes
 
     calls = []
@@ -20,7 +20,7 @@ def recorder(monkeypatch):
     class Recorded:
         def __init__(self, name, dims, variant):
             self.name = name
-            self.args = dtypes(cache.KERNELS[name](dims, **variant))
+            self.args = dtypes(registry.KERNELS[name](dims, **variant))
 
         def __call__(self, named, stream, bind=None):
             values = call_values(self.args, named, bind)      # KeyError: a missing buffer
@@ -28,13 +28,13 @@ def recorder(monkeypatch):
                 assert isinstance(v, int), (self.name, n)
             calls.append(self.name + ("+" if stream == "side" else ""))
 
-    def walk(self, steps, go, mode):
+    def walk(self, steps, go, one_stream=False):
         for what, s in steps:
             if s is not None:
                 go(s, what)
 
     class MoeStub:
-        def __init__(self, dims, weights, device, streams="fork"):
+        def __init__(self, dims, weights, device, settings=None):
             pass
 
         def launch(self, x, forced_ids=None, out=None):
@@ -43,7 +43,7 @@ def recorder(monkeypatch):
 
     monkeypatch.setattr(cache, "compiled", lambda name, dims, fresh=False, **v: Recorded(name, dims, v))
     monkeypatch.setattr(layer, "stream", lambda: 0)
-    monkeypatch.setattr(side_stream.TwoStreams, "run", walk)
+    monkeypatch.setattr(launch_plan.TwoStreams, "run", walk)
     import megakernel.moe
     monkeypatch.setattr(megakernel.moe, "LatentMoE", MoeStub)
     return calls
@@ -61,8 +61,12 @@ FUSED = {0: ["attn_res", "kda_x", "kda_fb", "kda_conv", "kda_core", "kda_norm", 
 
 @pytest.mark.parametrize("mode", ["fork", "fused"])
 @pytest.mark.parametrize("layer_idx", [0, 3])      # KDA + dense MLP + block write; MLA + MoE
-def test_layer_launches_bind_every_kernel_argument(recorder, monkeypatch, mode, layer_idx):
-    monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", mode)
+def test_layer_launches_bind_every_kernel_argument(recorder, mode, layer_idx):
+    from dataclasses import replace
+
+    from megakernel import config
+    base = config.current()
+    settings = replace(base, attn=replace(base.attn, streams=mode))
     expect = (FORKED if mode == "fork" else FUSED)[layer_idx]
     from k3diff.case import Case
     from k3diff.materialize import materialize
@@ -73,20 +77,9 @@ def test_layer_launches_bind_every_kernel_argument(recorder, monkeypatch, mode, 
     kw = (dict(cache_lens=(0, 300, 5)) if layer_idx == 3 else dict(n_slots=5, state_idx=(1, 3, 0)))
     case = Case(stage="layer", preset="small", layer_idx=layer_idx, batch=3, **kw)
     cfg, weights, inputs = materialize(case, "cpu")
-    step = LayerStep(cfg, weights, "cpu")
+    step = LayerStep(cfg, weights, "cpu", settings=settings)
     out = {s.name: torch.empty(3, cfg.hidden, dtype=s.dtype) for s in OUTPUTS["layer"]}
     MegakernelBackend._run_layer(step, inputs, out)
-    from megakernel import cache
-    if not cache.MLA_MMA:                                      # MK_MLA_MMA=0
+    if not settings.attn.mla_mma:                              # MK_MLA_MMA=0
         expect = ["mla_attn" if n == "mla_attn_mma" else n for n in expect]
-    # the prefetch stages (their weight looked up by name: a KeyError if the step lacks it),
-    # as many as the mode's default spec names, then the other launches in order
-    pf = [n for n in recorder if n.startswith("l2_prefetch")]
-    attn = step.kda if layer_idx == 0 else step.mla
-    assert len(pf) == len(attn.prefetches())
-    # and with every prefetch stage of the step, each after the launch before its GEMV
-    attn.prefetch = ",".join(f"{s.split('_pf_')[1]}@start:all" for s in attn.PREFETCH)
-    recorder.clear()
-    MegakernelBackend._run_layer(step, inputs, out)
-    assert len([n for n in recorder if n.startswith("l2_prefetch")]) == len(attn.PREFETCH)
-    assert [n for n in recorder if not n.startswith("l2_prefetch")] == expect
+    assert recorder == expect

@@ -42,19 +42,21 @@ def test_declared_boundaries_follow_the_kernels_constants():
     the fuzzer drawing around stale sizes."""
     from dataclasses import replace
 
-    from megakernel import cache, k_route, k_schedule
+    from megakernel import gemv, k_route, k_schedule
     from megakernel.dims import BOUNDARIES, FULL, MAX_T, SMALL
+    from megakernel.k_expert import TT_EXPERT
+    from megakernel.k_expert_mma import fits
     from megakernel.k_route import Route
 
-    assert set(BOUNDARIES["batch"]) == {1, cache.TT_EXPERT, cache.TT_GEMV, cache.GEMV_PASS, MAX_T}
-    assert all(v[1]["NTT"] * 8 == cache.GEMV_PASS for v in cache.MMA_GEMV.values())
+    assert set(BOUNDARIES["batch"]) == {1, TT_EXPERT, gemv.TT_GEMV, gemv.GEMV_PASS, MAX_T}
+    assert all(v[1]["NTT"] * 8 == gemv.GEMV_PASS for v in gemv.MMA_GEMV.values())
     threads = k_route.THREADS
     assert k_schedule.NT == threads
     assert BOUNDARIES["n_experts"] == (threads, 2 * threads)
     for E, ept in ((threads, 1), (threads + 1, 2), (2 * threads + 1, 3)):   # the paths the sizes split
         assert Route(replace(SMALL, E=E), False).EPT == ept
     assert 128 in BOUNDARIES["latent_dim"] and 128 in BOUNDARIES["moe_intermediate"]
-    assert not cache.mma_ok(replace(SMALL, r=128 + 32)) and cache.mma_ok(replace(SMALL, r=128))
+    assert not fits(replace(SMALL, r=128 + 32)) and fits(replace(SMALL, r=128))
     assert {SMALL.r, FULL.r} <= set(BOUNDARIES["latent_dim"]) and {SMALL.I, FULL.I} <= set(BOUNDARIES["moe_intermediate"])
     assert BOUNDARIES["top_k"] == (1, FULL.k)
     from megakernel import k_mla_attn as at
@@ -66,28 +68,29 @@ def test_kda_core_split_builds_for_every_batch_class():
     state rows for any head width the dims allow (D % 32 == 0)."""
     from dataclasses import replace
 
-    from megakernel import cache
+    from megakernel import k_kda_core, registry
     from megakernel.dims import KDA_SMALL
 
     for D in (32, 64, 96, 128, 160, 256):
         for T in (1, 2, 300):
-            o = cache.KERNELS["kda_core"](replace(KDA_SMALL, D=D), **cache.kda_core_variant(T))
+            o = registry.KERNELS["kda_core"](replace(KDA_SMALL, D=D), **k_kda_core.variant(T))
             assert (D // o.split) % (D // 32) == 0
 
 
-def test_mla_attention_kernel_choice(monkeypatch):
-    """The tensor-core attention unless MK_MLA_MMA=0, and only for dims it takes."""
+def test_mla_attention_kernel_choice():
+    """The tensor-core attention unless Settings.attn.mla_mma is off, and only for dims it
+    takes."""
     from dataclasses import replace
 
-    from megakernel import cache
+    from megakernel import registry
+    from megakernel.config import Attn
     from megakernel.dims import MLA_FULL
+    from megakernel.k_mla_attn_mma import attention_kernel
 
-    monkeypatch.setattr(cache, "MLA_MMA", False)
-    assert cache.mla_attn_kernel(MLA_FULL) == "mla_attn"
-    monkeypatch.setattr(cache, "MLA_MMA", True)
-    assert cache.mla_attn_kernel(MLA_FULL) == "mla_attn_mma"
-    assert cache.mla_attn_kernel(replace(MLA_FULL, R=480)) == "mla_attn"     # R % 64 != 0
-    o = cache.KERNELS["mla_attn_mma"](MLA_FULL)
+    assert attention_kernel(MLA_FULL, Attn(mla_mma=False)) == "mla_attn"
+    assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_mma"
+    assert attention_kernel(replace(MLA_FULL, R=480), Attn()) == "mla_attn"     # R % 64 != 0
+    o = registry.KERNELS["mla_attn_mma"](MLA_FULL)
     assert o.groups * 16 * o.mtc >= MLA_FULL.H and o.hg == o.mtc * o.ncol
 
 
@@ -107,39 +110,41 @@ def test_mla_split_count_covers_every_shorter_sequence():
 
 
 def test_tensor_core_gemvs_keep_one_sum_order_per_gemv():
-    """The K split count decides a tensor-core GEMV's bits (k_gemv_mma.py). Both batch classes,
-    the persistent launch's 8-warp tasks and the fused route must get the same effective split
-    for every shape, or batch invariance / bit-identity across launch modes would break."""
+    """The K split count decides a tensor-core GEMV's bits (k_gemv_mma.py). Both batch classes
+    and the persistent launch's 8-warp tasks must get the same effective split for every shape,
+    or batch invariance / bit-identity across launch modes would break."""
     from dataclasses import replace
 
-    from megakernel import cache
+    from megakernel import gemv
+    from megakernel.config import ALL_GEMVS, KDA_GEMVS, MOE_GEMVS, Gemv
     from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
 
     moe_dims = [FULL, SMALL, replace(SMALL, d=96, r=160, Is=224), replace(SMALL, d=1056, Is=320)]
-    for name in cache.ALL_GEMVS:
-        dims = (moe_dims if name in cache.GEMV_UNROLL else [KDA_FULL, KDA_SMALL]
-                if name in cache.KDA_GEMVS else [MLA_FULL, MLA_SMALL])
+    for name in ALL_GEMVS:
+        dims = (moe_dims if name in MOE_GEMVS else [KDA_FULL, KDA_SMALL]
+                if name in KDA_GEMVS else [MLA_FULL, MLA_SMALL])
         for dm in dims:
-            objs = [cache.gemv_obj(name, dm, **cache.gemv_variant(name, T, mma=cache.ALL_GEMVS))
-                    for T in (1, 9, 300)]
-            objs += [cache.gemv_obj(name, dm, **cache.gemv_variant(name, T, threads=256,
-                                                                   mma=cache.ALL_GEMVS))
+            objs = [gemv.obj(name, dm, **gemv.variant(name, T, Gemv())) for T in (1, 9, 300)]
+            objs += [gemv.obj(name, dm, **gemv.variant(name, T, Gemv(), threads=256))
                      for T in (1, 9)]
             assert len({(o.KS, o.BK) for o in objs}) == 1, (name, dm)
             assert all(o.WPC == 8 for o in objs[3:]), (name, dm)      # one CTA of 256 threads
 
 
 def test_gemv_kernel_choice_parses_and_defaults():
-    from megakernel import cache
+    from megakernel import config, gemv
+    from megakernel.config import ALL_GEMVS, MOE_GEMVS, Gemv
 
-    assert cache._mma_set("0") == () and cache._mma_set("1") == cache.ALL_GEMVS
-    assert cache._mma_set("kda_out,gemv_x") == ("gemv_x", "kda_out")
-    assert cache._mma_set(None) == cache.DEFAULT_MMA
+    mma = lambda v: config.from_env({"MK_GEMV_MMA": v}).gemv.mma  # noqa: E731
+    assert mma("0") == () and mma("1") == ALL_GEMVS
+    assert mma("kda_out,gemv_x") == ("gemv_x", "kda_out")
+    assert config.from_env({}).gemv.mma == Gemv().mma == ALL_GEMVS
     with pytest.raises(ValueError, match="MK_GEMV_MMA"):
-        cache._mma_set("kda_in,nope")
-    assert "TT" in cache.gemv_variant("gemv_x", 1, mma=()) and "NTT" in cache.gemv_variant(
-        "gemv_x", 1, mma=("gemv_x",))
-    assert cache.moe_mma(cache.ALL_GEMVS) == tuple(cache.GEMV_UNROLL)
+        mma("kda_in,nope")
+    assert "TT" in gemv.variant("gemv_x", 1, Gemv(mma=())) and "NTT" in gemv.variant(
+        "gemv_x", 1, Gemv(mma=("gemv_x",)))
+    assert gemv.variant("gemv_x", 2, Gemv(mma=(), unroll=(("gemv_x", 8),)))["U"] == 8
+    assert gemv.moe_mma(ALL_GEMVS) == MOE_GEMVS
 
 
 def test_layer_plan_follows_the_spec():
@@ -156,17 +161,23 @@ def test_layer_plan_follows_the_spec():
             assert wi < 0 or wi >= nb          # never among the sources 0 .. nb - 1
 
 
-def test_bench_swaps_restore_the_kernel_choice():
-    """The benches' side-by-side columns swap the GEMV kernel and the MLA attention kernel for a
-    block; the choice comes back afterwards, also when the block raises."""
-    from megakernel import cache
+def test_bench_swaps_restore_the_settings():
+    """The benches' side-by-side columns run a step on a second settings object for a block;
+    the step's own comes back afterwards, also when the block raises, and the process's
+    settings are never touched."""
+    from types import SimpleNamespace
 
-    before, mla = cache.GEMV_MMA, cache.MLA_MMA
-    with cache.other_gemv_kernel(cache.KDA_GEMVS) as mma_now:
-        assert mma_now == any(g in before for g in cache.KDA_GEMVS)
-        assert cache.GEMV_MMA == (() if mma_now else cache.ALL_GEMVS)
+    from megakernel import config
+    from megakernel.config import ALL_GEMVS, KDA_GEMVS, Settings
+    from megakernel.tools.bench import other_gemv_kernel
+
+    step = SimpleNamespace(settings=Settings())
+    with other_gemv_kernel([step], KDA_GEMVS):
+        assert step.settings.gemv.mma == ()
+    assert step.settings == Settings()
     with pytest.raises(RuntimeError):
-        with cache.other_mla_attention() as was:
-            assert was == mla and cache.MLA_MMA == (not mla)
+        with other_gemv_kernel([step], KDA_GEMVS):
             raise RuntimeError
-    assert cache.GEMV_MMA == before and cache.MLA_MMA == mla
+    assert step.settings == Settings()
+    assert config.Gemv(mma=()).other(KDA_GEMVS).mma == ALL_GEMVS
+    assert config.current() == config.from_env()

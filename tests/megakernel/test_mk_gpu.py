@@ -116,18 +116,17 @@ def test_backend_run_writes_every_output():
 
 
 @pytest.mark.parametrize("T", [1, 8, 73])
-def test_mxfp4_cuda_core_path_still_works(T):
-    """The v2 CUDA-core MXFP4 experts (cache.MX_MMA = False) stay selectable and correct."""
-    from megakernel import cache
-    moe = LatentMoE(SMALL, weights("mxfp4"), DEV)
-    assert moe.uses_mma() == cache.MX_MMA
-    old = cache.MX_MMA
-    try:
-        cache.MX_MMA = False
-        assert not moe.uses_mma()
-        judge(T, "mxfp4")
-    finally:
-        cache.MX_MMA = old
+def test_mxfp4_cuda_core_path_still_works(T, monkeypatch):
+    """The v2 CUDA-core MXFP4 experts (Settings.moe.mx_mma off) stay selectable and correct."""
+    from dataclasses import replace
+
+    from megakernel import config
+    base = config.current()
+    off = replace(base, moe=replace(base.moe, mx_mma=False))
+    assert LatentMoE(SMALL, weights("mxfp4"), DEV).uses_mma() == base.moe.mx_mma
+    assert not LatentMoE(SMALL, weights("mxfp4"), DEV, settings=off).uses_mma()
+    monkeypatch.setattr(config, "current", lambda: off)     # the backend's steps take it
+    judge(T, "mxfp4")
 
 
 def test_mxfp4_batch_invariant_every_position():
@@ -151,14 +150,12 @@ def test_fork_join_equals_one_stream_and_graph(fmt, T):
     serial = LatentMoE(SMALL, w, DEV, streams="serial")
     x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
     want = snapshot(serial, serial.launch(x), T)
-    for fk, gate, cap, pf in (("start", "none", 2, 0), ("after_x", "up", 0, 0),
-                              ("start", "down", 1, 1), ("after_route", "down", 0, 0),
-                              ("after_schedule", "none", 0, 0), ("start", "none", 0, 1000)):
-        # pf: MiB of W_up prefetched into L2 beside expert_down (1000: all of it)
-        fork.fork, fork.gate, fork.side_ctas_per_sm, fork.prefetch_up = fk, gate, cap, pf
+    for fk, gate, cap in (("start", "none", 2), ("after_x", "up", 0), ("start", "down", 1),
+                          ("after_route", "down", 0), ("after_schedule", "none", 0)):
+        fork.fork, fork.gate, fork.side_ctas_per_sm = fk, gate, cap
         got = snapshot(fork, fork.launch(x), T)
         for n in want:
-            assert torch.equal(got[n], want[n]), (fk, gate, cap, pf, n)
+            assert torch.equal(got[n], want[n]), (fk, gate, cap, n)
     assert_graph_replay_equals(fork, x, want)
 
 
@@ -174,8 +171,7 @@ def test_unknown_stream_mode_is_one_line_error():
 def test_persistent_launch_equals_eleven_launches(fmt, T):
     """The one-launch step (k_persistent.py) computes the 11-launch step's bits on every
     intermediate, natural and forced routing, with or without a CUDA graph, launch after launch
-    (its last CTA must reset the counters), under every order knob tried (peek=1: the scheduler
-    variant that takes only ready tickets)."""
+    (its last CTA must reset the counters), under every order knob tried."""
     from megakernel.plan import Order
     w = weights(fmt)
     ref = LatentMoE(SMALL, w, DEV, streams="serial")
@@ -186,8 +182,7 @@ def test_persistent_launch_equals_eleven_launches(fmt, T):
         want = snapshot(ref, ref.launch(x, forced_ids=f), T)
         for order, cps in ((Order(), 3), (Order(backfill=0.0, min_backfill=1, groups=3,
                                                  gemv_tiles=2, shared_first=0), 1),
-                           (Order(backfill=1.0, groups=32, shared_first=3), 7),
-                           (Order(peek=1), 3), (Order(peek=1, shared_first=0, groups=3), 1)):
+                           (Order(backfill=1.0, groups=32, shared_first=3), 7)):
             one.order, one.ctas_per_sm = order, cps
             for _ in range(2):
                 got = snapshot(one, one.launch(x, forced_ids=f), T)
@@ -217,34 +212,12 @@ def test_persistent_reports_a_broken_wait():
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
-def test_batch1_fused_route_equals_three_launches(fmt):
-    """Batch 1: gemv_x with route + schedule in its last CTA (k_gemv_route.py) gives the bits of
-    the three launches, natural and forced ids, both stream modes, launch after launch (its last
-    CTA resets the counter) and in a graph replay."""
-    w = weights(fmt)
-    three = LatentMoE(SMALL, w, DEV, streams="serial", fuse_route=False)
-    x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)
-    forced = torch.randint(-1, SMALL.E, (1, SMALL.k), device=DEV)
-    for f in (None, forced):
-        want = snapshot(three, three.launch(x, forced_ids=f), 1)
-        for streams in ("serial", "fork"):
-            one = LatentMoE(SMALL, w, DEV, streams=streams, fuse_route=True)
-            for _ in range(3):
-                got = snapshot(one, one.launch(x, forced_ids=f), 1)
-                for n in want:
-                    assert torch.equal(got[n], want[n]), (streams, n)
-            assert int(one._route_ctr.abs().sum()) == 0, "counter not reset"
-    assert_graph_replay_equals(LatentMoE(SMALL, w, DEV, fuse_route=True), x,
-                               snapshot(three, three.launch(x), 1),
-                               poison=("out", "hl", "wts"), replays=2)
-
-
-@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 def test_kernels_loaded_from_disk_equal_compiled(fmt, tmp_path, monkeypatch):
     """The disk cache (kernel_store.py): a step on kernels loaded from their exported object files
     gives the same bits as on freshly compiled ones."""
-    from megakernel import cache
+    from megakernel import cache, config
     monkeypatch.setenv("MEGAKERNEL_CACHE", str(tmp_path))
+    monkeypatch.setattr(config, "current", config.from_env)     # the environment as set here
     monkeypatch.setattr(cache, "_CACHE", {})
     monkeypatch.setattr(cache, "LOADED", {})
     x = torch.randn(8, SMALL.d, device=DEV).to(torch.bfloat16)
@@ -262,7 +235,7 @@ def test_fast_call_equals_cutedsl_call(fmt, monkeypatch):
     """fast_call.py: after its first call through CuTe DSL, every kernel of the step launches
     through its checked packed-argument call, with the same bits as CuTe DSL's own call path on
     every intermediate (batch 1 and 8, natural and forced routing, fork-join and one launch)."""
-    from megakernel import cache, fast_call
+    from megakernel import cache, config, fast_call
     w = weights(fmt)
     forced = torch.randint(-1, SMALL.E, (8, SMALL.k), device=DEV)
 
@@ -279,6 +252,7 @@ def test_fast_call_equals_cutedsl_call(fmt, monkeypatch):
         return got
 
     monkeypatch.setattr(cache, "_CACHE", {})
+    monkeypatch.setattr(config, "current", config.from_env)     # the environment as set here
     monkeypatch.setenv(fast_call.ENV, "0")
     want = steps()
     assert all(launch.fast is None for launch in cache._CACHE.values())

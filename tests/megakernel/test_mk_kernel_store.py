@@ -1,6 +1,6 @@
 """CPU: the disk cache of compiled kernels (megakernel/kernel_store.py). A second process loads
 what the first compiled; a corrupt file is compiled again; the cache can be turned off; the key
-follows the tuning overrides. (Bit equality of loaded kernels is checked on the GPU:
+holds no environment (every setting that changes a binary is in the kernel's variant). (Bit equality of loaded kernels is checked on the GPU:
 tests/megakernel/test_mk_gpu.py.)"""
 import json
 import os
@@ -15,7 +15,7 @@ KERNELS = [("final_sum", {}), ("route", {"forced": True}), ("gemv_x", {"TT": 1, 
 
 PROBE = """
 import json, os, sys
-os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 from megakernel import cache, kernel_store
 from megakernel.dims import SMALL
 for name, v in json.loads(sys.argv[1]):
@@ -53,9 +53,11 @@ def test_corrupt_file_is_compiled_again(tmp_path):
     assert third["loaded"] == len(KERNELS)            # the bad file was replaced
 
 
-def test_off_and_tuning_overrides(tmp_path):
+def test_off_and_no_environment_in_the_key(tmp_path):
     off, _ = _run(tmp_path, {"MEGAKERNEL_CACHE": "off"})
     assert off["compiled"] == len(KERNELS) and not (tmp_path / "mk").exists()
     base, _ = _run(tmp_path)
-    tuned, _ = _run(tmp_path, {"MK_PERSIST_UNROLL": "4"})
-    assert tuned["prefix"] != base["prefix"] and tuned["compiled"] == len(KERNELS)
+    other, _ = _run(tmp_path, {"MK_GEMV_MMA": "0", "MK_PERSIST_UNROLL": "4"})
+    assert other["prefix"] == base["prefix"] and other["loaded"] == len(KERNELS)
+    sm103, _ = _run(tmp_path, {"CUTE_DSL_ARCH": "sm_103a"})
+    assert sm103["prefix"] != base["prefix"]

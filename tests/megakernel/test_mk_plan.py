@@ -9,12 +9,17 @@ import pytest
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 
-from megakernel import cache, plan as P  # noqa: E402
+from megakernel import gemv, plan as P, registry  # noqa: E402
+from megakernel.config import ALL_GEMVS  # noqa: E402
 from megakernel.dims import FULL, SMALL  # noqa: E402
 
 ORDERS = [P.Order(), P.Order(backfill=0.0, min_backfill=1, groups=1, gemv_tiles=1),
           P.Order(backfill=1.0, min_backfill=1000, groups=32, gemv_tiles=5),
-          P.Order(peek=1, groups=8)]
+          P.Order(groups=8)]
+
+
+def _shape(dm, fmt, T1, mma=ALL_GEMVS):
+    return registry.persistent_step(dm, fmt, False, T1, gemv_mma=gemv.moe_mma(mma)).shape()
 
 
 def tasks_of(words, base, total):
@@ -91,7 +96,7 @@ def simulate(words, tot_r, tot_s):
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 def test_every_plan_is_complete_and_deadlock_free(dm, fmt):
     for T, order in itertools.product((1, 2, 8, 64, 256), ORDERS):
-        shape = cache.persistent_step(dm, fmt, False, T == 1).shape()
+        shape = _shape(dm, fmt, T == 1)
         maxU = min(dm.E, T * dm.k)
         words, tot_r, tot_s = P.build(shape, T, maxU, order)
         counts = simulate(words, tot_r, tot_s)
@@ -101,15 +106,15 @@ def test_every_plan_is_complete_and_deadlock_free(dm, fmt):
 
 
 def test_bad_knobs_are_one_line_errors():
-    shape = cache.persistent_step(SMALL, "bf16", False, True).shape()
+    shape = _shape(SMALL, "bf16", True)
     for bad in (P.Order(groups=0), P.Order(groups=99), P.Order(gemv_tiles=0),
-                P.Order(backfill=1.5), P.Order(min_backfill=0), P.Order(peek=2)):
+                P.Order(backfill=1.5), P.Order(min_backfill=0)):
         with pytest.raises(ValueError, match="persistent order"):
             P.build(shape, 1, SMALL.k, bad)
 
 
 def test_check_rejects_an_order_that_could_hang():
-    shape = cache.persistent_step(SMALL, "bf16", False, True).shape()
+    shape = _shape(SMALL, "bf16", True)
     n = {st: 1 for st in range(P.NST)}
     segs = [(st, 0, 1) for st in range(P.NST)]
     segs[0], segs[1] = segs[1], segs[0]               # route before gemv_x
@@ -118,21 +123,20 @@ def test_check_rejects_an_order_that_could_hang():
         P._check(segs, n, deps, shape)
 
 
-def test_task_table_follows_the_gemv_kernels(monkeypatch):
+def test_task_table_follows_the_gemv_kernels():
     """The one launch's task table counts each GEMV's tiles, which differ between the CUDA-core
-    and the tensor-core kernel: switching cache.GEMV_MMA on the same module must not reuse a
-    table built for the other kernels (a reused one did a quarter of gemv_shared's rows)."""
+    and the tensor-core kernel: switching the step's settings (Settings.gemv.mma) must not reuse
+    a table built for the other kernels (a reused one did a quarter of gemv_shared's rows)."""
     from types import SimpleNamespace
 
     from megakernel import launch_persistent
+    from megakernel.config import Gemv, Settings
 
     moe = SimpleNamespace(dm=SMALL, fmt="bf16", order=P.Order(), _plans={}, _nsm=132,
-                          device="cpu")
-    monkeypatch.setattr(cache, "GEMV_MMA", ())
+                          device="cpu", settings=Settings(gemv=Gemv(mma=())))
     core = launch_persistent.task_table(moe, 5, 4)
-    monkeypatch.setattr(cache, "GEMV_MMA", ("gemv_shared",))
+    moe.settings = Settings(gemv=Gemv(mma=("gemv_shared",)))
     mma = launch_persistent.task_table(moe, 5, 4)
     assert len(moe._plans) == 2 and not bool((core == mma).all())
-    words, _, _ = P.build(cache.persistent_step(SMALL, "bf16", False, False).shape(), 5, 4,
-                          P.Order(), 132)
+    words, _, _ = P.build(_shape(SMALL, "bf16", False, ("gemv_shared",)), 5, 4, P.Order(), 132)
     assert mma.tolist() == words

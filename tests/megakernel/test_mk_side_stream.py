@@ -1,10 +1,11 @@
-"""CPU: the attention steps' plans (megakernel/side_stream.py): forked, every launch of the step
+"""CPU: the fork-join steps' plans (megakernel/launch_plan.py): the attention steps'
+(side_stream.Stages) and the MoE's (launch_streams.plan). Forked, every launch of the step
 exactly once, the side forked before its launches, and joined after all of them and before the
 first launch that reads what the side writes; fused, the one x-side GEMV then the chain; the
 mode switches."""
 import pytest
 
-from megakernel import side_stream
+from megakernel import launch_plan, side_stream
 
 
 def _check(steps, chain, side, join_before):
@@ -24,111 +25,76 @@ def test_every_fork_point_gives_a_sound_plan(step):
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")  # mla / kda import it
     import importlib
     m = importlib.import_module(f"megakernel.{step}")
-    join = {"mla": "mla_merge", "kda": "kda_norm"}[step]
-    for fork in m.FORKS.values():
-        steps = side_stream.plan(m.CHAIN, m.SIDE, join, fork)
-        _check(steps, m.CHAIN, m.SIDE, join)
-        assert side_stream.launches(steps)[:2] == (
-            (m.SIDE[0], m.CHAIN[0]) if fork is None else (m.CHAIN[0], m.SIDE[0]))
-    fused = side_stream.fused_plan(m.FUSED, m.CHAIN)
-    assert fused == [("main", s) for s in (m.FUSED,) + m.CHAIN[1:]]
-    assert set(m.STAGES) == set(m.CHAIN + m.SIDE + (m.FUSED,) + tuple(m.PREFETCH))
+    d = m.STEPS
+    for name, fork in d.forks.items():
+        steps = d.plan("fork", name)
+        _check(steps, d.chain, d.side, d.join)
+        assert launch_plan.launches(steps)[:2] == (
+            (d.side[0], d.chain[0]) if fork is None else (d.chain[0], d.side[0]))
+    fused = d.plan("fused", d.fork)
+    assert fused == [("main", s) for s in (d.fused,) + d.chain[1:]]
+    assert set(d.stages) == set(d.chain + d.side + (d.fused,))
+    assert set(d.bind) <= set(d.stages) and set(d.variant) <= set(d.stages)
 
 
 def test_a_join_before_the_fork_is_refused():
     with pytest.raises(AssertionError):
-        side_stream.plan(("a", "b", "c"), ("g",), "b", "c")
+        launch_plan.plan(("a", "b", "c"), ("g",), "b", "c")
 
 
-def test_mode_from_env(monkeypatch):
-    monkeypatch.delenv("MEGAKERNEL_ATTN_STREAMS", raising=False)
-    monkeypatch.setenv("MEGAKERNEL_STREAMS", "serial")
-    assert side_stream.mode_from_env("fork") == "fused"
-    for v in ("fork", "persistent"):
-        monkeypatch.setenv("MEGAKERNEL_STREAMS", v)
-        assert side_stream.mode_from_env("fork") == "fork"
-        assert side_stream.mode_from_env("fused") == "fused"
+def test_the_stream_modes_come_from_the_settings():
+    """MEGAKERNEL_STREAMS is the MoE's launch mode only; MEGAKERNEL_ATTN_STREAMS the attention
+    steps' (unset: each step's measured default); a bad value of either is one line."""
+    from megakernel import config
+    s = config.from_env({"MEGAKERNEL_STREAMS": "serial"})
+    assert s.moe.streams == "serial" and s.attn.streams is None
+    assert config.from_env({}).moe.streams == "fork"
     for v in side_stream.MODES:
-        monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", v)
-        assert side_stream.mode_from_env("fork") == v
-    monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", "serial")
-    with pytest.raises(ValueError, match="MEGAKERNEL_ATTN_STREAMS"):
-        side_stream.mode_from_env("fork")
+        assert config.from_env({"MEGAKERNEL_ATTN_STREAMS": v}).attn.streams == v
+    for name, v in (("MEGAKERNEL_ATTN_STREAMS", "serial"), ("MEGAKERNEL_STREAMS", "fused")):
+        with pytest.raises(ValueError, match=name):
+            config.from_env({name: v})
 
 
 def test_a_bad_attention_stream_mode_makes_the_backend_unavailable(monkeypatch):
     """k3diff turns available()'s reason into one line and exit 4 before any case runs."""
     from megakernel.backend import MegakernelBackend
     monkeypatch.setenv("MEGAKERNEL_ATTN_STREAMS", "serial")
-    why = MegakernelBackend().available()
+    why = MegakernelBackend().available()          # reads the environment now, not the cache
     assert why is not None and why.startswith("MEGAKERNEL_ATTN_STREAMS: fused or fork")
 
 
-def test_prefetch_specs_place_each_stage_after_its_launch():
-    stages = {"o": "s_pf_o", "a": "s_pf_a"}
-    got = side_stream.parse_prefetch("o@g:32,a@start:all", stages)
-    assert got == [("s_pf_o", "g", 32), ("s_pf_a", None, None)]
-    assert side_stream.parse_prefetch("off", stages) == []
-    base = side_stream.plan(("a", "b", "c"), ("g",), "c")
-    out = side_stream.with_prefetches(base, got)
-    assert out == [("fork", None), ("side", "g"), ("side", "s_pf_o"), ("main", "s_pf_a"),
-                   ("main", "a"), ("main", "b"), ("join", None), ("main", "c")]
-    fused = side_stream.with_prefetches(side_stream.fused_plan("x", ("a", "b")),
-                                        [("s_pf_o", "x", 8)])
-    assert fused == [("main", "x"), ("main", "s_pf_o"), ("main", "b")]
-
-
-@pytest.mark.parametrize("spec", ["o@g", "o:32", "q@g:32", "o@g:0", "o@g:-1", "o@g:x",
-                                  "o@g:8,o@h:16"])
-def test_a_bad_prefetch_spec_is_refused_in_one_line(spec):
-    with pytest.raises(ValueError, match="w@after:MiB"):
-        side_stream.parse_prefetch(spec, {"o": "s_pf_o"})
-
-
-def test_a_prefetch_after_a_launch_the_mode_lacks_is_refused():
-    with pytest.raises(ValueError, match="no launch 'g'"):
-        side_stream.with_prefetches(side_stream.fused_plan("x", ("a", "b")), [("s_pf_o", "g", 8)])
-
-
-@pytest.mark.parametrize("step", ["mla", "kda"])
-def test_the_default_prefetches_fit_both_modes(step):
-    """Each mode's default spec names launches of that mode, and MEGAKERNEL_PREFETCH=off drops
-    them (the plan is then the one without prefetch stages)."""
+def test_the_moe_plan_keeps_the_hand_ordered_waits():
+    """launch_streams.plan against the 11-launch fork-join as it was written out by hand: the
+    main stream's order, the side's, where the side starts, where out_shared is held, the join
+    before the final sum; serial, the shared launches right after gemv_x."""
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
-    import importlib
-    m = importlib.import_module(f"megakernel.{step}")
-    short = {s.split("_pf_")[1]: s for s in m.PREFETCH}
-    for mode in side_stream.MODES:
-        pf = side_stream.parse_prefetch(m.PF_DEFAULT[mode], short)
-        base = (side_stream.fused_plan(m.FUSED, m.CHAIN) if mode == "fused" else
-                side_stream.plan(m.CHAIN, m.SIDE, {"mla": "mla_merge", "kda": "kda_norm"}[step]))
-        got = side_stream.with_prefetches(base, pf)
-        assert [x for x in got if x[1] not in m.PREFETCH] == base
-        assert {s for _, s in got} - {s for _, s in base} == {s for s, _, _ in pf}
-
-
-def test_prefetch_from_env(monkeypatch):
-    monkeypatch.delenv("MEGAKERNEL_PREFETCH", raising=False)
-    assert side_stream.prefetch_from_env()
-    monkeypatch.setenv("MEGAKERNEL_PREFETCH", "off")
-    assert not side_stream.prefetch_from_env()
-    monkeypatch.setenv("MEGAKERNEL_PREFETCH", "maybe")
-    with pytest.raises(ValueError, match="MEGAKERNEL_PREFETCH: on or off"):
-        side_stream.prefetch_from_env()
-    from megakernel.backend import MegakernelBackend
-    why = MegakernelBackend().available()
-    assert why is not None and why.startswith("MEGAKERNEL_PREFETCH: on or off")
-
-
-def test_a_prefetch_region_is_a_prefix_of_every_row_or_the_whole_tensor():
-    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
-    import torch
-    from megakernel.k_l2_prefetch import region
-    w = torch.empty(7168, 12288, dtype=torch.bfloat16)        # MLA's o_proj, 168 MiB
-    rows, rb, pre = region(w, 32)
-    assert (rows, rb) == (7168, 24576) and pre % 16 == 0
-    assert 32 * 2 ** 20 - 16 * rows < rows * pre <= 32 * 2 ** 20
-    assert region(w, None) == (1, w.numel() * 2, w.numel() * 2)
-    assert region(w, 10 ** 6) == region(w, None)
-    a = torch.empty(14400, 7168, dtype=torch.bfloat16)[:2112]  # a row view (MLA's [q_a | kv_a])
-    assert region(a, None) == (1, 2112 * 7168 * 2, 2112 * 7168 * 2)
+    from megakernel import launch_streams as L
+    main = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", "out_routed",
+            "final_sum")
+    side = ("gemv_shared", "shared_act", "out_shared")
+    for fork, after in L.FORKS.items():
+        for gate in L.GATES:
+            p = L.plan(fork, gate)
+            assert tuple(s for w, s in p if w == "main") == main
+            assert tuple(s for w, s in p if w == "side") == side
+            kinds = [w for w, _ in p]
+            first = kinds.index("fork")              # the side starts here, before its launches
+            assert first < p.index(("side", "gemv_shared"))
+            assert first == 0 if after is None else p[first - 1] == ("main", main[after])
+            assert max(i for i, (w, _) in enumerate(p) if w == "side") < kinds.index("join")
+            assert p[kinds.index("join") + 1] == ("main", "final_sum")
+            held = {"none": None, "up": "expert_up", "down": "expert_down"}[gate]
+            i_sd = p.index(("side", "out_shared"))
+            if held:
+                assert ("fork", None) in p[p.index(("main", held)) + 1:i_sd]
+    F, J = ("fork", None), ("join", None)
+    m = lambda *n: [("main", x) for x in n]  # noqa: E731
+    sd = lambda *n: [("side", x) for x in n]  # noqa: E731
+    assert L.plan("after_route", "down") == (           # as launch_streams.launch wrote it
+        m("gemv_x", "route") + [F] + m("schedule") + sd("gemv_shared", "shared_act")
+        + m("expert_up", "expert_down") + [F] + sd("out_shared") + m("combine", "out_routed")
+        + [J] + m("final_sum"))
+    assert launch_plan.launches(L.SERIAL) == (
+        "gemv_x", "gemv_shared", "shared_act", "route", "schedule", "expert_up", "expert_down",
+        "out_shared", "combine", "out_routed", "final_sum")

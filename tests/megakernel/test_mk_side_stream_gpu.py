@@ -2,8 +2,7 @@
 steps at full dims, batch 1 and 9, give the same bits in every intermediate and in the caches /
 states they update in place, whatever the stream mode (the fused x-side GEMV or its rows in two
 launches), the fork point, the cap on the side's grid (a cap below the gate's row tiles makes
-its CTAs loop), the L2 prefetch stages (none, the defaults, every weight at once, either L2
-policy), and under CUDA graph replay."""
+its CTAs loop), and under CUDA graph replay."""
 import pytest
 import torch
 
@@ -12,26 +11,15 @@ if not torch.cuda.is_available():
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 
 DEV = torch.device("cuda")
-# (streams, fork, cap, prefetch spec or None = the default, evict_last); "all": every prefetch
-# stage of the step, each of its whole weight, at the start
-MODES = [("fused", "start", 0, "off", False), ("fused", "start", 0, None, False),
-         ("fork", "start", 0, None, False), ("fork", "start", 1, None, True),
-         ("fork", None, 0, "off", False), ("fused", "start", 0, "all", True),
-         ("fork", "start", 2, "all", False)]
+# (streams, fork (None: the step's later fork point), cap on the side's grid)
+MODES = [("fused", "start", 0), ("fork", "start", 0), ("fork", "start", 1), ("fork", None, 0),
+         ("fork", "start", 2)]
 
 
 def _modes(step, fork_after):
-    from megakernel import side_stream
-    every = ",".join(f"{s.split('_pf_')[1]}@start:all" for s in step.PREFETCH)
-    try:
-        for streams, fork, cap, pf, last in MODES:
-            step.streams, step.fork, step.side_ctas_per_sm = streams, fork or fork_after, cap
-            step.prefetch = every if pf == "all" else pf
-            side_stream.PF_VARIANT["last"] = last
-            yield (streams, step.fork, cap, pf, last)
-    finally:
-        step.prefetch = None
-        side_stream.PF_VARIANT["last"] = False
+    for streams, fork, cap in MODES:
+        step.streams, step.fork, step.side_ctas_per_sm = streams, fork or fork_after, cap
+        yield (streams, step.fork, cap)
 
 
 def _graphed(run):

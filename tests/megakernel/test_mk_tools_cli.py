@@ -1,9 +1,11 @@
-"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork, tune_prefetch and timeline refuse a
+"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork and timeline refuse a
 machine without a GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork,
-tune_prefetch (bad specs too) and timeline refuse bad arguments (timeline: bad --modes) with one
-line and exit 2 on any machine."""
+persistent_regs and timeline refuse bad arguments (timeline: bad --modes) with one line and
+exit 2 on any machine."""
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,10 +13,17 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 torch = pytest.importorskip("torch")
 
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
 def refused(tool, args):
-    """The tool's stderr lines (warnings aside) after it exits 2; fails on any other exit."""
-    r = subprocess.run([sys.executable, "-m", f"megakernel.tools.{tool}", *args],
-                       capture_output=True, text=True, timeout=300)
+    """The tool's stderr lines (warnings aside) after it exits 2; fails on any other exit.
+    bench_layer is scripts/bench_layer.py (it imports k3diff and reference)."""
+    cmd = ([str(ROOT / "scripts" / "bench_layer.py")] if tool == "bench_layer" else
+           ["-m", f"megakernel.tools.{tool}"])
+    r = subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                           p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)))
     assert r.returncode == 2, r.stderr[-2000:]
     return [ln for ln in r.stderr.splitlines() if ln.strip() and "Warning" not in ln]
 
@@ -23,7 +32,6 @@ def refused(tool, args):
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
                                        ("bench_mla", []), ("bench_layer", []),
                                        ("tune_attn", []), ("tune_fork", []),
-                                       ("tune_prefetch", []),
                                        ("timeline", []), ("timeline", ["--step", "kda"])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
@@ -41,11 +49,8 @@ def test_gemv_tools_exit_2_with_one_line(tool, args):
     ("tune_fork", ["--caps", "-1"], "tune_fork: --steps"),
     ("tune_fork", ["--batches", "0"], "tune_fork: --steps"),
     ("tune_fork", ["--R", "x"], "tune_fork: --steps"),
-    ("tune_prefetch", ["--steps", "moe"], "tune_prefetch: --steps"),
-    ("tune_prefetch", ["--last", "2"], "tune_prefetch: --steps"),
-    ("tune_prefetch", ["--mla-sets", "o@nowhere:32"], "tune_prefetch: mla: prefetch mla_pf_o"),
-    ("tune_prefetch", ["--kda-sets", "q@kda_x:3"], "tune_prefetch: kda: prefetch spec"),
-    ("tune_prefetch", ["--streams", "fused", "--mla-sets", "o@mla_g:8"], "tune_prefetch: mla:"),
+    ("persistent_regs", ["--mma-gemv", "KS=2"], "persistent_regs: --mma-gemv"),
+    ("persistent_regs", ["--mma-gemv", "PIPE"], "persistent_regs: --mma-gemv"),
     ("timeline", ["--step", "mla", "--modes", "start"], "timeline: --modes"),
     ("timeline", ["--step", "kda", "--modes", "after_a/2"], "timeline: --modes"),
     ("timeline", ["--modes", "fused"], "timeline: --modes"),
@@ -57,7 +62,11 @@ def test_bad_arguments_exit_2_with_one_line(tool, args, start):
 
 
 def test_bench_layer_picks_a_kda_and_an_mla_layer_with_a_moe():
-    from megakernel.tools.bench_layer import pick_layers
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("bench_layer", ROOT / "scripts" / "bench_layer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    pick_layers = mod.pick_layers
     from reference.config import preset
     for name in ("full", "small"):
         cfg = preset(name)
@@ -68,9 +77,9 @@ def test_bench_layer_picks_a_kda_and_an_mla_layer_with_a_moe():
 
 
 def test_tune_gemv_variants_build_and_pipe_keeps_the_split():
-    """The tuner's variant grid builds through cache.KERNELS["gemv"]; PIPE (double-buffered
+    """The tuner's variant grid builds through registry.KERNELS["gemv"]; PIPE (double-buffered
     loads) never changes the K split, the knob that decides the bits."""
-    from megakernel import cache
+    from megakernel import registry
     from megakernel.tools.tune_gemv import mma_variants, shapes
 
     grid = ((2, 4), ((4, 1), (2, 4), (1, 8)), (1, 2), (0,), (0, 1))
@@ -80,9 +89,9 @@ def test_tune_gemv_variants_build_and_pipe_keeps_the_split():
                 vs = mma_variants(shape, T, grid)
                 assert vs, (name, T)
                 for v in vs:
-                    o = cache.KERNELS["gemv"](shape, **v)
+                    o = registry.KERNELS["gemv"](shape, **v)
                     assert (o.KS, o.PIPE) == (v["KS"], v["PIPE"])
-                    assert o.KS == cache.KERNELS["gemv"](shape, **dict(v, PIPE=0)).KS
+                    assert o.KS == registry.KERNELS["gemv"](shape, **dict(v, PIPE=0)).KS
 
 
 def test_persistent_regs_reads_ptxas_and_refuses_bad_arguments():

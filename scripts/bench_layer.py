@@ -1,5 +1,8 @@
-"""python -m megakernel.tools.bench_layer: one K3 decoder layer (layer.py: AttnRes, the attention,
-AttnRes, the LatentMoE) against the copy roofline and torch.
+"""PYTHONPATH=$PWD python scripts/bench_layer.py: one K3 decoder layer (megakernel/layer.py: AttnRes,
+the attention, AttnRes, the LatentMoE) against the copy roofline and torch.
+
+Here, not in megakernel/tools/: it builds the layer from reference's config and times k3diff's
+torch-blocked layer beside it, and megakernel/ imports neither k3diff nor reference.
 
 A KDA layer and an MLA layer, each with its LatentMoE (bf16 or MXFP4 experts), full dims by
 default; every MLA sequence has a cache of --len rows. One LayerStep holds both attentions and
@@ -83,7 +86,7 @@ def torch_layer(cfg, p, tm, i):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_layer",
+    p = argparse.ArgumentParser(prog="scripts/bench_layer.py",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full", choices=("full", "small"))
     p.add_argument("--format", default="bf16", choices=("bf16", "mxfp4"))

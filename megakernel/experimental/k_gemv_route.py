@@ -1,5 +1,9 @@
 """Launches 0-2 in one, for batch 1: gemv_x, then route and schedule in its last CTA.
 
+State: measured slower (below) and off; its switch (LatentMoE(fuse_route=)) left the shipped
+path, last shipped at main fd6de34. Next: none planned (`compile --experimental` keeps it
+building).
+
 At batch 1 the route and schedule launches are latency-bound (one top-k CTA, one schedule CTA),
 and as separate launches they wait for SM slots held by the side stream's GEMV: traced at MXFP4
 batch 1, route started 11 us after gemv_x ended and ran 16.9 us instead of 7.5 alone
@@ -10,7 +14,7 @@ k_schedule.Schedule's, so the bits are those of the three launches (tested on th
 The last CTA also resets the counter for the next launch.
 
 Measured (H200, full dims, batch 1, `python -m megakernel.tools.tune_streams`): slower, so it is
-off by default (moe.LatentMoE fuse_route=False): MXFP4 209.3 vs 199.7 us per step, bf16 356.4
+off (moe.LatentMoE fuse_route=False, at fd6de34): MXFP4 209.3 vs 199.7 us per step, bf16 356.4
 vs 341.4.
 Traced, the fused launch ran 63.8 us beside the side stream's GEMV (gemv_x alone: 21 us): its
 CTAs (route and schedule shared memory, 24 KB each) no longer get ahead of the side's, so the
@@ -30,7 +34,7 @@ class GemvRoute:
             ("T", INT))
 
     def __init__(self, dims, forced: bool, gemv):
-        """gemv: gemv_x's object at batch 1 (cache.gemv_obj), a CTA of 8 warps."""
+        """gemv: gemv_x's object at batch 1 (gemv.obj), a CTA of 8 warps."""
         dm = self.dm = dims
         assert getattr(gemv, "WPC", 8) * 32 == THREADS
         self.gx = gemv

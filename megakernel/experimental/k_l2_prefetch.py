@@ -1,5 +1,8 @@
-"""A later launch's weights fetched into L2 ahead of it (cp.async.bulk.prefetch.L2): a plan stage
-of the attention steps (side_stream.py, mla.py, kda.py).
+"""A later launch's weights fetched into L2 ahead of it (cp.async.bulk.prefetch.L2).
+
+State: written in a session with no GPU lent, never run on a GPU. Its plumbing (the attention
+steps' prefetch stages and specs, the MoE's prefetch_up, tools/tune_prefetch.py,
+scripts/gpu_prefetch.sh) left the shipped path; last shipped at main fd6de34. Next: a GPU run.
 
 Why: at batch 1 an attention step's big GEMVs wait behind chains of latency-bound launches
 (MLA's norm -> q_b -> absorb -> attention -> merge; KDA's f_b -> conv -> core -> norm) while
@@ -17,7 +20,24 @@ bits of a step are the same with or without it (tested on the GPU), only its tim
 """
 from megakernel.device import cute, cutlass, Int32, Int64, Uint8
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.ptx import prefetch_l2_bulk
+from cutlass.cutlass_dsl import dsl_user_op
+
+from megakernel.ptx import asm_op
+
+
+@dsl_user_op
+def prefetch_l2_bulk(gaddr, size, last: bool = False, *, loc=None, ip=None):
+    """cp.async.bulk.prefetch.L2 of `size` bytes (a multiple of 16, 16-byte aligned) at a 64-bit
+    global address: the copy engine fetches them into L2, the thread does not wait. `last`: with
+    an L2::evict_last policy (the lines outlive streaming traffic of normal priority)."""
+    args = [Int64(gaddr).ir_value(loc=loc, ip=ip), Int32(size).ir_value(loc=loc, ip=ip)]
+    if last:
+        asm = ("{\n.reg .b64 p;\ncreatepolicy.fractional.L2::evict_last.b64 p, 1.0;\n"
+               "cp.async.bulk.prefetch.L2.global.L2::cache_hint [$0], $1, p;\n}")
+    else:
+        asm = "cp.async.bulk.prefetch.L2.global [$0], $1;"
+    asm_op(0, None, args, asm, "l,r,~{memory}", loc, ip)
+
 
 CHUNK = 32 * 1024          # bytes per bulk prefetch (one instruction)
 THREADS = 32

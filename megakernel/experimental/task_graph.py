@@ -1,6 +1,9 @@
 """A persistent launch's task graph for any sequence of stages: two ticket queues, dependency
 counters, the static check that no schedule can hang; pure Python.
 
+State: checked on the CPU only (tests/megakernel/experimental/test_mk_task_graph.py); no kernel
+runs it (the layer's one launch is not written). Next: that kernel, or nothing.
+
 Why a second planner beside plan.py: plan.py is the MoE step's, with its eleven stages, their
 order and their counters written out, and the MoE's one launch reads its words. A whole decode
 layer in one launch (issue 13: AttnRes -> attention -> AttnRes -> LatentMoE) has ~25 stages,

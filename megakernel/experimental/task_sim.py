@@ -1,18 +1,17 @@
 """The persistent protocol of task_graph.py run on the CPU: N CTAs interleaved at random, each
 task taking a random number of rounds; a round in which no CTA can move while tasks remain is a
-deadlock. Pure Python (tests/megakernel/test_mk_task_graph.py).
+deadlock. Pure Python (tests/megakernel/experimental/test_mk_task_graph.py).
 
 `peek=True` is the layer's protocol: a filler ticket is drawn only when its task is ready.
 `peek=False` is the MoE launch's (k_persistent.py): the next filler ticket is drawn whatever it
 is, and a CTA holding an unready one spins. On the MoE's graph both are safe (its filler tasks
 wait only on filler tasks); on a layer's graph the second can hang, which the tests show.
-`peek="both"`: no ticket of either queue is drawn before its task is ready (plan.Order(peek=1),
-k_persistent.PersistentStep.next_ready_task): the CTA tries its first queue's head, then the
+`peek="both"`: no ticket of either queue is drawn before its task is ready (experimental/peek.py): the CTA tries its first queue's head, then the
 other's, else polls.
 """
 import random
 
-from megakernel.task_graph import CRIT, FILL
+from megakernel.experimental.task_graph import CRIT, FILL
 
 
 class Deadlock(AssertionError):

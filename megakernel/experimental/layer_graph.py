@@ -3,7 +3,7 @@ gated MLA) -> AttnRes -> LatentMoE as the stages of task_graph.py, each stage's 
 of its launch today (the grids of the k_*.py kernels, the GEMVs' row tiles at 256 threads as in
 the MoE's one launch), its dependencies the buffers it reads (layer.py, kda.py, mla.py, moe.py).
 The layer's kernel is not written; this is its schedule, checked on the CPU (task_graph.check,
-task_sim.run in tests/megakernel/test_mk_task_graph.py), and `moe` is the MoE launch's own
+task_sim.run in tests/megakernel/experimental/test_mk_task_graph.py), and `moe` is the MoE launch's own
 schedule (plan.py) in the same terms, so the two planners are tested against each other.
 
 Critical queue: the chain every output waits on. Filler queue: the attention's output-gate
@@ -12,19 +12,19 @@ and the MoE's shared experts (read only by the final sum). Unlike in the MoE alo
 filler stage waits on a critical one (the gate on the first AttnRes, the shared experts on the
 second), which is why the layer needs the protocol of task_graph.py.
 """
-from megakernel import cache
+from megakernel import config, gemv, registry
 from megakernel.plan import Order
-from megakernel.task_graph import CRIT, FILL, Dep, Graph, Stage
+from megakernel.experimental.task_graph import CRIT, FILL, Dep, Graph, Stage
 
 
 def _gemv_tiles(name, dims, T):
-    return cache.gemv_obj(name, dims, **cache.gemv_variant(name, T, threads=256)).tiles
+    return gemv.obj(name, dims, **gemv.variant(name, T, config.Gemv(), threads=256)).tiles
 
 
 def moe(g: Graph, dm, fmt: str, T: int, after: str | None, order: Order = Order()):
     """The MoE's stages appended to `g` (its input x_mlp ready after stage `after`, or from the
     start), in plan.build's order: expert groups, GEMV tasks of order.gemv_tiles tiles."""
-    sh = cache.persistent_step(dm, fmt, False, T == 1).shape()
+    sh = registry.persistent_step(dm, fmt, False, T == 1, gemv_mma=gemv.moe_mma(config.ALL_GEMVS)).shape()
     maxU = min(dm.E, T * dm.k)
     cdiv = lambda a, b: -(-a // b)  # noqa: E731
     ub = cdiv(maxU, min(order.groups, maxU))
@@ -47,10 +47,12 @@ def moe(g: Graph, dm, fmt: str, T: int, after: str | None, order: Order = Order(
 
 
 def _mla(g, md, T, NS):
+    from megakernel import k_mla_merge
     from megakernel.k_mla_absorb import MlaAbsorb
-    absorb = MlaAbsorb(md, 1 if T == 1 else cache.TT_GEMV)
-    attn = cache.KERNELS[cache.mla_attn_kernel(md)](md)
-    mv = cache.mla_merge_variant(T)
+    from megakernel.k_mla_attn_mma import attention_kernel
+    absorb = MlaAbsorb(md, 1 if T == 1 else gemv.TT_GEMV)
+    attn = registry.KERNELS[attention_kernel(md, config.Attn())](md)
+    mv = k_mla_merge.variant(T)
     pre = (Dep("attn_res_pre"),)
     g.add(Stage("mla_a", _gemv_tiles("mla_a", md, T), CRIT, pre))
     g.add(Stage("mla_g", _gemv_tiles("mla_g", md, T), FILL, pre))
@@ -65,13 +67,14 @@ def _mla(g, md, T, NS):
 
 
 def _kda(g, kd, T):
+    from megakernel import k_kda_core
     from megakernel.k_kda_conv import KdaConv
     pre = (Dep("attn_res_pre"),)
     g.add(Stage("kda_in", _gemv_tiles("kda_in", kd, T), CRIT, pre))
     g.add(Stage("kda_g", _gemv_tiles("kda_g", kd, T), FILL, pre))
     g.add(Stage("kda_fb", _gemv_tiles("kda_fb", kd, T), CRIT, (Dep("kda_in"),)))
     g.add(Stage("kda_conv", T * KdaConv(kd).ctas, CRIT, (Dep("kda_in"),)))
-    g.add(Stage("kda_core", T * kd.H * cache.kda_core_variant(T)["split"], CRIT,
+    g.add(Stage("kda_core", T * kd.H * k_kda_core.variant(T)["split"], CRIT,
                 (Dep("kda_conv"), Dep("kda_fb"))))
     g.add(Stage("kda_norm", T * kd.H, CRIT, (Dep("kda_core"), Dep("kda_g"))))
     g.add(Stage("kda_out", _gemv_tiles("kda_out", kd, T), CRIT, (Dep("kda_norm"),)))

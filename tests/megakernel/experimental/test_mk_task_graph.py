@@ -1,10 +1,10 @@
-"""CPU: the layer's persistent schedule (megakernel/task_graph.py, layer_graph.py, task_sim.py).
+"""CPU: the layer's persistent schedule (megakernel/experimental/: task_graph.py, layer_graph.py, task_sim.py).
 
 - The generic planner expresses the MoE launch's own schedule (plan.py) exactly: the same
   tickets in each queue, the same waits.
 - Every KDA and MLA layer graph (small and full dims, batch 1 to 256, MLA's cache splits) passes
   the static check and completes under the layer protocol, and under the one that takes no
-  ticket of either queue unready (plan.Order(peek=1)), for any CTA count and filler-first count,
+  ticket of either queue unready (experimental/peek.py), for any CTA count and filler-first count,
   in random interleavings.
 - The MoE launch's protocol (filler tickets drawn unready) hangs on a layer graph: why the layer
   needs the other one. A filler order that puts a stage before one the critical chain needs
@@ -16,9 +16,11 @@ import pytest
 
 pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 
-from megakernel import cache, layer_graph, plan as P, task_sim  # noqa: E402
+from megakernel import gemv, plan as P, registry  # noqa: E402
+from megakernel.config import ALL_GEMVS  # noqa: E402
+from megakernel.experimental import layer_graph, task_sim  # noqa: E402
 from megakernel.dims import FULL, SMALL  # noqa: E402
-from megakernel.task_graph import CRIT, FILL, Dep, Graph, Stage  # noqa: E402
+from megakernel.experimental.task_graph import CRIT, FILL, Dep, Graph, Stage  # noqa: E402
 from reference.config import preset  # noqa: E402
 
 ORDERS = [P.Order(), P.Order(groups=1, gemv_tiles=1), P.Order(groups=32, gemv_tiles=5)]
@@ -38,7 +40,7 @@ def _plan_tickets(words, base, total):
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 def test_the_generic_planner_gives_the_moe_launch_its_own_schedule(dm, fmt):
     for T, order in itertools.product((1, 2, 8, 64, 256), ORDERS):
-        sh = cache.persistent_step(dm, fmt, False, T == 1).shape()
+        sh = registry.persistent_step(dm, fmt, False, T == 1, gemv_mma=gemv.moe_mma(ALL_GEMVS)).shape()
         words, tot_r, tot_s = P.build(sh, T, min(dm.E, T * dm.k), order)
         g = layer_graph.moe(Graph(), dm, fmt, T, None, order).check()
         assert g.tickets(CRIT) == _plan_tickets(words, P.SEGS_R, tot_r)
@@ -71,7 +73,7 @@ def test_every_layer_graph_is_sound_and_completes(name, kind, T, NS):
     assert crit | fill == set(g.stages) and "final_sum" in crit
     for ctas, ff in ((1, 0), (1, 1), (2, 1), (7, 3), (64, 64)):
         task_sim.run(g, ctas, ff, seed=1000 * T + ctas)
-        task_sim.run(g, ctas, ff, seed=1000 * T + ctas, peek="both")   # plan.Order(peek=1)
+        task_sim.run(g, ctas, ff, seed=1000 * T + ctas, peek="both")   # experimental/peek.py
 
 
 def test_the_moe_launch_protocol_can_hang_on_a_layer():

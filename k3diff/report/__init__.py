@@ -60,8 +60,11 @@ def run(args) -> int:
         _write(out, run_report(merged))
         if args.markdown:
             _write(args.markdown, tables.markdown(merged), "a")
-        fails = sum(map(tables.failed, merged.cases))
-        print(f"{len(merged.cases)} cases from {len(merged.files)} file(s), {fails} failing; wrote {out}")
+        from k3diff.report.failures import distinct
+
+        fails = len(distinct(merged))
+        print(f"{'FAIL' if fails else 'pass'}: {len(tables.judged(merged.cases))} cases from {len(merged.files)} "
+              f"file(s), {fails} distinct failing case(s); wrote {out}")
         return 0
     except loader.ReportInputError as exc:
         print(f"k3diff report: {exc}", file=sys.stderr)

@@ -19,7 +19,8 @@ def add_arguments(p) -> None:
                    help="compare two runs of the same cases (each a file or a folder of shard files)")
     p.add_argument("-o", "--output", default=None, help="HTML file (default report.html / compare.html)")
     p.add_argument("--markdown", default=None, metavar="FILE",
-                   help="also append the per-stage table as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)")
+                   help="also append the per-stage table (--compare: new failures and largest movements) as "
+                        "markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)")
 
 
 def _write(path, text, mode="w") -> None:
@@ -46,6 +47,10 @@ def run(args) -> int:
             cmp = compare(base, new)
             out = args.output or "compare.html"
             _write(out, compare_report(cmp, base, new))
+            if args.markdown:
+                from k3diff.report.compare import markdown as compare_markdown
+
+                _write(args.markdown, compare_markdown(cmp), "a")
             print(text(cmp))
             print(f"wrote {out}")
             return 1 if cmp.new_failures else 0

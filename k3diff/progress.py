@@ -124,13 +124,16 @@ def main(argv=None) -> int:
     p.add_argument("results")
     p.add_argument("--at", type=float, default=None, help="seconds after the first case (default: the end)")
     args = p.parse_args(argv)
+    from k3diff.report.load import ReportInputError, load
+
     try:
-        lines = [json.loads(x) for x in Path(args.results).read_text().splitlines() if x.strip()]
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"k3diff progress: {args.results}: not a results file ({type(exc).__name__})", file=sys.stderr)
+        run = load([args.results])                       # with the xdist parts it names
+        raw = [json.loads(x) for x in Path(args.results).read_text().splitlines() if x.strip()]
+    except (ReportInputError, OSError, json.JSONDecodeError) as exc:
+        print(f"k3diff progress: {args.results}: not a results file ({exc})", file=sys.stderr)
         return 2
-    cases = [r for r in lines if r.get("kind") == "case" and r.get("judged_at")]
-    budgets = next((r.get("budgets") or {} for r in lines if r.get("kind") == "run"), {})
+    cases = sorted((r for r in run.cases if r.get("judged_at")), key=lambda r: r["judged_at"])
+    budgets = next((r.get("budgets") or {} for r in raw if r.get("kind") == "budgets"), {})
     if not cases:
         print(f"k3diff progress: {args.results}: no timed case", file=sys.stderr)
         return 2

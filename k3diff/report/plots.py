@@ -57,7 +57,11 @@ def ratio_boxplot(ratios: dict) -> str | None:
     names = list(ratios)
     edge = clip_edge([v for vs in ratios.values() for v in vs])
     fig, ax = plt.subplots(figsize=(9, 0.32 * len(names) + 1.3))
-    ax.boxplot([[min(v, edge) for v in ratios[n]] for n in names], vert=False, whis=(0, 100), widths=0.6)
+    data = [[min(v, edge) for v in ratios[n]] for n in names]
+    try:                       # matplotlib >= 3.10 names it orientation; vert is deprecated there
+        ax.boxplot(data, orientation="horizontal", whis=(0, 100), widths=0.6)
+    except TypeError:
+        ax.boxplot(data, vert=False, whis=(0, 100), widths=0.6)
     for k, n in enumerate(names, 1):
         over = [v for v in ratios[n] if v > edge]
         if over:

@@ -85,10 +85,18 @@ def test_xdist_merges_one_summary_and_loses_no_seed(project):
     assert result.ret == 1
     out = result.stdout.str()
     assert out.count("k3diff summary") == 1
-    lines = [json.loads(line) for line in report.read_text().splitlines()]       # the controller wrote them
-    records = [r for r in lines if r["kind"] == "case"]
+    lines = [json.loads(line) for line in report.read_text().splitlines()]       # the controller's file
+    from k3diff.report.load import load
+
+    records = load([report]).cases                           # with the parts its workers streamed
     assert lines[0]["kind"] == "run" and records and any(not r["ok"] for r in records)
     assert {r["path"] for r in lines if r["kind"] == "failure"}          # the saved seeds, listed too
+    assert lines[-1]["kind"] == "end" and lines[-1]["exitstatus"] == 1, [x["kind"] for x in lines]
+    assert {r.get("phase") for r in records} >= {"generate", "shrink"}   # shrink steps tagged
+    # the summary's moe row agrees with its coverage line, and counts distinct failing cases
+    row = next(line.split() for line in out.splitlines() if line.startswith("moe "))
+    cov = re.search(r"coverage moe \((\d+) cases\)", out).group(1)
+    assert row[1] == cov and row[3] == str(len(set(re.findall(r"replay: k3diff replay (seeds/moe-[0-9a-f]+\.json)", out))))
     replays = set(re.findall(r"replay: k3diff replay (seeds/\S+\.json)", out))
     on_disk = {f"seeds/{p.name}" for p in _seeds(project.path)}
     assert replays and replays == on_disk
@@ -287,11 +295,17 @@ def test_batch_invariance_failures_get_a_seed_that_replays(project):
 def test_fail_column_counts_distinct_cases():
     from k3diff.plugin import summary_lines
 
-    rec = lambda i, ok: {"stage": "moe", "id": i, "ok": ok, "skipped": None, "seconds": 1.0,  # noqa: E731
-                         "tie_flips": 0, "forced": False, "worst": None, "error": None}
-    header, row = summary_lines([rec("a", True), rec("b", False), rec("b", False), rec("c", False)])
+    rec = lambda i, ok, phase="generate", item="t[0]": {  # noqa: E731
+        "stage": "moe", "id": i, "ok": ok, "skipped": None, "seconds": 1.0, "tie_flips": 0, "forced": False,
+        "worst": None, "error": None, "phase": phase, "item": item}
+    # item t[0]: a passes, b fails, then shrinks (b again, c) to c, the saved seed; item t[1]: d fails,
+    # shrinks to c as well: one distinct failing case, three cases judged, three shrink steps
+    records = [rec("a", True), rec("b", False), rec("b", False, "shrink"), rec("c", False, "shrink"),
+               rec("d", False, item="t[1]"), rec("c", False, "shrink", "t[1]")]
+    failures = [{"item": "t[0]", "id": "c"}, {"item": "t[1]", "id": "c"}]
+    header, row = summary_lines(records, failures)
     cols = dict(zip(header.split()[:5], row.split()[:5]))
-    assert cols == {"stage": "moe", "cases": "3", "runs": "4", "fail": "2", "crash": "0"}
+    assert cols == {"stage": "moe", "cases": "3", "shrink": "3", "fail": "1", "crash": "0"}
 
 
 def test_save_folder_that_breaks_mid_run_never_loses_the_seed(tmp_path, monkeypatch):
@@ -349,3 +363,71 @@ def test_path_options_never_move_the_rootdir(tmp_path, form, option):
     assert ids and all(i.startswith("tests/differential/") for i in ids), out[:2000]
     assert any("regressions" not in i and "test_seed[moe-" in i for i in ids)        # the corpus is there
     assert any("test_seed[" in i for i in ids) and len([i for i in ids if "test_seed[" in i]) >= 7
+
+
+def test_the_default_run_does_not_collect_the_planted_bug_suite():
+    def collected(*extra):
+        done = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *extra,
+                               "tests/differential"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    plain = collected()
+    assert plain and not [i for i in plain if "mutant" in i]
+    assert [i for i in collected("--k3diff-mutants") if "test_mutant_is_caught" in i]
+
+
+def test_junit_properties_are_a_few_short_fields():
+    from k3diff.plugin import junit_properties
+
+    big = {"kind": "case", "stage": "moe", "id": "a", "ok": False, "skipped": None, "phase": "generate",
+           "worst": ["out", 3.0, 0, 0], "case": {"x": "y" * 5000}}
+    props = junit_properties([("k3diff_cases", big), ("k3diff_cases", dict(big, phase="shrink")),
+                              ("k3diff_failure", {"replay": "k3diff replay s.json --backend b"}), ("mine", 1)])
+    assert dict(props) == {"mine": 1, "k3diff_n_cases": 1, "k3diff_shrink_steps": 1, "k3diff_failing": 1,
+                           "k3diff_worst": "out 300%", "k3diff_replay": "k3diff replay s.json --backend b"}
+    assert junit_properties(props) == props                   # a second pass (xdist controller) keeps them
+    assert sum(len(str(v)) for _, v in props) < 200
+
+
+def test_progress_line_counts_budget_rate_failures_and_eta():
+    from k3diff.plugin import budgets_from_ids
+    from k3diff.progress import Progress
+
+    budgets = budgets_from_ids(["t.py::test_fuzz[0-moe]", "t.py::test_fuzz[1-moe]",
+                                "t.py::test_batch_invariance[mla]", "t.py::test_seed[moe-x.json]"],
+                               {"examples": 40, "chunks": 4})
+    assert budgets == {"moe": 20, "mla-inv": 5, "replay": 1}
+    shown = []
+    prog = Progress(budgets, lambda text, newline: shown.append((text, newline)), tty=False, interval=60)
+    for k in range(10):
+        prog.add({"stage": "moe", "ok": k != 3, "skipped": None, "phase": "generate"}, at=100.0 + 10 * k)
+    prog.add({"stage": "moe", "ok": False, "skipped": None, "phase": "shrink"}, at=200.0)
+    # a CI log: one line a minute per stage (at 100 s and 160 s), each on its own line
+    assert [n for _, n in shown] == [True, True] and len(shown) == 2
+    line = prog.lines(190.0)[0]
+    assert line.startswith("k3diff moe: 10/20 cases (50%), 0.11 cases/s, 1 failing, shrinking (1 steps), ETA 1 min")
+
+
+def test_replay_json_is_pure_json_and_version(project):
+    result = project.runpytest_subprocess(*BROKEN)
+    seed = _seeds(project.path)[0]
+    done = _cli(project.path, "replay", str(seed), "--json", "--isolate", "off")
+    assert done.returncode == 1
+    json.loads(done.stdout)                                   # nothing but the JSON on stdout
+    assert "reproduced the recorded outcome" in done.stderr
+    folder = _cli(project.path, "replay", str(seed.parent), "--json", "--isolate", "off")
+    assert [v["path"] for v in json.loads(folder.stdout)] == [str(p) for p in _seeds(project.path)]
+    version = _cli(project.path, "--version")
+    assert version.returncode == 0 and re.fullmatch(r"k3diff \d+\.\d+\.\d+\n", version.stdout)
+    assert result.ret == 1
+
+
+def test_printed_replay_commands_are_shell_quoted(project):
+    (project.path / "my seeds").mkdir()
+    args = [a if a != "seeds" else "my seeds" for a in BROKEN]
+    result = project.runpytest_subprocess(*args)
+    line = next(x for x in result.stdout.str().splitlines() if x.strip().startswith("replay: k3diff replay"))
+    import shlex
+
+    words = shlex.split(line.split("replay: ", 1)[1])
+    assert words[2].startswith("my seeds/") and Path(project.path / words[2]).exists()

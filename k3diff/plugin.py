@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -282,19 +283,40 @@ def _start_progress(config, nodeids) -> None:
     from k3diff.progress import Progress, Tail
 
     tty = mode == "tty" or (mode != "log" and getattr(getattr(tr._tw, "_file", sys.stdout), "isatty", bool)())
-    state = {"width": None}
+    state = {"saved": None}       # pytest's own line (its dots) while ours is drawn below it
+    capman = config.pluginmanager.getplugin("capturemanager")
+    tw = tr._tw
 
-    def write(text, newline):
+    def draw(text, newline):
         if newline:
             tr.write_line(text)
             return
-        if tr._tw.width_of_current_line not in (0, state["width"]):
-            tr.write("\n")                 # pytest wrote on this line since: keep its output
-        tr.rewrite(text, erase=True)
-        state["width"] = tr._tw.width_of_current_line
+        if state["saved"] is None:                       # first draw under pytest's line: open ours
+            state["saved"] = getattr(tw, "_current_line", "")
+            tw.write("\n")
+        tw.write("\r" + text + "\x1b[K", flush=True)
+
+    def restore():
+        """Before pytest writes an item's result: our line erased, the cursor back at the end of
+        pytest's line, so its dots land where it thinks they do."""
+        if state["saved"] is None:
+            return
+        col = len(state["saved"])
+        tw.write("\r\x1b[K\x1b[A" + (f"\x1b[{col}C" if col else ""), flush=True)
+        if hasattr(tw, "_current_line"):
+            tw._current_line = state["saved"]
+        state["saved"] = None
+
+    def write(text, newline):
+        # cases are judged inside a test's call, while pytest captures the output (as live logging does)
+        if capman is None:
+            return draw(text, newline)
+        with capman.global_and_fixture_disabled():
+            draw(text, newline)
 
     interval = os.environ.get("K3DIFF_PROGRESS_INTERVAL")
     config._k3diff_progress = Progress(budgets, write, tty, float(interval) if interval else None)
+    config._k3diff_progress_restore = restore if tty else None
     report = config.getoption(opt.REPORT)
     if _xdist_on(config) and report:        # the workers' parts, tailed: cases as they are judged
         config._k3diff_tail = Tail(report, config._k3diff_progress)
@@ -355,7 +377,7 @@ class _ItemRun:
         # counts and the report fold the steps under the minimal seed instead of counting each
         record["phase"] = phase or ("shrink" if self.failed_once else "generate")
         record["item"] = self.item.nodeid
-        record["judged_at"] = round(__import__("time").time(), 3)
+        record["judged_at"] = round(time.time(), 3)            # the progress line's replay, the report's timeline
         if not verdict.ok and not verdict.skipped:
             self.failed_once = True
         self.item.user_properties.append((_REPORT_KEY, record))
@@ -443,6 +465,9 @@ class _Collector:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
+        restore = getattr(self.config, "_k3diff_progress_restore", None)
+        if restore is not None:
+            restore()                       # the live progress line yields to pytest's own output
         if report.when == "teardown":
             # before junitxml reads them: a few short fields per item, not every case record
             # (those are in the results file)

@@ -122,7 +122,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m k3diff.progress",
                                 description="the progress lines a run showed, replayed from its results file")
     p.add_argument("results")
-    p.add_argument("--at", type=float, default=None, help="seconds after the first case (default: the end)")
+    p.add_argument("--at", default=None, help="seconds after the first case, or a share of the run such as 50%% "
+                                               "(default: the end)")
     args = p.parse_args(argv)
     from k3diff.report.load import ReportInputError, load
 
@@ -137,8 +138,14 @@ def main(argv=None) -> int:
     if not cases:
         print(f"k3diff progress: {args.results}: no timed case", file=sys.stderr)
         return 2
-    t0 = cases[0]["judged_at"]
-    end = t0 + args.at if args.at is not None else cases[-1]["judged_at"]
+    t0, t1 = cases[0]["judged_at"], cases[-1]["judged_at"]
+    try:
+        at = None if args.at is None else (
+            float(args.at[:-1]) / 100 * (t1 - t0) if args.at.endswith("%") else float(args.at))
+    except ValueError:
+        print(f"k3diff progress: --at {args.at}: not seconds nor a share such as 50%", file=sys.stderr)
+        return 2
+    end = t1 if at is None else t0 + at
     prog = Progress(budgets, lambda *_: None, tty=True)
     for r in cases:
         if r["judged_at"] <= end:

@@ -120,27 +120,29 @@ def markdown(cmp, top=10) -> str:
     return "\n".join(lines + [""] + list(cmp.warnings)) + "\n"
 
 
+def _replay(cn, new) -> str:
+    """The replay of the seed NEW saved for this case's test item (its shrunk minimal case), else one
+    that writes this case's seed."""
+    saved = [f for f in new.failures if cn.get("item") and f.get("item") == cn["item"]]
+    return saved[0]["replay"] + "   # the minimal case it shrank to" if saved else tables.replay_command(cn, new.failures)
+
+
 def compare_report(cmp, base, new) -> str:
+    from k3diff.report.failures import distinct
+
     state = "fail" if cmp.new_failures else "pass"
     body = [f'<div id="banner" class="{state}"><b class="verdict">{"FAIL" if cmp.new_failures else "PASS"}</b>'
-            f"{len(cmp.new_failures)} case(s) newly failing in NEW, {len(cmp.fixed)} fixed, "
+            f"{len(cmp.new_failures)} case(s) newly failing in NEW (shrunk to {len(distinct(new))} distinct failing "
+            f"case(s)), {len(cmp.fixed)} fixed, "
             f"{cmp.matched} matched by case</div>"]
     body += [f'<p><b id="matched-cases">{cmp.matched}</b> cases matched ({cmp.only_base} only in BASE, '
             f'{cmp.only_new} only in NEW); <b class="{"bad" if cmp.new_failures else ""}">'
             f"{len(cmp.new_failures)}</b> newly failing, {len(cmp.fixed)} fixed</p>"]
     body += [f'<p class="warn">{html.esc(w)}</p>' for w in cmp.warnings]
-    body.append(html.table(("", "files", "seed(s)", "backend(s)", "commit(s)"), [
-        (side, ", ".join(r.files), ", ".join(map(str, r.seeds)),
-         ", ".join(sorted({str(h.get("backend")) for h in r.headers})),
-         ", ".join(sorted({str((h.get("environment") or {}).get("git_commit"))[:12] for h in r.headers})))
-        for side, r in (("BASE", base), ("NEW", new))]))
-    body += ["<h2>Share of budget per tensor, before and after</h2>",
-             html.table(TENSOR_COLUMNS, tensor_rows(cmp)),
-             html.img(plots.before_after(cmp.pairs), "NEW vs BASE share of budget")]
     body.append(f"<h2>Newly failing ({len(cmp.new_failures)})</h2>")
-    body += [f'<h3 class="bad">{html.esc(cn["stage"])}: {html.esc(cn["label"])}</h3>'
+    body += [f'<details class="group" open><summary class="bad">{html.esc(cn["stage"])}: {html.esc(cn["label"])}</summary>'
              f"<p>{html.esc(cn.get('failure') or cn.get('error'))}</p>"
-             f"<pre>{html.esc(tables.replay_command(cn, new.failures))}</pre>" for _, cn in cmp.new_failures]
+             f"<pre>{html.esc(_replay(cn, new))}</pre></details>" for _, cn in cmp.new_failures]
     if cmp.accuracy:
         body.append("<h2>Accuracy movements (error in units of u&middot;&Sigma;|a||b|)</h2>")
         body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
@@ -149,5 +151,15 @@ def compare_report(cmp, base, new) -> str:
     body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
         (name, label, pct(rb), pct(rn), f"{100 * delta:+.1f} pts" if abs(delta) < 100 else f"{delta:+.3g}x")
         for _, delta, name, label, rb, rn in cmp.movements[:20]]))
+    body.append("<h2>NEW vs BASE share of budget</h2>" + html.img(plots.before_after(cmp.pairs),
+                                                                   "NEW vs BASE share of budget"))
+    body.append("<h2>Runs compared</h2>")
+    body.append(html.table(("", "files", "seed(s)", "backend(s)", "commit(s)"), [
+        (side, ", ".join(r.files), ", ".join(map(str, r.seeds)),
+         ", ".join(sorted({str(h.get("backend")) for h in r.headers})),
+         ", ".join(sorted({str((h.get("environment") or {}).get("git_commit"))[:12] for h in r.headers})))
+        for side, r in (("BASE", base), ("NEW", new))]))
+    body += ["<h2>Share of budget per tensor, before and after</h2>",
+             html.table(TENSOR_COLUMNS, tensor_rows(cmp))]
     return html.page("k3diff compare: BASE vs NEW", body,
                      meta={"k3diff-matched": cmp.matched, "k3diff-new-failures": len(cmp.new_failures)})

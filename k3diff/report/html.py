@@ -26,7 +26,7 @@ code,pre{font-size:.8em;background:#f6f6f6}pre{padding:.4em;white-space:pre-wrap
 #banner ul{margin:.3em 0 0;padding-left:1.2em}details{margin:.3em 0 .3em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
 details>summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}details.group{border-color:#e0a0a0}
 .minimal{background:#c00;color:#fff;border-radius:3px;padding:0 .35em;font-size:.8em;margin-right:.4em}
-.never{color:#b06000;font-weight:bold}
+.never{color:#b06000;font-weight:bold}p,li{overflow-wrap:anywhere}
 """
 
 
@@ -84,7 +84,8 @@ def banner(run, distinct) -> str:
     shards = run.shards
     envs = [h.get("environment") or {} for h in run.headers]
     starts = [h.get("started_unix") for h in run.headers if h.get("started_unix")]
-    ends = [e for e in run.ends if e.get("seconds") is not None]
+    shard_files = {h.get("file") for h in shards}
+    ends = [e for e in run.ends if e.get("seconds") is not None and e.get("file") in shard_files]
     longest = max((e["seconds"] for e in ends), default=None)
     ended = max((h["started_unix"] + e["seconds"] for h in run.headers for e in ends
                  if e.get("file") == h.get("file") and h.get("started_unix")), default=None)

@@ -4,9 +4,11 @@ Hooks only (after Hypothesis's own plugin and pytest-randomly): options named on
 `k3diff.options`; the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
 nothing when k3diff is off; one run seed drawn on the controller and handed to xdist workers
 (the xdist hook is registered only when xdist is present); the seed and profile in the report
-header; every case's result carried on its test report (user_properties), so xdist workers send
-them back; one summary at the end, on the controller, with the replay command of every failure and
-the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
+header; every case streamed to the results file as it is judged (under xdist each worker writes its
+own part, k3diff/results.py) and carried on its test report (user_properties, shortened before
+JUnit reads them), so the controller's summary sees every case; a progress line
+(k3diff/progress.py); the planted-bug suite collected only with --k3diff-mutants; one summary at
+the end, on the controller, with the replay command of every failure and the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
 hang isolation in `k3diff.isolation`.
 
 Exit status: 0 all passed; 1 a candidate failed (a failing, crashing or hanging case); 4 (pytest's
@@ -27,12 +29,14 @@ import pytest
 from k3diff import options as opt
 from k3diff.session import PROFILES
 
+# the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
+from k3diff.summary import (FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
+                            distinct_judged, junit_properties, minimal_failures, summary_lines)
+
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
 REGRESSIONS = Path("corpora") / "regressions"
-_REPORT_KEY = "k3diff_cases"
-_FAILURE_KEY = "k3diff_failure"
-_MUTANT_KEY = "k3diff_mutant"
+_REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
 
 
 def pytest_addoption(parser):
@@ -243,27 +247,6 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths], ids=[p.name for p in paths])
     if "k3diff_chunk" in metafunc.fixturenames:
         metafunc.parametrize("k3diff_chunk", range(PROFILES[metafunc.config.getoption(opt.PROFILE)]["chunks"]))
-
-
-def budgets_from_ids(nodeids, profile) -> dict:
-    """stage -> cases the collected items will judge at most (the progress line's denominator):
-    a fuzz chunk examples/chunks, an invariance item max(2, examples/8), a seed item one replay."""
-    import re
-
-    from k3diff.stages import STAGES
-
-    per_chunk = max(1, profile["examples"] // profile["chunks"])
-    out = defaultdict(int)
-    for nodeid in nodeids:
-        name, _, params = nodeid.rpartition("::")[2].partition("[")
-        stage = next((p for p in re.split(r"[-\]]", params) if p in STAGES), None)
-        if name == "test_fuzz" and stage:
-            out[stage] += per_chunk
-        elif name == "test_batch_invariance" and stage:
-            out[f"{stage}-inv"] += max(2, profile["examples"] // 8)
-        elif name == "test_seed":
-            out["replay"] += 1
-    return dict(out)
 
 
 def _start_progress(config, nodeids) -> None:
@@ -488,26 +471,6 @@ class _Collector:
                 _write_report(self.config, dict(value, kind="failure"))    # a saved seed, wherever it ran
 
 
-def junit_properties(props) -> list:
-    """An item's k3diff properties in a few short fields: cases, shrink steps, failing, worst, the
-    replay command of its saved seed (the case records stay in the results file)."""
-    from k3diff.budgets import pct
-
-    records = [v for k, v in props if k == _REPORT_KEY]
-    if not any(k == _REPORT_KEY or k == _FAILURE_KEY for k, _ in props):
-        return list(props)          # already short (an xdist worker made it so before sending)
-    out = [(k, v) for k, v in props if not str(k).startswith("k3diff_")]     # others' properties kept
-    if records:
-        worst = max((r["worst"] for r in records if r.get("worst")), key=lambda w: w[1], default=None)
-        out += [("k3diff_n_cases", sum(r.get("phase") != "shrink" for r in records)),
-                ("k3diff_shrink_steps", sum(r.get("phase") == "shrink" for r in records)),
-                ("k3diff_failing", sum(not r["ok"] and not r["skipped"] and r.get("phase") != "shrink" for r in records)),
-                ("k3diff_worst", f"{worst[0]} {pct(worst[1])}" if worst else "-")]
-    out += [("k3diff_replay", f["replay"]) for k, f in props if k == _FAILURE_KEY]
-    out += [(k, v) for k, v in props if k == _MUTANT_KEY]
-    return out
-
-
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if config._k3diff is None or hasattr(config, "workerinput"):
         return
@@ -546,64 +509,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     elif results:
         tr.write_line(f"next: all cases passed; this run again: `{rerun}`; a bigger budget: "
                       f"{opt.PROFILE} nightly -n auto")
-
-
-def distinct_judged(results) -> list:
-    """The cases the summary and the coverage lines both count: each case once, skipped cases and
-    Hypothesis's shrink steps (re-judged variants of one failure) left out."""
-    seen, out = set(), []
-    for r in results:
-        key = (r["stage"], r["id"])
-        if r.get("phase") != "shrink" and not r["skipped"] and key not in seen:
-            seen.add(key)
-            out.append(r)
-    return out
-
-
-def minimal_failures(results, failures) -> set:
-    """Distinct failing cases: per failing test item the case Hypothesis shrank it to (its saved
-    seed's case; else its last failing case), so two items that shrink to one case count once."""
-    saved = {f.get("item"): f.get("id") for f in failures if f.get("item")}
-    last = {}
-    for r in results:
-        if not r["ok"] and not r["skipped"]:
-            last[(r["stage"], r.get("item") or r["id"])] = r["id"]
-    return {(stage, saved.get(item) or rid) for (stage, item), rid in last.items()}
-
-
-def summary_lines(results, failures=()):
-    by_stage = defaultdict(list)
-    for r in results:
-        by_stage[r["stage"]].append(r)
-
-    def failing(rs):       # distinct failing cases (shrink steps folded under their minimal case)
-        return len(minimal_failures(rs, failures))
-
-    # cases: as the coverage lines count them (distinct_judged); shrink: Hypothesis's shrink steps
-    columns = [("stage", "9", lambda rs: rs[0]["stage"]),
-               ("cases", ">6", lambda rs: len(distinct_judged(rs))),
-               ("shrink", ">6", lambda rs: sum(r.get("phase") == "shrink" for r in rs)),
-               ("fail", ">5", failing),
-               ("crash", ">5", lambda rs: len({r["id"] for r in rs if (r.get("error") or "").startswith(
-                   ("crash:", "hang:"))})),
-               ("skip", ">5", lambda rs: len({r["id"] for r in rs if r["skipped"]})),
-               ("cases/s", ">8", _rate),
-               ("ties", ">5", lambda rs: sum(r["tie_flips"] for r in rs)),
-               ("forced", ">6", lambda rs: sum(1 for r in rs if r["forced"])),
-               ("worst (tensor, % of budget)", "", _worst)]
-    lines = [" ".join(f"{name:{fmt}}" for name, fmt, _ in columns)]
-    for stage in sorted(by_stage):
-        lines.append(" ".join(f"{fn(by_stage[stage]):{fmt}}" for _, fmt, fn in columns))
-    return lines
-
-
-def _rate(rs):
-    secs = sum(r["seconds"] for r in rs)
-    return f"{len(rs) / secs if secs > 0 else float('inf'):.1f}"
-
-
-def _worst(rs):
-    worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
-    from k3diff.budgets import pct
-
-    return f"{worst[0]} {pct(worst[1])}" if worst else "-"

@@ -3,8 +3,9 @@
     k3diff report RESULTS... [-o report.html] [--markdown FILE]   one run, or the merge of shard files
     k3diff report --compare BASE NEW [-o compare.html]             the same cases for two candidates/commits
 
-Modules, one job each: load (read and merge), tables (the numbers), plots (PNG figures), html (the
-page), compare (BASE vs NEW). Exit status: 0 ok, 1 NEW has new failures (--compare), 2 bad input
+Modules, one job each: load (read and merge, worker parts, cut-short files), tables (the numbers),
+failures (distinct failures, shrink steps folded), plots (SVG figures, clipped axes), html (the page:
+verdict banner first), compare (BASE vs NEW, matched by case). Exit status: 0 ok, 1 NEW has new failures (--compare), 2 bad input
 (one line on stderr).
 """
 from __future__ import annotations

@@ -408,26 +408,23 @@ def test_progress_line_counts_budget_rate_failures_and_eta():
     assert line.startswith("k3diff moe: 10/20 cases (50%), 0.11 cases/s, 1 failing, shrinking (1 steps), ETA 1 min")
 
 
-def test_replay_json_is_pure_json_and_version(project):
-    result = project.runpytest_subprocess(*BROKEN)
-    seed = _seeds(project.path)[0]
+def test_shell_quoted_replay_and_pure_json(project):
+    """One broken run, seeds saved under a folder with a space: the printed replay command pastes as
+    words (shlex), and `k3diff replay --json` of that seed (and of its folder) is JSON alone on stdout."""
+    import shlex
+
+    (project.path / "my seeds").mkdir()
+    result = project.runpytest_subprocess(*[a if a != "seeds" else "my seeds" for a in BROKEN])
+    assert result.ret == 1
+    line = next(x for x in result.stdout.str().splitlines() if x.strip().startswith("replay: k3diff replay"))
+    words = shlex.split(line.split("replay: ", 1)[1])
+    seed = project.path / words[2]
+    assert words[2].startswith("my seeds/") and seed.exists()
     done = _cli(project.path, "replay", str(seed), "--json", "--isolate", "off")
     assert done.returncode == 1
     json.loads(done.stdout)                                   # nothing but the JSON on stdout
     assert "reproduced the recorded outcome" in done.stderr
     folder = _cli(project.path, "replay", str(seed.parent), "--json", "--isolate", "off")
-    assert [v["path"] for v in json.loads(folder.stdout)] == [str(p) for p in _seeds(project.path)]
+    assert [v["path"] for v in json.loads(folder.stdout)] == [str(p) for p in sorted(seed.parent.glob("*.json"))]
     version = _cli(project.path, "--version")
     assert version.returncode == 0 and re.fullmatch(r"k3diff \d+\.\d+\.\d+\n", version.stdout)
-    assert result.ret == 1
-
-
-def test_printed_replay_commands_are_shell_quoted(project):
-    (project.path / "my seeds").mkdir()
-    args = [a if a != "seeds" else "my seeds" for a in BROKEN]
-    result = project.runpytest_subprocess(*args)
-    line = next(x for x in result.stdout.str().splitlines() if x.strip().startswith("replay: k3diff replay"))
-    import shlex
-
-    words = shlex.split(line.split("replay: ", 1)[1])
-    assert words[2].startswith("my seeds/") and Path(project.path / words[2]).exists()

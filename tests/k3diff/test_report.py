@@ -327,3 +327,22 @@ def test_report_reads_json_without_importing_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "x.html")], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+
+
+def test_coverage_names_every_declared_boundary_and_the_never_crossed(tmp_path):
+    from k3diff.coverage import coverage_fields
+    from k3diff.report.html import run_report
+
+    cases = []
+    for k in range(3):
+        case = Case("moe", batch=k + 1, seed=k)
+        cases.append(dict(record(case, _verdict(case, 0.2)), **coverage_fields(case)))
+    path = _write_run(tmp_path / "r.jsonl", 5, cases)
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["boundaries"] = {"batch": [2], "n_experts": [256]}
+    path.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    page = run_report(load([path]))
+    assert 'id="never-crossed" class="never"' in page and "moe n_experts 256" in page
+    assert "batch 2 [&lt;=&gt;]" in page                    # crossed: shown in the table, not on the list
+    assert "moe batch 2" not in page.split('id="never-crossed"')[1].split("</p>")[0]

@@ -16,13 +16,17 @@ import sys
 
 
 def _parser():
+    from k3diff import __version__
+
     p = argparse.ArgumentParser(prog="k3diff", description="k3diff seed tools")
+    p.add_argument("--version", action="version", version=f"k3diff {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("replay", help="re-run a seed file (or every seed under a folder) and print its verdict")
     r.add_argument("file")
     r.add_argument("--backend", default=None, help="candidate (default: the one recorded in the seed)")
     r.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    r.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    r.add_argument("--json", action="store_true",
+                   help="print the verdict as JSON, alone on stdout (a folder: one JSON list); notes to stderr")
     _isolation_args(r)
     s = sub.add_parser("show", help="describe the case of a seed file")
     s.add_argument("file")
@@ -70,22 +74,24 @@ def _replay(args) -> int:
                 checker.close()
     if not paths:
         raise CorpusError(f"{args.file}: no seed files (*.json) under this folder")
-    status = 0
+    status, verdicts = 0, []
     try:
         for path in paths:
-            print(f"== {path}")
+            print(f"== {path}", file=sys.stderr if args.json else sys.stdout)
             try:
-                status = max(status, _replay_one(args, path, checkers))
+                status = max(status, _replay_one(args, path, checkers, verdicts))
             except CorpusError as exc:
                 print(f"k3diff: {exc}", file=sys.stderr)
                 status = 2
     finally:
         for checker, _ in checkers.values():
             checker.close()
+    if args.json:       # one document on stdout, whatever the folder held
+        print(json.dumps(verdicts, indent=1, sort_keys=True))
     return status
 
 
-def _replay_one(args, path, checkers) -> int:
+def _replay_one(args, path, checkers, collect=None) -> int:
     from k3diff import backends
     from k3diff.corpus import load
     from k3diff.session import compare_with_record, load_available, make_checker, pick_device, replay_record
@@ -100,7 +106,9 @@ def _replay_one(args, path, checkers) -> int:
     checker, backend = checkers[name]
     verdict = replay_record(checker, case, record)
     now = verdict.to_dict()
-    if args.json:
+    if args.json and collect is not None:
+        collect.append({"path": str(path), "verdict": now})
+    elif args.json:
         print(json.dumps(now, indent=1, sort_keys=True))
     else:
         position = getattr(verdict, "position", None)
@@ -112,7 +120,7 @@ def _replay_one(args, path, checkers) -> int:
         for note in verdict.notes:
             print("  note: " + note)
     for line in compare_with_record(verdict, record, name, backend):
-        print(line)
+        print(line, file=sys.stderr if args.json else sys.stdout)    # --json: stdout is the JSON alone
     return 0 if verdict.ok or verdict.skipped else 1
 
 
@@ -194,13 +202,16 @@ def _mutants(args) -> int:
 
 
 def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "report":        # -- report: reads JSON files; imports neither torch nor a backend
+        from k3diff.report import run as _report
+        return _report(args)
     from k3diff.backends.base import BackendError
     from k3diff.case import CaseError
     from k3diff.corpus import CorpusError
     from k3diff.session import UsageProblem
     from k3diff.sizing import CaseTooLarge
 
-    args = _parser().parse_args(argv)
     try:
         if args.command == "replay":
             return _replay(args)
@@ -210,9 +221,6 @@ def main(argv=None) -> int:
             return _hunt(args)
         if args.command == "mutants":
             return _mutants(args)
-        if args.command == "report":  # -- report
-            from k3diff.report import run as _report
-            return _report(args)
         from k3diff.budgets import describe
         for where, rule, reason in describe():
             print(f"{where:32} {rule:36} {reason}")

@@ -4,9 +4,11 @@ Hooks only (after Hypothesis's own plugin and pytest-randomly): options named on
 `k3diff.options`; the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
 nothing when k3diff is off; one run seed drawn on the controller and handed to xdist workers
 (the xdist hook is registered only when xdist is present); the seed and profile in the report
-header; every case's result carried on its test report (user_properties), so xdist workers send
-them back; one summary at the end, on the controller, with the replay command of every failure and
-the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
+header; every case streamed to the results file as it is judged (under xdist each worker writes its
+own part, k3diff/results.py) and carried on its test report (user_properties, shortened before
+JUnit reads them), so the controller's summary sees every case; a progress line
+(k3diff/progress.py); the planted-bug suite collected only with --k3diff-mutants; one summary at
+the end, on the controller, with the replay command of every failure and the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
 hang isolation in `k3diff.isolation`.
 
 Exit status: 0 all passed; 1 a candidate failed (a failing, crashing or hanging case); 4 (pytest's
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -26,12 +29,14 @@ import pytest
 from k3diff import options as opt
 from k3diff.session import PROFILES
 
+# the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
+from k3diff.summary import (FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
+                            distinct_judged, junit_properties, minimal_failures, summary_lines)
+
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
 REGRESSIONS = Path("corpora") / "regressions"
-_REPORT_KEY = "k3diff_cases"
-_FAILURE_KEY = "k3diff_failure"
-_MUTANT_KEY = "k3diff_mutant"
+_REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
 
 
 def pytest_addoption(parser):
@@ -53,6 +58,22 @@ def _parse_shard(text):
     if not (n >= 1 and 1 <= i <= n):
         raise pytest.UsageError(f"{opt.SHARD} expects 1 <= I <= N, got {text!r}")
     return i, n
+
+
+def _xdist_on(config) -> bool:
+    return bool(config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None)
+                and not getattr(config.option, "dist", "no") == "no")
+
+
+def _run_id(config) -> str:
+    """One token per run, shared with the workers: a part streamed by a worker belongs to the
+    controller file with the same run id (not a stale part of an earlier run in that folder)."""
+    worker = getattr(config, "workerinput", None)
+    if worker and "k3diff_run_id" in worker:
+        return worker["k3diff_run_id"]
+    if not hasattr(config, "_k3diff_run_id"):
+        config._k3diff_run_id = f"{random.getrandbits(48):012x}"
+    return config._k3diff_run_id
 
 
 def _run_seed(config):
@@ -97,8 +118,13 @@ def _make_session(config):
     try:
         check_output_dir(config.getoption(opt.SAVE), opt.SAVE)
         report = config.getoption(opt.REPORT)
-        if report and not hasattr(config, "workerinput"):
-            config._k3diff_report = open_report(report)
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        if report:
+            # under xdist each worker streams its own part (results.worker_path); the controller's
+            # file holds the run line, the saved failures and the end record
+            from k3diff.results import worker_path
+
+            config._k3diff_report = open_report(worker_path(report, worker) if worker else report)
         session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
@@ -109,7 +135,11 @@ def _make_session(config):
         if config._k3diff_report is not None:
             from k3diff.results import run_header  # line 1 of the results file: the run and the machine
 
-            _write_report(config, run_header(session, config.getoption(opt.SHARD)))
+            header = run_header(session, config.getoption(opt.SHARD), worker=worker,
+                                parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
+            header["run_id"] = _run_id(config)
+            config._k3diff_started = header["started_unix"]
+            _write_report(config, header)
         return session
     except (BackendError, UsageProblem) as exc:
         raise pytest.UsageError(str(exc)) from None
@@ -123,7 +153,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
     config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
     config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
-    config._k3diff = config._k3diff_report = None
+    config._k3diff = config._k3diff_report = config._k3diff_progress = None
+    config._k3diff_started = None
     if config._k3diff_shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
         raise pytest.UsageError(f"{opt.SHARD} needs {opt.SEED} N: every shard must draw the same run "
                                 f"(e.g. {opt.SHARD} {config.getoption(opt.SHARD)} {opt.SEED} 1234)")
@@ -147,6 +178,9 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_unconfigure(config):
+    tail = getattr(config, "_k3diff_tail", None)
+    if tail is not None:
+        tail.stop.set()
     session = getattr(config, "_k3diff", None)
     if session is not None:
         session.close()
@@ -165,6 +199,30 @@ def _write_report(config, record):
 class _XdistHooks:
     def pytest_configure_node(self, node):
         node.workerinput["k3diff_seed"] = node.config._k3diff.seed
+        node.workerinput["k3diff_run_id"] = _run_id(node.config)
+
+
+def pytest_pycollect_makeitem(collector, name, obj):
+    """The planted-bug suite is not collected at all without --k3diff-mutants (a default run says
+    only what it did: no pile of skipped mutant items)."""
+    marks = getattr(obj, "pytestmark", ())
+    if callable(obj) and any(getattr(m, "name", None) == MUTANT_MARKER for m in marks) \
+            and not collector.config.getoption(opt.MUTANTS):
+        return []
+    return None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The end record: a results file without it was cut short (killed, or still running)."""
+    config = session.config
+    if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
+        return
+    from k3diff.results import end_record
+
+    # on a worker these are its own items' records (its collector saw its reports first)
+    judged = distinct_judged(config._k3diff_results)
+    failing = len(minimal_failures(config._k3diff_results, config._k3diff_failures))
+    _write_report(config, end_record(config._k3diff_started, exitstatus, len(judged), failing))
 
 
 def pytest_report_header(config):
@@ -194,6 +252,68 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("k3diff_chunk", range(PROFILES[metafunc.config.getoption(opt.PROFILE)]["chunks"]))
 
 
+def _start_progress(config, nodeids) -> None:
+    """The live progress line (k3diff/progress.py), on the process that owns the terminal."""
+    import os
+    import sys
+
+    if hasattr(config, "workerinput") or config._k3diff is None or getattr(config, "_k3diff_budgets", None):
+        return
+    config._k3diff_budgets = True            # once: xdist calls this for every worker
+    budgets = budgets_from_ids(nodeids, config._k3diff.profile)
+    _write_report(config, {"kind": "budgets", "budgets": budgets})
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    mode = os.environ.get("K3DIFF_PROGRESS")
+    if tr is None or config.option.verbose < 0 or mode == "off" or not config.getoption(opt.ENABLE):
+        return
+    from k3diff.progress import Progress, Tail
+
+    tty = mode == "tty" or (mode != "log" and getattr(getattr(tr._tw, "_file", sys.stdout), "isatty", bool)())
+    state = {"saved": None}       # pytest's own line (its dots) while ours is drawn below it
+    capman = config.pluginmanager.getplugin("capturemanager")
+    tw = tr._tw
+
+    def draw(text, newline):
+        if newline:
+            tr.write_line(text)
+            return
+        if state["saved"] is None:                       # first draw under pytest's line: open ours
+            state["saved"] = getattr(tw, "_current_line", "")
+            tw.write("\n")
+        tw.write("\r" + text + "\x1b[K", flush=True)
+
+    def restore():
+        """Before pytest writes an item's result: our line erased, the cursor back at the end of
+        pytest's line, so its dots land where it thinks they do."""
+        if state["saved"] is None:
+            return
+        col = len(state["saved"])
+        tw.write("\r\x1b[K\x1b[A" + (f"\x1b[{col}C" if col else ""), flush=True)
+        if hasattr(tw, "_current_line"):
+            tw._current_line = state["saved"]
+        state["saved"] = None
+
+    def write(text, newline):
+        # cases are judged inside a test's call, while pytest captures the output (as live logging does)
+        if capman is None:
+            return draw(text, newline)
+        with capman.global_and_fixture_disabled():
+            draw(text, newline)
+
+    interval = os.environ.get("K3DIFF_PROGRESS_INTERVAL")
+    config._k3diff_progress = Progress(budgets, write, tty, float(interval) if interval else None)
+    config._k3diff_progress_restore = restore if tty else None
+    report = config.getoption(opt.REPORT)
+    if _xdist_on(config) and report:        # the workers' parts, tailed: cases as they are judged
+        config._k3diff_tail = Tail(report, config._k3diff_progress)
+        config._k3diff_tail.start()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    _start_progress(node.config, ids)
+
+
 def pytest_collection_modifyitems(config, items):
     if not config.getoption(opt.MUTANTS):
         skip = pytest.mark.skip(reason=f"k3diff planted-bug suite: run with {opt.MUTANTS}")
@@ -213,6 +333,8 @@ def pytest_collection_modifyitems(config, items):
         deselected = [it for it in items if it.nodeid in drop]
         items[:] = [it for it in items if it.nodeid not in drop]
         config.hook.pytest_deselected(items=deselected)
+    if not _xdist_on(config):
+        _start_progress(config, [it.nodeid for it in items if it.get_closest_marker(MARKER)])
 
 
 @pytest.fixture
@@ -230,14 +352,25 @@ class _ItemRun:
 
     def __init__(self, session, item):
         self.session, self.item = session, item
+        self.failed_once = False
 
-    def _on_case(self, case, verdict, stage=None):
+    def _on_case(self, case, verdict, stage=None, phase=None):
         record = _record(case, verdict)
         record["device"] = self.session.device          # under xdist: this worker's GPU
         if stage:
             record["stage"] = stage
+        # after an item's first failure every further case is Hypothesis shrinking it: tagged, so
+        # counts and the report fold the steps under the minimal seed instead of counting each
+        record["phase"] = phase or ("shrink" if self.failed_once else "generate")
+        record["item"] = self.item.nodeid
+        record["judged_at"] = round(time.time(), 3)            # the progress line's replay, the report's timeline
+        if not verdict.ok and not verdict.skipped:
+            self.failed_once = True
         self.item.user_properties.append((_REPORT_KEY, record))
-        _write_report(self.item.config, record)     # here: no-op on an xdist worker (no file)
+        config = self.item.config
+        _write_report(config, record)               # streamed here, on this worker or the only process
+        if config._k3diff_progress is not None:
+            config._k3diff_progress.add(record)
 
     def _guard(self, run):
         from k3diff.backends import BackendError
@@ -266,7 +399,8 @@ class _ItemRun:
         from k3diff.session import compare_with_record
 
         try:
-            verdict, record = self._guard(lambda: self.session.replay(path, self._on_case))
+            verdict, record = self._guard(lambda: self.session.replay(
+                path, lambda c, v: self._on_case(c, v, phase="replay")))
         except CorpusError as exc:
             pytest.fail(str(exc), pytrace=False)
         if verdict.skipped:
@@ -287,15 +421,17 @@ class _ItemRun:
                         pytrace=False)
 
     def _fail_with_seed(self, verdict, existing=None, prefix="", extra=()):
-        from k3diff.corpus import replay_command
+        import shlex
 
-        if existing:
-            path, command = existing, replay_command(existing, self.session.backend_name)
-        else:
-            path, command = self.session.save_failure(verdict)
+        from k3diff.corpus import case_id
+
+        path = existing if existing else self.session.save_failure(verdict)[0]
+        # shell-quoted: a seed path with a space or a backend module:object pastes as one word
+        command = shlex.join(["k3diff", "replay", str(path), "--backend", self.session.backend_name])
         headline = prefix + verdict.headline()
         self.item.user_properties.append((_FAILURE_KEY, {
-            "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline}))
+            "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline,
+            "item": self.item.nodeid, "id": case_id(verdict.case)}))
         details = "\n".join("  " + line for line in list(verdict.failures()) + list(verdict.notes) + list(extra))
         pytest.fail(f"{headline}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
 
@@ -313,19 +449,29 @@ class _Collector:
     def __init__(self, config):
         self.config = config
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
+        restore = getattr(self.config, "_k3diff_progress_restore", None)
+        if restore is not None:
+            restore()                       # the live progress line yields to pytest's own output
+        if report.when == "teardown":
+            # before junitxml reads them: a few short fields per item, not every case record
+            # (those are in the results file)
+            report.user_properties = junit_properties(report.user_properties)
+            return
         if report.when != "call":
             return
         sinks = {_REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
                  _MUTANT_KEY: self.config._k3diff_mutants}
-        from_worker = getattr(report, "node", None) is not None    # xdist: written here as it arrives
+        from_worker = getattr(report, "node", None) is not None
         for key, value in report.user_properties:
             if key in sinks:
                 sinks[key].append(value)
-            if key == _REPORT_KEY and from_worker:
-                _write_report(self.config, value)
-            elif key == _FAILURE_KEY:                                   # a saved seed, wherever it ran
-                _write_report(self.config, dict(value, kind="failure"))
+            if key == _REPORT_KEY and from_worker and self.config._k3diff_progress is not None \
+                    and getattr(self.config, "_k3diff_tail", None) is None:
+                self.config._k3diff_progress.add(value)   # a worker's cases, once its item ends
+            elif key == _FAILURE_KEY and not hasattr(self.config, "workerinput"):
+                _write_report(self.config, dict(value, kind="failure"))    # a saved seed, wherever it ran
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
@@ -344,10 +490,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
-    for line in summary_lines(results):
+    for line in summary_lines(results, failures):
         tr.write_line(line)
     from k3diff.coverage import coverage_lines
-    for line in coverage_lines(results, session.space.boundaries):
+    for line in coverage_lines(distinct_judged(results), session.space.boundaries):
         tr.write_line(line)
     devices = defaultdict(int)
     for r in results:
@@ -366,38 +512,3 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     elif results:
         tr.write_line(f"next: all cases passed; this run again: `{rerun}`; a bigger budget: "
                       f"{opt.PROFILE} nightly -n auto")
-
-
-def summary_lines(results):
-    by_stage = defaultdict(list)
-    for r in results:
-        by_stage[r["stage"]].append(r)
-    # cases: distinct cases judged; fail: distinct failing cases (not Hypothesis's shrink attempts,
-    # which re-judge variants of one failure: those are in `runs`, every call made)
-    columns = [("stage", "9", lambda rs: rs[0]["stage"]),
-               ("cases", ">6", lambda rs: len({r["id"] for r in rs})),
-               ("runs", ">5", len),
-               ("fail", ">5", lambda rs: len({r["id"] for r in rs if not r["ok"] and not r["skipped"]})),
-               ("crash", ">5", lambda rs: len({r["id"] for r in rs if (r.get("error") or "").startswith(
-                   ("crash:", "hang:"))})),
-               ("skip", ">5", lambda rs: len({r["id"] for r in rs if r["skipped"]})),
-               ("cases/s", ">8", _rate),
-               ("ties", ">5", lambda rs: sum(r["tie_flips"] for r in rs)),
-               ("forced", ">6", lambda rs: sum(1 for r in rs if r["forced"])),
-               ("worst (tensor, % of budget)", "", _worst)]
-    lines = [" ".join(f"{name:{fmt}}" for name, fmt, _ in columns)]
-    for stage in sorted(by_stage):
-        lines.append(" ".join(f"{fn(by_stage[stage]):{fmt}}" for _, fmt, fn in columns))
-    return lines
-
-
-def _rate(rs):
-    secs = sum(r["seconds"] for r in rs)
-    return f"{len(rs) / secs if secs > 0 else float('inf'):.1f}"
-
-
-def _worst(rs):
-    worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
-    from k3diff.budgets import pct
-
-    return f"{worst[0]} {pct(worst[1])}" if worst else "-"

@@ -1,9 +1,16 @@
 """The results file: what `pytest --k3diff --k3diff-report FILE` writes, one JSON object a line.
 
-Line 1 is the run (`"kind": "run"`): format, seed, profile, backend, device, shard and the machine
-(`environment()`). Every other line is one judged case (`"kind": "case"`, `record()`), or one saved
-failure (`"kind": "failure"`: its seed file and replay command). `k3diff report` reads these files,
-one per shard, and merges them (`k3diff.report`).
+Line 1 is the run (`"kind": "run"`): format, seed, profile, backend, device, shard, start time, the
+declared boundaries and every version that can change a verdict (`environment()`). Then one line per
+judged case (`"kind": "case"`, `record()`, written and flushed as it is judged, with `phase`
+"generate" or "shrink": Hypothesis's shrink steps re-judge variants of one failure), one per saved
+failure (`"kind": "failure"`: its seed file, replay command and the test item), and last an end
+record (`"kind": "end"`: end time, duration, exit status, counts). A file without its end record
+was killed (or is still running): `k3diff report` says so.
+
+Under xdist every worker streams its own file beside FILE (`worker_path`: FILE's name with
+`.gw0` before `.jsonl`), so a killed shard keeps every case a worker judged; FILE's run line names
+those parts and `k3diff report FILE` reads them with it.
 """
 from __future__ import annotations
 
@@ -13,9 +20,24 @@ import platform
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-RESULTS_FORMAT = 1
+RESULTS_FORMAT = 2       # 2: phase, item, start/end records, worker parts
+
+
+def now() -> str:
+    """UTC, to the second, ISO 8601 (what a reviewer compares with a CI log)."""
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def worker_path(path, worker: str) -> Path:
+    """The part one xdist worker streams: r.jsonl -> r.gw0.jsonl (still *.jsonl for a folder glob)."""
+    path = Path(path)
+    stem = path.name[:-len(".jsonl")] if path.name.endswith(".jsonl") else path.name
+    return path.with_name(f"{stem}.{worker}.jsonl")
 
 
 def _num(x, digits=6):
@@ -28,7 +50,9 @@ def _num(x, digits=6):
 
 def _tensor(rep) -> dict:
     return {"tensor": rep.tensor, "ok": rep.ok, "ratio": _num(rep.ratio), "max_err": _num(rep.max_err),
-            "bound": _num(rep.bound), "similarity": _num(rep.similarity), "ulps": _num(rep.worst_ulps)}
+            "bound": _num(rep.bound), "similarity": _num(rep.similarity), "ulps": _num(rep.worst_ulps),
+            # error in units of u*sum|a||b| (the tensor's accuracy class), where the error rule gives it
+            "accuracy": _num(getattr(rep, "accuracy", None))}
 
 
 def _error_map(verdict) -> dict | None:
@@ -80,8 +104,18 @@ def _git_commit() -> str | None:
     return done.stdout.strip() or None if done.returncode == 0 else None
 
 
+def _driver() -> str | None:
+    """The NVIDIA driver version (nvidia-smi), where there is one."""
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stdout.strip().splitlines() or [None])[0] if done.returncode == 0 else None
+
+
 def environment() -> dict:
-    """The machine and software a run used."""
+    """The machine and every piece of software that can change a verdict."""
     import torch
 
     import k3diff
@@ -90,17 +124,30 @@ def environment() -> dict:
     return {
         "k3diff": k3diff.__version__, "git_commit": _git_commit(), "python": platform.python_version(),
         "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
+        "cuda_driver": _driver() if cuda else None,
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "gpu_count": torch.cuda.device_count() if cuda else 0,
+        "hypothesis": _version("hypothesis"), "numpy": _version("numpy"), "pytest": _version("pytest"),
         "hostname": socket.gethostname(), "platform": platform.platform(),
         "cutlass_dsl": _version("nvidia-cutlass-dsl"),
     }
 
 
-def run_header(session, shard: str | None) -> dict:
+def run_header(session, shard: str | None, worker: str | None = None, parts=()) -> dict:
+    """The start record. `worker`: this file is one xdist worker's part; `parts`: the controller's
+    file names the parts its workers stream."""
+    space = getattr(session, "space", None)
     return {"kind": "run", "format": RESULTS_FORMAT, "seed": session.seed, "profile": session.profile_name,
             "backend": session.backend_name, "device": session.device, "shard": shard,
+            "worker": worker, "parts": list(parts), "started": now(), "started_unix": round(time.time(), 3),
+            "boundaries": {k: list(v) for k, v in dict(getattr(space, "boundaries", None) or {}).items()},
             "argv": sys.argv[1:], "environment": environment()}
+
+
+def end_record(started_unix: float, exitstatus, cases: int, failing: int) -> dict:
+    """The last line: a file that has it was not cut short."""
+    return {"kind": "end", "ended": now(), "seconds": round(time.time() - started_unix, 3),
+            "exitstatus": None if exitstatus is None else int(exitstatus), "cases": cases, "failing": failing}
 
 
 def write(path, header: dict, cases: list, failures: list = ()) -> None:

@@ -3,8 +3,9 @@
     k3diff report RESULTS... [-o report.html] [--markdown FILE]   one run, or the merge of shard files
     k3diff report --compare BASE NEW [-o compare.html]             the same cases for two candidates/commits
 
-Modules, one job each: load (read and merge), tables (the numbers), plots (PNG figures), html (the
-page), compare (BASE vs NEW). Exit status: 0 ok, 1 NEW has new failures (--compare), 2 bad input
+Modules, one job each: load (read and merge, worker parts, cut-short files), tables (the numbers),
+failures (distinct failures, shrink steps folded), plots (SVG figures, clipped axes), html (the page:
+verdict banner first), compare (BASE vs NEW, matched by case). Exit status: 0 ok, 1 NEW has new failures (--compare), 2 bad input
 (one line on stderr).
 """
 from __future__ import annotations
@@ -19,7 +20,8 @@ def add_arguments(p) -> None:
                    help="compare two runs of the same cases (each a file or a folder of shard files)")
     p.add_argument("-o", "--output", default=None, help="HTML file (default report.html / compare.html)")
     p.add_argument("--markdown", default=None, metavar="FILE",
-                   help="also append the per-stage table as markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)")
+                   help="also append the per-stage table (--compare: new failures and largest movements) as "
+                        "markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)")
 
 
 def _write(path, text, mode="w") -> None:
@@ -46,6 +48,10 @@ def run(args) -> int:
             cmp = compare(base, new)
             out = args.output or "compare.html"
             _write(out, compare_report(cmp, base, new))
+            if args.markdown:
+                from k3diff.report.compare import markdown as compare_markdown
+
+                _write(args.markdown, compare_markdown(cmp), "a")
             print(text(cmp))
             print(f"wrote {out}")
             return 1 if cmp.new_failures else 0
@@ -60,8 +66,11 @@ def run(args) -> int:
         _write(out, run_report(merged))
         if args.markdown:
             _write(args.markdown, tables.markdown(merged), "a")
-        fails = sum(map(tables.failed, merged.cases))
-        print(f"{len(merged.cases)} cases from {len(merged.files)} file(s), {fails} failing; wrote {out}")
+        from k3diff.report.failures import distinct
+
+        fails = len(distinct(merged))
+        print(f"{'FAIL' if fails else 'pass'}: {len(tables.judged(merged.cases))} cases from {len(merged.files)} "
+              f"file(s), {fails} distinct failing case(s); wrote {out}")
         return 0
     except loader.ReportInputError as exc:
         print(f"k3diff report: {exc}", file=sys.stderr)

@@ -1,5 +1,7 @@
-"""BASE versus NEW: the same cases (same seed, matched by stage and case id) judged for two
-candidates or two commits. Per tensor the share of budget before and after, the cases that newly
+"""BASE versus NEW: the same cases (same seed) judged for two candidates or two commits, matched
+by the case itself (stage and the id of the case a seed file would hold: a hash of its JSON), never
+by draw order, so the cases still match after NEW fails and Hypothesis goes off shrinking (its
+shrink steps are matched to nothing; they are variants of NEW's failure, not cases of the run). Per tensor the share of budget before and after, the cases that newly
 fail, the largest movements; a short text summary and an HTML page."""
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ class Comparison:
     fixed: list = field(default_factory=list)
     pairs: dict = field(default_factory=dict)             # stage/tensor -> [(base, new)]
     movements: list = field(default_factory=list)         # (|delta|, delta, stage/tensor, label, base, new)
+    accuracy: list = field(default_factory=list)          # the same, for accuracy (u*sum|a||b| units)
     warnings: list = field(default_factory=list)
 
 
@@ -25,6 +28,8 @@ def _index(run) -> dict:
     """(stage, id) -> case; a case judged twice keeps its worst verdict."""
     out = {}
     for c in run.cases:
+        if tables.is_shrink(c):
+            continue
         key = (c["stage"], c["id"])
         if key not in out or (tables.failed(c) and not tables.failed(out[key])):
             out[key] = c
@@ -35,6 +40,10 @@ def _ratios(c) -> dict:
     """tensor -> share of budget, graded tensors only (a zero bound is a bitwise check)."""
     return {t["tensor"]: t["ratio"] for t in c.get("tensors") or ()
             if t.get("ratio") is not None and (t.get("bound") or 0) > 0}
+
+
+def _accuracy(c) -> dict:
+    return {t["tensor"]: t["accuracy"] for t in c.get("tensors") or () if t.get("accuracy") is not None}
 
 
 def compare(base, new) -> Comparison:
@@ -51,12 +60,17 @@ def compare(base, new) -> Comparison:
             cmp.new_failures.append((cb, cn))
         elif tables.failed(cb) and not tables.failed(cn):
             cmp.fixed.append((cb, cn))
+        ab, an = _accuracy(cb), _accuracy(cn)
+        for name in sorted(ab.keys() & an.keys()):
+            delta = an[name] - ab[name]
+            cmp.accuracy.append((abs(delta), delta, f"{cn['stage']}/{name}", cn["label"], ab[name], an[name]))
         rb, rn = _ratios(cb), _ratios(cn)
         for name in sorted(rb.keys() & rn.keys()):
             cmp.pairs.setdefault(tables.tensor_name(cn["stage"], name), []).append((rb[name], rn[name]))
             delta = rn[name] - rb[name]
             cmp.movements.append((abs(delta), delta, f"{cn['stage']}/{name}", cn["label"], rb[name], rn[name]))
     cmp.movements.sort(key=lambda m: -m[0])
+    cmp.accuracy.sort(key=lambda m: -m[0])
     return cmp
 
 
@@ -86,29 +100,66 @@ def text(cmp, top=5) -> str:
     lines += [f"{r[0]:32} {r[1]:5d} {r[2]:>8} {r[3]:>8} {r[4]:>8} {r[5]:>8}" for r in tensor_rows(cmp)]
     for _, delta, name, label, rb, rn in cmp.movements[:top]:
         lines.append(f"moved {name} {pct(rb)} -> {pct(rn)} ({label})")
+    for _, delta, name, label, ab, an in cmp.accuracy[:top]:
+        lines.append(f"accuracy {name} {ab:.3g} -> {an:.3g} ({label})")
     return "\n".join(lines)
 
 
+def markdown(cmp, top=10) -> str:
+    """For a job summary: the new failures and the largest budget-share movements."""
+    lines = [f"**compare with the previous night**: {cmp.matched} cases matched, "
+             f"{len(cmp.new_failures)} newly failing, {len(cmp.fixed)} fixed", ""]
+    if cmp.new_failures:
+        lines += ["| new failure | stage | what |", "|---|---|---|"]
+        lines += [f"| {cn['label']} | {cn['stage']} | {(cn.get('failure') or cn.get('error') or '')[:160]} |"
+                  for _, cn in cmp.new_failures[:top]]
+        lines.append("")
+    if cmp.movements:
+        lines += ["| tensor | case | before | after |", "|---|---|---|---|"]
+        lines += [f"| {name} | {label[:60]} | {pct(rb)} | {pct(rn)} |" for _, _, name, label, rb, rn in cmp.movements[:top]]
+    return "\n".join(lines + [""] + list(cmp.warnings)) + "\n"
+
+
+def _replay(cn, new) -> str:
+    """The replay of the seed NEW saved for this case's test item (its shrunk minimal case), else one
+    that writes this case's seed."""
+    saved = [f for f in new.failures if cn.get("item") and f.get("item") == cn["item"]]
+    return saved[0]["replay"] + "   # the minimal case it shrank to" if saved else tables.replay_command(cn, new.failures)
+
+
 def compare_report(cmp, base, new) -> str:
-    body = [f'<p><b id="matched-cases">{cmp.matched}</b> cases matched ({cmp.only_base} only in BASE, '
+    from k3diff.report.failures import distinct
+
+    state = "fail" if cmp.new_failures else "pass"
+    body = [f'<div id="banner" class="{state}"><b class="verdict">{"FAIL" if cmp.new_failures else "PASS"}</b>'
+            f"{len(cmp.new_failures)} case(s) newly failing in NEW (shrunk to {len(distinct(new))} distinct failing "
+            f"case(s)), {len(cmp.fixed)} fixed, "
+            f"{cmp.matched} matched by case</div>"]
+    body += [f'<p><b id="matched-cases">{cmp.matched}</b> cases matched ({cmp.only_base} only in BASE, '
             f'{cmp.only_new} only in NEW); <b class="{"bad" if cmp.new_failures else ""}">'
             f"{len(cmp.new_failures)}</b> newly failing, {len(cmp.fixed)} fixed</p>"]
     body += [f'<p class="warn">{html.esc(w)}</p>' for w in cmp.warnings]
+    body.append(f"<h2>Newly failing ({len(cmp.new_failures)})</h2>")
+    body += [f'<details class="group" open><summary class="bad">{html.esc(cn["stage"])}: {html.esc(cn["label"])}</summary>'
+             f"<p>{html.esc(cn.get('failure') or cn.get('error'))}</p>"
+             f"<pre>{html.esc(_replay(cn, new))}</pre></details>" for _, cn in cmp.new_failures]
+    if cmp.accuracy:
+        body.append("<h2>Accuracy movements (error in units of u&middot;&Sigma;|a||b|)</h2>")
+        body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
+            (name, label, f"{ab:.3g}", f"{an:.3g}", f"{delta:+.3g}") for _, delta, name, label, ab, an in cmp.accuracy[:20]]))
+    body.append("<h2>Largest movements</h2>")
+    body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
+        (name, label, pct(rb), pct(rn), f"{100 * delta:+.1f} pts" if abs(delta) < 100 else f"{delta:+.3g}x")
+        for _, delta, name, label, rb, rn in cmp.movements[:20]]))
+    body.append("<h2>NEW vs BASE share of budget</h2>" + html.img(plots.before_after(cmp.pairs),
+                                                                   "NEW vs BASE share of budget"))
+    body.append("<h2>Runs compared</h2>")
     body.append(html.table(("", "files", "seed(s)", "backend(s)", "commit(s)"), [
         (side, ", ".join(r.files), ", ".join(map(str, r.seeds)),
          ", ".join(sorted({str(h.get("backend")) for h in r.headers})),
          ", ".join(sorted({str((h.get("environment") or {}).get("git_commit"))[:12] for h in r.headers})))
         for side, r in (("BASE", base), ("NEW", new))]))
     body += ["<h2>Share of budget per tensor, before and after</h2>",
-             html.table(TENSOR_COLUMNS, tensor_rows(cmp)),
-             html.img(plots.before_after(cmp.pairs), "NEW vs BASE share of budget")]
-    body.append(f"<h2>Newly failing ({len(cmp.new_failures)})</h2>")
-    body += [f'<h3 class="bad">{html.esc(cn["stage"])}: {html.esc(cn["label"])}</h3>'
-             f"<p>{html.esc(cn.get('failure') or cn.get('error'))}</p>"
-             f"<pre>{html.esc(tables.replay_command(cn, new.failures))}</pre>" for _, cn in cmp.new_failures]
-    body.append("<h2>Largest movements</h2>")
-    body.append(html.table(("tensor", "case", "BASE", "NEW", "change"), [
-        (name, label, pct(rb), pct(rn), f"{100 * delta:+.1f} pts" if abs(delta) < 100 else f"{delta:+.3g}x")
-        for _, delta, name, label, rb, rn in cmp.movements[:20]]))
+             html.table(TENSOR_COLUMNS, tensor_rows(cmp))]
     return html.page("k3diff compare: BASE vs NEW", body,
                      meta={"k3diff-matched": cmp.matched, "k3diff-new-failures": len(cmp.new_failures)})

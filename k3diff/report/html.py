@@ -1,9 +1,14 @@
 """One self-contained HTML page for a run (one results file or the merge of many shards): inline CSS,
-plots as data:image/png;base64, no external asset, so it opens offline and travels as one file."""
+plots as data:image/svg+xml;base64, no script, no external asset, so it opens offline and travels as
+one file. Top first: the verdict banner (is this change safe?), the distinct failures (grouped by
+stage and tensor, shrink steps folded), coverage with every declared boundary, then the numbers."""
 from __future__ import annotations
 
 from html import escape
 
+import time
+
+from k3diff.report import failures as failing_mod
 from k3diff.report import plots, tables
 
 MAX_HEATMAPS = 12        # failures drawn with their error map; the rest are listed
@@ -15,6 +20,13 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px so
 text-align:left;vertical-align:top;overflow-wrap:anywhere}td:first-child{white-space:nowrap}th{background:#f4f4f4}.bad{color:#c00;font-weight:bold}
 code,pre{font-size:.8em;background:#f6f6f6}pre{padding:.4em;white-space:pre-wrap;word-break:break-all}
 .warn{background:#fff3cd;padding:.4em}img{max-width:100%}
+#banner{padding:.7em 1em;border-radius:6px;margin:.5em 0 1em;font-size:1.05em}
+#banner.pass{background:#e6f4ea;border:2px solid #1e8e3e}#banner.fail{background:#fce8e6;border:2px solid #c00}
+#banner.incomplete{background:#fff3cd;border:2px solid #b06000}#banner b.verdict{font-size:1.4em;margin-right:.5em}
+#banner ul{margin:.3em 0 0;padding-left:1.2em}details{margin:.3em 0 .3em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
+details>summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}details.group{border-color:#e0a0a0}
+.minimal{background:#c00;color:#fff;border-radius:3px;padding:0 .35em;font-size:.8em;margin-right:.4em}
+.never{color:#b06000;font-weight:bold}p,li{overflow-wrap:anywhere}
 """
 
 
@@ -37,7 +49,7 @@ class Raw(str):
 def img(b64: str | None, alt: str) -> str:
     if b64 is None:
         return f"<p><i>{esc(alt)}: nothing to plot</i></p>"
-    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{b64}">'
+    return f'<img alt="{esc(alt)}" src="data:{plots.MIME};base64,{b64}">'
 
 
 def page(title: str, body: list[str], meta: dict | None = None) -> str:
@@ -46,41 +58,150 @@ def page(title: str, body: list[str], meta: dict | None = None) -> str:
             f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>" + "\n".join(body) + "</body></html>\n")
 
 
+def _when(unix) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix)) if unix else "-"
+
+
+def _duration(seconds) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+def _join(values) -> str:
+    return ", ".join(sorted({str(v) for v in values if v not in (None, "")})) or "-"
+
+
+def banner(run, distinct) -> str:
+    """Is this change safe? pass/fail, what ran, when, how long, on what."""
+    judged = tables.judged(run.cases)
+    shrink = sum(map(tables.is_shrink, run.cases))
+    skipped = len({(c["stage"], c["id"]) for c in run.cases if c.get("skipped")})
+    state = "fail" if distinct else "incomplete" if run.truncated else "pass"
+    word = {"fail": "FAIL", "incomplete": "INCOMPLETE", "pass": "PASS"}[state]
+    what = (f"{len(distinct)} distinct failing case(s)" if distinct else "no failing case") + (
+        f"; {len(run.truncated)} file(s) cut short" if run.truncated else "")
+    shards = run.shards
+    envs = [h.get("environment") or {} for h in run.headers]
+    starts = [h.get("started_unix") for h in run.headers if h.get("started_unix")]
+    shard_files = {h.get("file") for h in shards}
+    ends = [e for e in run.ends if e.get("seconds") is not None and e.get("file") in shard_files]
+    longest = max((e["seconds"] for e in ends), default=None)
+    ended = max((h["started_unix"] + e["seconds"] for h in run.headers for e in ends
+                 if e.get("file") == h.get("file") and h.get("started_unix")), default=None)
+    gpus = _join(e.get("gpu") for e in envs) if any(e.get("gpu") for e in envs) else "CPU (" + _join(
+        h.get("device") for h in shards) + ")"
+    items = [
+        f"<li><b>ran</b>: {len(judged)} cases over {esc(', '.join(run.stages()))}"
+        f" ({shrink} shrink steps of failures not counted; {skipped} skipped); profile {esc(_join(h.get('profile') for h in shards))};"
+        f" backend <code>{esc(_join(h.get('backend') for h in shards))}</code>; seed {esc(', '.join(map(str, run.seeds)))};"
+        f" {len(shards)} shard(s) in {len(run.files)} file(s)</li>",
+        f"<li><b>when</b>: {_when(min(starts) if starts else None)} to {_when(ended)}; "
+        f"<b>how long</b>: {_duration(longest)}" + (" (longest shard)" if len(ends) > 1 else "") + "</li>",
+        f"<li><b>on</b>: {esc(gpus)}; torch {esc(_join(e.get('torch') for e in envs))}, CUDA "
+        f"{esc(_join(e.get('cuda') for e in envs))} (driver {esc(_join(e.get('cuda_driver') for e in envs))}), "
+        f"k3diff {esc(_join(e.get('k3diff') for e in envs))} at {esc(_join(str(e.get('git_commit') or '')[:12] for e in envs))}</li>",
+    ]
+    return (f'<div id="banner" class="{state}"><b class="verdict">{word}</b>{esc(what)}'
+            f"<ul>{''.join(items)}</ul></div>")
+
+
 def _summary(run) -> list[str]:
-    total, fails = len(run.cases), sum(map(tables.failed, run.cases))
-    out = [f'<p><b id="total-cases">{total}</b> cases from {len(run.files)} results file(s); '
-           f'<b class="{"bad" if fails else ""}">{fails}</b> failing; seed(s) {esc(", ".join(map(str, run.seeds)))}; '
-           f'backend(s) {esc(", ".join(sorted({str(h.get("backend")) for h in run.headers})))}</p>']
+    out = [f'<p><b id="total-cases">{len(tables.judged(run.cases))}</b> cases judged '
+           f"(each once; shrink steps and skips apart), from {len(run.files)} results file(s)</p>"]
     out += [f'<p class="warn">{esc(w)}</p>' for w in run.warnings]
     out.append(table(tables.STAGE_COLUMNS, tables.stage_rows(run), ids="stages"))
-    out.append("<p><small>cases/s: cases over the summed case seconds (one worker's throughput).</small></p>")
+    out.append("<p><small>cases/s: cases over the summed case seconds (one worker's throughput). "
+               "<b>forced</b>: a case whose candidate picked different experts than the reference at a "
+               "near-tie (scores closer than the routing rule's &delta;); it is re-run with the "
+               "reference's expert ids forced, so its outputs are judged on the same experts "
+               "(k3diff/routing.py). <b>shrink steps</b>: Hypothesis re-judging smaller variants of a "
+               "failure it found; they are folded under that failure below.</small></p>")
+    return out
+
+
+def _failures(run, distinct) -> list[str]:
+    out = [f'<h2 id="failures">Failures ({len(distinct)} distinct)</h2>']
+    if not distinct:
+        return out + ["<p>none</p>"]
+    k = 0
+    for (stage, tensor), group in failing_mod.grouped(distinct).items():
+        out.append(f'<details class="group" open><summary class="bad">{esc(stage)} / {esc(tensor)}: '
+                   f"{len(group)} failing case(s)</summary>")
+        for f in group:
+            c = f.minimal
+            headline = (f.saved or {}).get("headline") or c.get("failure") or c.get("error")
+            out.append(f'<details open><summary><span class="minimal">minimal</span>{esc(c["label"])}</summary>'
+                       f"<p>{esc(headline)}</p>"
+                       f"<p>replay{' (the saved seed)' if f.saved else ''}:</p><pre>{esc(f.replay(run.failures))}</pre>")
+            emap = c.get("error_map")
+            if emap and k < MAX_HEATMAPS:
+                out.append(img(plots.heatmap(emap["values"], f"{c['stage']}/{emap['tensor']}: {emap['what']}"),
+                               f"error map of {emap['tensor']}"))
+                k += 1
+            if f.steps:
+                rows = [(s["label"], "FAIL" if tables.failed(s) else "ok",
+                         tables.pct(tables.worst_ratio(s)) if tables.worst_ratio(s) is not None else "-")
+                        for s in f.steps]
+                out.append(f"<details><summary>{len(f.steps)} shrink step(s) ({f.failing_steps} failing) "
+                           f"from the first failure{': ' + esc(f.first['label']) if f.first else ''}</summary>"
+                           + table(("case", "verdict", "worst % of budget"), rows) + "</details>")
+            out.append("</details>")
+        out.append("</details>")
     return out
 
 
 def _coverage(run) -> list[str]:
-    rows = [(axis, Raw(", ".join(f"{esc(k)}&nbsp;<b>{n}</b>" for k, n in counts.items())))
+    from k3diff.coverage import coverage_lines
+
+    bounds = {}
+    for h in run.headers:
+        for dim, ns in (h.get("boundaries") or {}).items():
+            bounds.setdefault(dim, set()).update(ns)
+    lines = coverage_lines(tables.judged(run.cases), {d: sorted(ns) for d, ns in bounds.items()})
+    rows, never = [], None
+    stage = ""
+    for line in lines:
+        if line.startswith("never crossed:"):
+            never = line.split(":", 1)[1].strip()
+        elif line.startswith("coverage "):
+            stage, rest = line[len("coverage "):].split(":", 1)
+            rows.append((stage, "", rest.strip()))
+        else:
+            label, _, rest = line.strip().partition(" ")
+            rows.append(("", label, rest.strip()))
+    out = ["<h2 id=\"coverage\">Coverage</h2>"]
+    if never is not None:
+        ok = never.startswith("none")
+        out.append(f'<p id="never-crossed" class="{"" if ok else "never"}">never crossed: {esc(never)}</p>')
+    elif not bounds:
+        out.append("<p><i>the backend declared no boundaries (or the results file predates them)</i></p>")
+    out.append(table(("stage (cases)", "what", "seen"), rows, ids="coverage-table"))
+    out.append("<p><small>a boundary <code>dim n [&lt;=&gt;]</code>: the sides of n the run drew (below, at, "
+               "above); crossed when two were seen.</small></p>")
+    axes = [(axis, Raw(", ".join(f"{esc(k)}&nbsp;<b>{n}</b>" for k, n in counts.items())))
             for axis, counts in tables.coverage(run).items()]
-    return ["<h2>Coverage</h2>", table(("axis", "value (cases)"), rows)]
+    out.append(table(("axis", "value (cases)"), axes))
+    skips = tables.skip_reasons(run)
+    out.append(f"<h3>Skipped ({sum(n for *_, n in skips)})</h3>")
+    out.append(table(("stage", "reason", "cases"), skips) if skips else "<p>none</p>")
+    return out
 
 
 def _errors(run) -> list[str]:
     ratios = tables.tensor_ratios(run)
-    by_batch, by_len = {}, {}
-    for c in run.cases:
-        w = tables.worst_ratio(c)
-        if w is None:
-            continue
-        by_batch.setdefault(c["stage"], []).append((c["batch"], w, tables.failed(c)))
-        if c.get("max_cache_len") is not None:
-            by_len.setdefault(c["stage"], []).append((c["max_cache_len"], w, tables.failed(c)))
-    rows = [(name, len(v), tables.pct(sorted(v)[len(v) // 2]), tables.pct(max(v))) for name, v in ratios.items()]
+    acc = tables.tensor_accuracy(run)
+    rows = []
+    for name, v in ratios.items():
+        a = sorted(acc.get(name, ()))
+        rows.append((name, len(v), tables.pct(sorted(v)[len(v) // 2]), tables.pct(max(v)),
+                     f"{a[len(a) // 2]:.3g}" if a else "-", f"{a[-1]:.3g}" if a else "-"))
     return ["<h2>Error as a share of the budget</h2>",
             img(plots.ratio_histogram(ratios), "histogram of shares of budget per stage"),
             img(plots.ratio_boxplot(ratios), "share of budget per tensor"),
-            table(("tensor", "cases", "median", "max"), rows),
-            "<h2>Error vs batch size and cache length</h2>",
-            img(plots.scatter_by_stage(by_batch, "batch size"), "worst share of budget vs batch size"),
-            img(plots.scatter_by_stage(by_len, "max cache length"), "worst share of budget vs cache length")]
+            table(("tensor", "cases", "median", "max", "accuracy median", "accuracy max"), rows),
+            "<p><small>accuracy: the error in units of u&middot;&Sigma;|a||b| (the tensor's accuracy class), "
+            "where the error rule reports it.</small></p>"]
 
 
 def _ties_and_slowest(run) -> list[str]:
@@ -104,24 +225,10 @@ def _environments(run) -> list[str]:
     return out
 
 
-def _failures(run) -> list[str]:
-    failing = tables.failing_cases(run)
-    out = [f'<h2 id="failures">Failures ({len(failing)})</h2>']
-    if not failing:
-        return out + ["<p>none</p>"]
-    for k, c in enumerate(failing):
-        out.append(f'<h3 class="bad">{esc(c["stage"])}: {esc(c["label"])}</h3>'
-                   f"<p>{esc(c.get('failure') or c.get('error'))}</p>"
-                   f"<pre>{esc(tables.replay_command(c, run.failures))}</pre>")
-        emap = c.get("error_map")
-        if emap and k < MAX_HEATMAPS:
-            out.append(img(plots.heatmap(emap["values"], f"{c['stage']}/{emap['tensor']}: {emap['what']}"),
-                           f"error map of {emap['tensor']}"))
-    return out
-
-
 def run_report(run, title="k3diff report") -> str:
-    body = _summary(run) + _coverage(run) + _errors(run) + _ties_and_slowest(run) + _failures(run)
-    body += _environments(run)
-    return page(title, body, meta={"k3diff-cases": len(run.cases),
-                                   "k3diff-failures": sum(map(tables.failed, run.cases))})
+    distinct = failing_mod.distinct(run)
+    body = [banner(run, distinct)] + _failures(run, distinct) + _coverage(run) + _summary(run) + _errors(run)
+    body += _ties_and_slowest(run) + _environments(run)
+    return page(title, body, meta={"k3diff-cases": len(tables.judged(run.cases)),
+                                   "k3diff-failures": len(distinct),
+                                   "k3diff-verdict": "fail" if distinct else "incomplete" if run.truncated else "pass"})

@@ -4,17 +4,39 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import Counter, defaultdict
 
 from k3diff.budgets import pct
 
-STAGE_COLUMNS = ("stage", "cases", "fail", "skip", "cases/s", "ties", "forced", "worst tensor", "% of budget")
-
-
+STAGE_COLUMNS = ("stage", "cases", "shrink steps", "failing", "skip", "cases/s", "ties", "forced",
+                 "worst tensor", "% of budget")
 
 
 def failed(c) -> bool:
     return not c["ok"] and not c["skipped"]
+
+
+def is_shrink(c) -> bool:
+    """A Hypothesis shrink step: a variant of a failure already found, re-judged (not a new case)."""
+    return c.get("phase") == "shrink"
+
+
+def judged(cases) -> list:
+    """Each case once (by stage and id), shrink steps and skipped cases left out: what `cases` counts
+    everywhere (the summary, the coverage lines, the banner)."""
+    seen, out = set(), []
+    for c in cases:
+        key = (c["stage"], c["id"])
+        if not is_shrink(c) and not c["skipped"] and key not in seen:
+            seen.add(key)
+            out.append(c)
+    return out
+
+
+def distinct_failures(cases) -> int:
+    """Failing cases counted once per failure: a test item's failure and its shrink steps are one."""
+    return len({(c["stage"], c.get("item") or c["id"]) for c in cases if failed(c)})
 
 
 def worst_ratio(c):
@@ -31,7 +53,8 @@ def stage_rows(run) -> list[tuple]:
         cs = by_stage[stage]
         secs = sum(c.get("seconds") or 0.0 for c in cs)
         worst = max((c["worst"] for c in cs if c.get("worst")), key=lambda w: w[1], default=None)
-        rows.append((stage, len(cs), sum(map(failed, cs)), sum(1 for c in cs if c["skipped"]),
+        rows.append((stage, len(judged(cs)), sum(map(is_shrink, cs)), distinct_failures(cs),
+                     len({c["id"] for c in cs if c["skipped"]}),
                      f"{len(cs) / secs:.1f}" if secs > 0 else "-", sum(c.get("tie_flips", 0) for c in cs),
                      sum(1 for c in cs if c.get("forced")), worst[0] if worst else "-",
                      pct(worst[1]) if worst else "-"))
@@ -42,9 +65,9 @@ def markdown(run) -> str:
     """The per-stage table as GitHub markdown (for $GITHUB_STEP_SUMMARY)."""
     lines = ["| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in stage_rows(run)]
-    total, fails = len(run.cases), sum(map(failed, run.cases))
-    head = (f"**k3diff**: {total} cases from {len(run.files)} results file(s), {fails} failing; "
-            f"seed {', '.join(map(str, run.seeds))}")
+    total, fails = len(judged(run.cases)), distinct_failures(run.cases)
+    head = (f"**k3diff**: {'FAIL' if fails else 'pass'}: {total} cases from {len(run.shards)} shard(s), "
+            f"{fails} distinct failure(s); seed {', '.join(map(str, run.seeds))}")
     return "\n".join([head, ""] + lines + [""] + run.warnings) + "\n"
 
 
@@ -89,9 +112,12 @@ def tensor_name(stage, tensor) -> str:
 
 
 def tensor_ratios(run) -> dict:
-    """stage/tensor -> every graded share of budget (tensors with a zero bound are bitwise checks)."""
+    """stage/tensor -> every graded share of budget (tensors with a zero bound are bitwise checks);
+    shrink steps left out (dozens of variants of one failure would outweigh the run)."""
     out = defaultdict(list)
     for c in run.cases:
+        if is_shrink(c):
+            continue
         for t in c.get("tensors") or ():
             if t.get("ratio") is not None and (t.get("bound") or 0) > 0:
                 out[tensor_name(c["stage"], t["tensor"])].append(t["ratio"])
@@ -113,7 +139,26 @@ def replay_command(c, failures) -> str:
             return f["replay"]
     seed = json.dumps({"k3diff_seed_format": 1, "case": c["case"]}, sort_keys=True)
     name = f"{c['case']['stage']}-{c['id']}.json"
-    return f"echo '{seed}' > {name} && k3diff replay {name} --backend {c.get('backend')}"
+    return (f"echo {shlex.quote(seed)} > {shlex.quote(name)} && "
+            + shlex.join(["k3diff", "replay", name, "--backend", str(c.get("backend"))]))
+
+
+def tensor_accuracy(run) -> dict:
+    """stage/tensor -> every accuracy (error in units of u*sum|a||b|) the records carry."""
+    out = defaultdict(list)
+    for c in run.cases:
+        if is_shrink(c):
+            continue
+        for t in c.get("tensors") or ():
+            if t.get("accuracy") is not None:
+                out[tensor_name(c["stage"], t["tensor"])].append(t["accuracy"])
+    return dict(out)
+
+
+def skip_reasons(run) -> list[tuple]:
+    """(stage, reason, cases) for every skipped case, most frequent first."""
+    cnt = Counter((c["stage"], str(c["skipped"])) for c in run.cases if c.get("skipped") and not is_shrink(c))
+    return [(s, r, n) for (s, r), n in cnt.most_common()]
 
 
 def failing_cases(run) -> list:

@@ -59,24 +59,41 @@ def _seeds(root):
 
 
 def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
-    result = project.runpytest_subprocess(*BROKEN)
+    """Seeds saved under a folder with a space: the printed replay command is shell-quoted (pastes
+    as words), reproduces the failure through the console script, and `replay --json` of the
+    folder is JSON alone on stdout."""
+    import shlex
+
+    (project.path / "my seeds").mkdir()
+    result = project.runpytest_subprocess(*[a if a != "seeds" else "my seeds" for a in BROKEN])
     assert result.ret == 1
     out = result.stdout.str()
-    seeds = _seeds(project.path)
+    seeds = sorted((project.path / "my seeds").glob("*.json"))
     assert seeds, out
-    assert "replay: k3diff replay seeds/" in out
     record = json.loads(seeds[0].read_text())
     assert record["verdict"]["ok"] is False
-    replay = _cli(project.path, "replay", str(seeds[0]))
-    assert replay.returncode == 1, replay.stderr
-    assert "reproduced the recorded outcome (FAIL" in replay.stdout
-    assert "FAIL" in replay.stdout.splitlines()[0]
     # the line exactly as printed, through the console script: the candidate module beside the
     # user still imports (it did not: "No module named 'broken_candidate'", exit 2)
-    line = re.search(r"replay: (k3diff replay seeds/\S+\.json)", out).group(1).split()
-    again = _console(project.path, *line[1:])
+    line = next(x for x in out.splitlines() if x.strip().startswith("replay: k3diff replay"))
+    words = shlex.split(line.split("replay: ", 1)[1])
+    assert words[:2] == ["k3diff", "replay"] and words[2].startswith("my seeds/"), line
+    again = _console(project.path, *words[1:])
     assert again.returncode == 1, again.stderr
     assert "reproduced the recorded outcome (FAIL" in again.stdout
+    assert "FAIL" in again.stdout.splitlines()[0]
+    folder = _cli(project.path, "replay", "my seeds", "--json", "--isolate", "off")
+    assert folder.returncode == 1, folder.stderr
+    assert [v["path"] for v in json.loads(folder.stdout)] == [str(Path("my seeds") / p.name) for p in seeds]
+    assert all(v["verdict"]["ok"] is False for v in json.loads(folder.stdout))
+    assert "reproduced the recorded outcome" in folder.stderr      # the notes, on stderr
+
+
+def test_version(capsys):
+    from k3diff.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and re.fullmatch(r"k3diff \d+\.\d+\.\d+\n", capsys.readouterr().out)
 
 
 def test_xdist_merges_one_summary_and_loses_no_seed(project):
@@ -85,10 +102,18 @@ def test_xdist_merges_one_summary_and_loses_no_seed(project):
     assert result.ret == 1
     out = result.stdout.str()
     assert out.count("k3diff summary") == 1
-    lines = [json.loads(line) for line in report.read_text().splitlines()]       # the controller wrote them
-    records = [r for r in lines if r["kind"] == "case"]
+    lines = [json.loads(line) for line in report.read_text().splitlines()]       # the controller's file
+    from k3diff.report.load import load
+
+    records = load([report]).cases                           # with the parts its workers streamed
     assert lines[0]["kind"] == "run" and records and any(not r["ok"] for r in records)
     assert {r["path"] for r in lines if r["kind"] == "failure"}          # the saved seeds, listed too
+    assert lines[-1]["kind"] == "end" and lines[-1]["exitstatus"] == 1, [x["kind"] for x in lines]
+    assert {r.get("phase") for r in records} >= {"generate", "shrink"}   # shrink steps tagged
+    # the summary's moe row agrees with its coverage line, and counts distinct failing cases
+    row = next(line.split() for line in out.splitlines() if line.startswith("moe "))
+    cov = re.search(r"coverage moe \((\d+) cases\)", out).group(1)
+    assert row[1] == cov and row[3] == str(len(set(re.findall(r"replay: k3diff replay (seeds/moe-[0-9a-f]+\.json)", out))))
     replays = set(re.findall(r"replay: k3diff replay (seeds/\S+\.json)", out))
     on_disk = {f"seeds/{p.name}" for p in _seeds(project.path)}
     assert replays and replays == on_disk
@@ -287,11 +312,17 @@ def test_batch_invariance_failures_get_a_seed_that_replays(project):
 def test_fail_column_counts_distinct_cases():
     from k3diff.plugin import summary_lines
 
-    rec = lambda i, ok: {"stage": "moe", "id": i, "ok": ok, "skipped": None, "seconds": 1.0,  # noqa: E731
-                         "tie_flips": 0, "forced": False, "worst": None, "error": None}
-    header, row = summary_lines([rec("a", True), rec("b", False), rec("b", False), rec("c", False)])
+    rec = lambda i, ok, phase="generate", item="t[0]": {  # noqa: E731
+        "stage": "moe", "id": i, "ok": ok, "skipped": None, "seconds": 1.0, "tie_flips": 0, "forced": False,
+        "worst": None, "error": None, "phase": phase, "item": item}
+    # item t[0]: a passes, b fails, then shrinks (b again, c) to c, the saved seed; item t[1]: d fails,
+    # shrinks to c as well: one distinct failing case, three cases judged, three shrink steps
+    records = [rec("a", True), rec("b", False), rec("b", False, "shrink"), rec("c", False, "shrink"),
+               rec("d", False, item="t[1]"), rec("c", False, "shrink", "t[1]")]
+    failures = [{"item": "t[0]", "id": "c"}, {"item": "t[1]", "id": "c"}]
+    header, row = summary_lines(records, failures)
     cols = dict(zip(header.split()[:5], row.split()[:5]))
-    assert cols == {"stage": "moe", "cases": "3", "runs": "4", "fail": "2", "crash": "0"}
+    assert cols == {"stage": "moe", "cases": "3", "shrink": "3", "fail": "1", "crash": "0"}
 
 
 def test_save_folder_that_breaks_mid_run_never_loses_the_seed(tmp_path, monkeypatch):
@@ -324,7 +355,7 @@ def test_the_report_is_written_as_cases_are_judged(project):
                             start_new_session=True)
     try:
         deadline = time.time() + 300
-        while time.time() < deadline and not (report.exists() and report.read_text().count("\n") >= 3):
+        while time.time() < deadline and not (report.exists() and report.read_text().count('"kind": "case"') >= 2):
             time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -349,3 +380,46 @@ def test_path_options_never_move_the_rootdir(tmp_path, form, option):
     assert ids and all(i.startswith("tests/differential/") for i in ids), out[:2000]
     assert any("regressions" not in i and "test_seed[moe-" in i for i in ids)        # the corpus is there
     assert any("test_seed[" in i for i in ids) and len([i for i in ids if "test_seed[" in i]) >= 7
+
+
+def test_the_default_run_does_not_collect_the_planted_bug_suite():
+    def collected(*extra):
+        done = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *extra,
+                               "tests/differential"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+        return [line for line in done.stdout.splitlines() if "::" in line]
+
+    # (with --k3diff-mutants they are collected: scripts/test runs them, and fails on none collected)
+    plain = collected()
+    assert plain and not [i for i in plain if "mutant" in i]
+
+
+def test_junit_properties_are_a_few_short_fields():
+    from k3diff.plugin import junit_properties
+
+    big = {"kind": "case", "stage": "moe", "id": "a", "ok": False, "skipped": None, "phase": "generate",
+           "worst": ["out", 3.0, 0, 0], "case": {"x": "y" * 5000}}
+    props = junit_properties([("k3diff_cases", big), ("k3diff_cases", dict(big, phase="shrink")),
+                              ("k3diff_failure", {"replay": "k3diff replay s.json --backend b"}), ("mine", 1)])
+    assert dict(props) == {"mine": 1, "k3diff_n_cases": 1, "k3diff_shrink_steps": 1, "k3diff_failing": 1,
+                           "k3diff_worst": "out 300%", "k3diff_replay": "k3diff replay s.json --backend b"}
+    assert junit_properties(props) == props                   # a second pass (xdist controller) keeps them
+    assert sum(len(str(v)) for _, v in props) < 200
+
+
+def test_progress_line_counts_budget_rate_failures_and_eta():
+    from k3diff.plugin import budgets_from_ids
+    from k3diff.progress import Progress
+
+    budgets = budgets_from_ids(["t.py::test_fuzz[0-moe]", "t.py::test_fuzz[1-moe]",
+                                "t.py::test_batch_invariance[mla]", "t.py::test_seed[moe-x.json]"],
+                               {"examples": 40, "chunks": 4})
+    assert budgets == {"moe": 20, "mla-inv": 5, "replay": 1}
+    shown = []
+    prog = Progress(budgets, lambda text, newline: shown.append((text, newline)), tty=False, interval=60)
+    for k in range(10):
+        prog.add({"stage": "moe", "ok": k != 3, "skipped": None, "phase": "generate"}, at=100.0 + 10 * k)
+    prog.add({"stage": "moe", "ok": False, "skipped": None, "phase": "shrink"}, at=200.0)
+    # a CI log: one line a minute per stage (at 100 s and 160 s), each on its own line
+    assert [n for _, n in shown] == [True, True] and len(shown) == 2
+    line = prog.lines(190.0)[0]
+    assert line.startswith("k3diff moe: 10/20 cases (50%), 0.11 cases/s, 1 failing, shrinking (1 steps), ETA 1 min")

@@ -15,6 +15,7 @@ from k3diff.budgets import DEFAULT
 from k3diff.case import Case
 from k3diff.divergence import TensorReport, compare
 from k3diff.report import compare as report_compare
+from k3diff.report import tables
 from k3diff.report.load import ReportInputError, load
 from k3diff.results import RESULTS_FORMAT, environment, record
 from k3diff.runner import Verdict
@@ -65,10 +66,11 @@ def test_environment_names_the_software():
     assert env["k3diff"]
 
 
-def _write_run(path, seed, cases, shard=None, backend="torch-blocked"):
+def _write_run(path, seed, cases, shard=None, backend="torch-blocked", end=True, extra=()):
     header = {"kind": "run", "format": RESULTS_FORMAT, "seed": seed, "profile": "quick", "backend": backend,
-              "shard": shard, "environment": {"torch": "x", "git_commit": "abc"}}
-    path.write_text("".join(json.dumps(line) + "\n" for line in [header] + cases))
+              "shard": shard, "started_unix": 1.8e9, "environment": {"torch": "x", "git_commit": "abc"}}
+    tail = [{"kind": "end", "seconds": 12.5, "exitstatus": 0, "cases": len(cases), "failing": 0}] if end else []
+    path.write_text("".join(json.dumps(line) + "\n" for line in [header] + cases + list(extra) + tail))
     return path
 
 
@@ -128,7 +130,7 @@ def test_compare_exit_codes_and_summary(tmp_path, capsys):
     code, out, err = _main(capsys, "report", "--compare", base, worse, "-o", tmp_path / "c2.html")
     assert code == 1 and "NEW FAIL moe" in out
     page = (tmp_path / "c2.html").read_text()
-    assert 'name="k3diff-new-failures" content="1"' in page and "data:image/png;base64," in page
+    assert 'name="k3diff-new-failures" content="1"' in page and "data:image/svg+xml;base64," in page
 
 
 @pytest.mark.parametrize("content, message", [
@@ -208,8 +210,13 @@ def simulate_nightly(where: Path, seed=123, shards=2, workers=2, select="moe or 
 def test_simulated_nightly_merges_shards_into_one_self_contained_page(tmp_path):
     files = simulate_nightly(tmp_path / "run")
     assert all(rc == 0 for _, rc in files)
-    counts = [sum(1 for line in f.read_text().splitlines() if json.loads(line)["kind"] == "case") for f, _ in files]
+    # under xdist each worker streamed its own part; the shard's file names them and ends the run
+    counts = [len(tables.judged(load([f]).cases)) for f, _ in files]
     assert all(counts), counts
+    for f, _ in files:
+        lines = [json.loads(x) for x in f.read_text().splitlines()]
+        assert lines[-1]["kind"] == "end" and lines[-1]["exitstatus"] == 0
+        assert sorted(f.parent.glob(f.name.replace(".jsonl", ".gw*.jsonl")))
     headers = [json.loads(f.read_text().splitlines()[0]) for f, _ in files]
     assert [h["shard"] for h in headers] == ["1/2", "2/2"] and {h["seed"] for h in headers} == {123}
     out, md = tmp_path / "report.html", tmp_path / "summary.md"
@@ -219,7 +226,123 @@ def test_simulated_nightly_merges_shards_into_one_self_contained_page(tmp_path):
     page = _Page()
     page.feed(out.read_text())
     assert page.total == sum(counts) and page.meta["k3diff-cases"] == str(sum(counts))
-    pngs = [src for src in page.images if src.startswith("data:image/png;base64,")]
-    assert len(pngs) >= 4 and len(pngs) == len(page.images)
+    svgs = [src for src in page.images if src.startswith("data:image/svg+xml;base64,")]
+    assert len(svgs) >= 2 and len(svgs) == len(page.images)
+    assert page.meta["k3diff-verdict"] == "pass"
     assert page.external == []
     assert "| moe |" in md.read_text() and "| mla |" in md.read_text()
+
+
+# ---------------------------------------------------------------- the page a reviewer decides from
+
+def _tagged(case, ratio, item, phase, ok=True):
+    rec = record(case, _verdict(case, ratio, ok=ok))
+    return dict(rec, item=item, phase=phase)
+
+
+def _shrinking_run():
+    """One item that fails and is shrunk: its first failure, 3 shrink steps (2 failing), the minimal."""
+    item = "test_suite.py::test_fuzz[0-moe]"
+    first, minimal = Case("moe", batch=40, seed=3), Case("moe", batch=1, seed=0)
+    cases = _cases([0.1, 0.2]) + [_tagged(first, 9.0, item, "generate", ok=False),
+                                  _tagged(Case("moe", batch=20, seed=3), 5.0, item, "shrink", ok=False),
+                                  _tagged(Case("moe", batch=10, seed=3), 0.5, item, "shrink"),
+                                  _tagged(minimal, 2.0, item, "shrink", ok=False)]
+    from k3diff.corpus import case_id
+
+    saved = {"kind": "failure", "stage": "moe", "path": f"seeds/moe-{case_id(minimal)}.json", "item": item,
+             "id": case_id(minimal), "replay": f"k3diff replay 'seeds/moe-{case_id(minimal)}.json' --backend x",
+             "headline": "FAIL moe minimal"}
+    return cases, saved, case_id(minimal)
+
+
+def test_shrink_steps_fold_under_the_marked_minimal_seed(tmp_path):
+    from k3diff.report.failures import distinct
+    from k3diff.report.html import run_report
+
+    cases, saved, minimal_id = _shrinking_run()
+    run = load([_write_run(tmp_path / "r.jsonl", 5, cases, extra=[saved])])
+    fails = distinct(run)
+    assert len(fails) == 1 and fails[0].minimal["id"] == minimal_id and len(fails[0].steps) == 2
+    assert fails[0].replay(run.failures) == saved["replay"]
+    assert tables.distinct_failures(run.cases) == 1 and len(tables.judged(run.cases)) == 3   # 2 + the first
+    page = run_report(run)
+    assert 'id="banner" class="fail"' in page and "1 distinct failing case(s)" in page
+    assert page.count('class="minimal"') == 1 and "2 shrink step(s) (1 failing)" in page
+    assert page.count("<details") >= 3 and "k3diff replay &#x27;seeds/moe-" in page
+    assert 'name="k3diff-failures" content="1"' in page
+
+
+def test_a_file_without_its_end_record_is_called_cut_short(tmp_path, capsys):
+    path = _write_run(tmp_path / "r.jsonl", 5, _cases([0.1, 0.2]), end=False)
+    run = load([path])
+    assert run.truncated == [str(path)] and "ended without its end record" in run.warnings[0]
+    code, out, err = _main(capsys, "report", path, "-o", tmp_path / "x.html")
+    assert code == 0 and "ended without its end record" in err
+    assert 'class="incomplete"' in (tmp_path / "x.html").read_text()
+
+
+def test_plots_clip_to_the_passing_range_and_mark_outliers():
+    import base64
+
+    from k3diff.report import plots
+
+    svg = base64.b64decode(plots.ratio_boxplot({"moe/out": [0.1, 0.4, 0.8, 4e34]})).decode()
+    assert "1 past, max 4.0e+34x" in svg                    # the outlier named at the edge
+    assert plots.clip_edge([0.1, 0.4, 0.8, 4e34]) == pytest.approx(1.2)
+
+
+def test_accuracy_is_shown_and_its_movement_compared(tmp_path):
+    from k3diff.report.html import run_report
+
+    def with_acc(cases, acc):
+        for c, a in zip(cases, acc):
+            c["tensors"][0]["accuracy"] = a
+        return cases
+
+    base = load([_write_run(tmp_path / "b.jsonl", 5, with_acc(_cases([0.1, 0.2]), [1.5, 2.0]))])
+    new = load([_write_run(tmp_path / "n.jsonl", 5, with_acc(_cases([0.1, 0.2]), [1.5, 7.0]))])
+    assert "accuracy median" in run_report(new) and "<td>7</td>" in run_report(new)
+    cmp = report_compare.compare(base, new)
+    assert cmp.accuracy[0][1] == pytest.approx(5.0) and "accuracy moe/out 2 -> 7" in report_compare.text(cmp)
+
+
+def test_compare_matches_by_case_when_new_fails_and_shrinks(tmp_path):
+    """NEW fails its first case, so Hypothesis shrinks and NEW's later draws never happen in the
+    same order: cases still match by the case itself, shrink steps match nothing."""
+    cases, saved, _ = _shrinking_run()
+    base_cases = [dict(c, phase="generate", ok=True, worst=["out", 0.3, 0, 0]) for c in cases
+                  if c.get("phase") != "shrink"]
+    base = load([_write_run(tmp_path / "b.jsonl", 5, list(reversed(base_cases)))])      # another order
+    new = load([_write_run(tmp_path / "n.jsonl", 5, cases, extra=[saved])])
+    cmp = report_compare.compare(base, new)
+    assert cmp.matched == 3 and cmp.only_new == 0 and len(cmp.new_failures) == 1
+    assert cmp.new_failures[0][1]["phase"] == "generate"
+
+
+def test_report_reads_json_without_importing_torch(tmp_path):
+    path = _write_run(tmp_path / "r.jsonl", 5, _cases([0.1]))
+    code = ("import sys; from k3diff.cli import main; rc = main(['report', sys.argv[1], '-o', sys.argv[2]]); "
+            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
+    done = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "x.html")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
+def test_coverage_names_every_declared_boundary_and_the_never_crossed(tmp_path):
+    from k3diff.coverage import coverage_fields
+    from k3diff.report.html import run_report
+
+    cases = []
+    for k in range(3):
+        case = Case("moe", batch=k + 1, seed=k)
+        cases.append(dict(record(case, _verdict(case, 0.2)), **coverage_fields(case)))
+    path = _write_run(tmp_path / "r.jsonl", 5, cases)
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["boundaries"] = {"batch": [2], "n_experts": [256]}
+    path.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    page = run_report(load([path]))
+    assert 'id="never-crossed" class="never"' in page and "moe n_experts 256" in page
+    assert "batch 2 [&lt;=&gt;]" in page                    # crossed: shown in the table, not on the list
+    assert "moe batch 2" not in page.split('id="never-crossed"')[1].split("</p>")[0]

@@ -1,0 +1,109 @@
+"""The numbers pytest prints and JUnit carries for a k3diff run, from case records (k3diff/results.py):
+the summary table (counts that agree with the coverage lines), the distinct failing cases, an
+item's few short JUnit fields, and each stage's budget for the progress line."""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+REPORT_KEY, FAILURE_KEY, MUTANT_KEY = "k3diff_cases", "k3diff_failure", "k3diff_mutant"
+
+
+def budgets_from_ids(nodeids, profile) -> dict:
+    """stage -> cases the collected items will judge at most (the progress line's denominator):
+    a fuzz chunk examples/chunks, an invariance item max(2, examples/8), a seed item one replay."""
+    from k3diff.stages import STAGES
+
+    per_chunk = max(1, profile["examples"] // profile["chunks"])
+    out = defaultdict(int)
+    for nodeid in nodeids:
+        name, _, params = nodeid.rpartition("::")[2].partition("[")
+        stage = next((p for p in re.split(r"[-\]]", params) if p in STAGES), None)
+        if name == "test_fuzz" and stage:
+            out[stage] += per_chunk
+        elif name == "test_batch_invariance" and stage:
+            out[f"{stage}-inv"] += max(2, profile["examples"] // 8)
+        elif name == "test_seed":
+            out["replay"] += 1
+    return dict(out)
+
+
+def junit_properties(props) -> list:
+    """An item's k3diff properties in a few short fields: cases, shrink steps, failing, worst, the
+    replay command of its saved seed (the case records stay in the results file)."""
+    from k3diff.budgets import pct
+
+    records = [v for k, v in props if k == REPORT_KEY]
+    if not any(k == REPORT_KEY or k == FAILURE_KEY for k, _ in props):
+        return list(props)          # already short (an xdist worker made it so before sending)
+    out = [(k, v) for k, v in props if not str(k).startswith("k3diff_")]     # others' properties kept
+    if records:
+        worst = max((r["worst"] for r in records if r.get("worst")), key=lambda w: w[1], default=None)
+        out += [("k3diff_n_cases", sum(r.get("phase") != "shrink" for r in records)),
+                ("k3diff_shrink_steps", sum(r.get("phase") == "shrink" for r in records)),
+                ("k3diff_failing", sum(not r["ok"] and not r["skipped"] and r.get("phase") != "shrink" for r in records)),
+                ("k3diff_worst", f"{worst[0]} {pct(worst[1])}" if worst else "-")]
+    out += [("k3diff_replay", f["replay"]) for k, f in props if k == FAILURE_KEY]
+    out += [(k, v) for k, v in props if k == MUTANT_KEY]
+    return out
+
+
+def distinct_judged(results) -> list:
+    """The cases the summary and the coverage lines both count: each case once, skipped cases and
+    Hypothesis's shrink steps (re-judged variants of one failure) left out."""
+    seen, out = set(), []
+    for r in results:
+        key = (r["stage"], r["id"])
+        if r.get("phase") != "shrink" and not r["skipped"] and key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+def minimal_failures(results, failures) -> set:
+    """Distinct failing cases: per failing test item the case Hypothesis shrank it to (its saved
+    seed's case; else its last failing case), so two items that shrink to one case count once."""
+    saved = {f.get("item"): f.get("id") for f in failures if f.get("item")}
+    last = {}
+    for r in results:
+        if not r["ok"] and not r["skipped"]:
+            last[(r["stage"], r.get("item") or r["id"])] = r["id"]
+    return {(stage, saved.get(item) or rid) for (stage, item), rid in last.items()}
+
+
+def summary_lines(results, failures=()):
+    by_stage = defaultdict(list)
+    for r in results:
+        by_stage[r["stage"]].append(r)
+
+    def failing(rs):       # distinct failing cases (shrink steps folded under their minimal case)
+        return len(minimal_failures(rs, failures))
+
+    # cases: as the coverage lines count them (distinct_judged); shrink: Hypothesis's shrink steps
+    columns = [("stage", "9", lambda rs: rs[0]["stage"]),
+               ("cases", ">6", lambda rs: len(distinct_judged(rs))),
+               ("shrink", ">6", lambda rs: sum(r.get("phase") == "shrink" for r in rs)),
+               ("fail", ">5", failing),
+               ("crash", ">5", lambda rs: len({r["id"] for r in rs if (r.get("error") or "").startswith(
+                   ("crash:", "hang:"))})),
+               ("skip", ">5", lambda rs: len({r["id"] for r in rs if r["skipped"]})),
+               ("cases/s", ">8", _rate),
+               ("ties", ">5", lambda rs: sum(r["tie_flips"] for r in rs)),
+               ("forced", ">6", lambda rs: sum(1 for r in rs if r["forced"])),
+               ("worst (tensor, % of budget)", "", _worst)]
+    lines = [" ".join(f"{name:{fmt}}" for name, fmt, _ in columns)]
+    for stage in sorted(by_stage):
+        lines.append(" ".join(f"{fn(by_stage[stage]):{fmt}}" for _, fmt, fn in columns))
+    return lines
+
+
+def _rate(rs):
+    secs = sum(r["seconds"] for r in rs)
+    return f"{len(rs) / secs if secs > 0 else float('inf'):.1f}"
+
+
+def _worst(rs):
+    worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
+    from k3diff.budgets import pct
+
+    return f"{worst[0]} {pct(worst[1])}" if worst else "-"

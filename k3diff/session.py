@@ -42,56 +42,85 @@ def pick_device(requested: str | None = None) -> str:
 
 
 def check_output_dir(path, what: str) -> None:
-    """A folder k3diff will write into: created now (with its parents) and probed with a real
-    write, so a bad path fails before any case runs rather than losing a failing seed later."""
+    """A folder k3diff will write into, checked before any case runs rather than losing a failing
+    seed later: an existing folder is probed with a real write; a missing one is not created (a
+    run that fails nothing leaves nothing behind) but its nearest existing ancestor must be a
+    writable folder (the seed's save creates the rest)."""
     import os
     import tempfile
     from pathlib import Path
 
     path = Path(path)
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
-        os.close(fd)
-        os.unlink(probe)
+        if path.exists():
+            if not path.is_dir():
+                raise NotADirectoryError(20, "not a folder")
+            fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
+            os.close(fd)
+            os.unlink(probe)
+            return
+        ancestor = path.absolute().parent
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+        if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+            raise PermissionError(13, f"{ancestor} is not a writable folder")
     except OSError as exc:
         raise UsageProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
 
 
 def open_report(path):
-    """The JSON-lines report, opened (truncated) before any case runs; one line per case, flushed."""
+    """The JSON-lines report, opened before any case runs, for this run alone: locked (a second
+    run given the same file is refused, where two writers would interleave and lose cases), then
+    emptied. One line per case, flushed."""
+    import fcntl
+    import os
+    import stat
     from pathlib import Path
 
     path = Path(path)
     if path.is_dir():
         raise UsageProblem(f"report {path}: is a folder; give a file name")
     try:
-        return open(path, "w", buffering=1)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         raise UsageProblem(f"report {path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UsageProblem(f"report {path}: another k3diff run is writing this file; give each run its own") from None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "w", buffering=1)
 
 
 def load_available(name: str | None):
-    """The backend `name` (None: the default), loaded, able to run here and keeping the contract
-    (k3diff/backends/base.py); else BackendError with one line saying why."""
+    """The backend `name` (None: the default) loaded in this process (k3diff.backends.load_available)."""
     from k3diff import backends
 
-    name = name or backends.default_name()
-    backend = backends.load(name)
-    try:
-        reason = backend.available()
-    except Exception as exc:  # noqa: BLE001 - a broken available() is the backend's bug, one line
-        raise backends.BackendError(f"backend {name!r}: available() raised "
-                                    f"{f'{type(exc).__name__}: {exc}'.splitlines()[0][:300]}") from None
-    if reason is not None:
-        raise backends.BackendError(f"backend {name!r} cannot run here: {reason}")
-    backends.check_contract(backend, name)
-    return backend
+    return backends.load_available(name)
+
+
+def open_candidate(spec, *, device, isolate=True, timeout=None, inflight_dir=None):
+    """(checker, backend) for the backend `spec` (None: the default). Isolated, the backend is
+    loaded in the child and `backend` is its BackendInfo: this process never imports it (a module
+    that crashes or hangs at import is one BackendError line). Else it is loaded here."""
+    from k3diff.isolation import InProcessChecker, IsolatedChecker
+
+    if isolate:
+        import torch
+
+        checker = IsolatedChecker(spec, device=device, timeout=timeout, inflight_dir=inflight_dir,
+                                  threads=torch.get_num_threads())
+        return checker, checker.start()
+    backend = load_available(spec)
+    return InProcessChecker(backend, device=device), backend
 
 
 def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_dir=None):
-    """Where cases are judged: a child process (default) or this one. An object that is not
-    loadable by name (a MutantBackend instance) always runs here."""
+    """Where an already loaded backend's cases are judged: a child process (default) or this one.
+    An object that is not loadable by name (a MutantBackend instance) always runs here."""
     from k3diff.isolation import InProcessChecker, IsolatedChecker
 
     if isolate and isinstance(spec, str):
@@ -128,8 +157,9 @@ class Session:
     def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir, isolate=True, timeout=None):
         from k3diff import backends
 
-        self.backend_name = backend_name or backends.default_name()
-        self.backend = load_available(self.backend_name)
+        self.checker, self.backend = open_candidate(backend_name, device=device, isolate=isolate, timeout=timeout,
+                                                    inflight_dir=save_dir)
+        self.backend_name = backend_name or getattr(self.backend, "spec", None) or backends.default_name()
         self.device = device
         self.seed = seed
         self.profile_name = profile
@@ -137,8 +167,6 @@ class Session:
         self.space = choose_space(device, preset, self.backend)
         self.save_dir = save_dir
         self.isolate = isolate
-        self.checker = make_checker(self.backend_name, self.backend, device=device, isolate=isolate,
-                                    timeout=timeout, inflight_dir=save_dir)
 
     def close(self):
         self.checker.close()

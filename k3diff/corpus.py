@@ -127,6 +127,9 @@ def load(path: str | Path) -> tuple[Case, dict]:
             raise CorpusError(f"{path}: '{field}' must be a JSON {'object' if kind is dict else 'string'}, "
                               f"got {type(record[field]).__name__}")
     fmt = record.get("k3diff_seed_format")
+    if fmt is None and record.get("kind") in ("case", "invariance") and "started" in record:
+        record = _from_inflight(record)       # what a killed run was judging: a seed without a verdict
+        fmt = SEED_FORMAT
     if fmt != SEED_FORMAT:
         raise CorpusError(f"{path}: seed format {fmt!r} is not supported (this k3diff reads {SEED_FORMAT})")
     try:
@@ -154,6 +157,15 @@ def load(path: str | Path) -> tuple[Case, dict]:
                           f"{{\"kind\": \"invariance\", \"position\": N >= 0}}, got {check!r}")
     record["check"] = check
     return case, record
+
+
+def _from_inflight(record: dict) -> dict:
+    """The `.inflight-<pid>.json` note of k3diff.isolation as a seed record (no verdict to compare)."""
+    check = {"kind": record["kind"]}
+    if record["kind"] == "invariance":
+        check["position"] = record.get("position")
+    return {"k3diff_seed_format": SEED_FORMAT, "case": record.get("case"), "check": check,
+            "backend": record.get("backend")}
 
 
 def _is_index(v) -> bool:

@@ -67,7 +67,10 @@ def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
     assert "replay: k3diff replay seeds/" in out
     record = json.loads(seeds[0].read_text())
     assert record["verdict"]["ok"] is False
-    replay = _cli(project.path, "replay", str(seeds[0]))
+    # a seed names module:object: it runs only when the user names it too (seeds are data)
+    refused = _cli(project.path, "replay", str(seeds[0]))
+    assert refused.returncode == 2 and "not registered here" in refused.stderr, refused.stderr
+    replay = _cli(project.path, "replay", str(seeds[0]), "--backend", "broken_candidate:BiasInWeights")
     assert replay.returncode == 1, replay.stderr
     assert "reproduced the recorded outcome (FAIL" in replay.stdout
     assert "FAIL" in replay.stdout.splitlines()[0]
@@ -233,7 +236,7 @@ def test_replay_rederives_the_outcome_and_warns_once_on_another_environment(tmp_
     record["environment"]["torch"] = "1.0.0"
     record["verdict"]["reports"][0]["max_err"] = 123.0          # stale numbers are not compared
     path.write_text(json.dumps(record))
-    done = _cli(HERE, "replay", str(path), "--isolate", "off")
+    done = _cli(HERE, "replay", str(path), "--isolate", "off", "--backend", "broken_candidate:BiasInWeights")
     assert done.returncode == 1, done.stderr
     assert "reproduced the recorded outcome (FAIL" in done.stdout
     warnings = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
@@ -241,7 +244,7 @@ def test_replay_rederives_the_outcome_and_warns_once_on_another_environment(tmp_
     record["verdict"]["ok"] = True
     record["verdict"]["reports"] = []
     path.write_text(json.dumps(record))
-    done = _cli(HERE, "replay", str(path), "--isolate", "off")
+    done = _cli(HERE, "replay", str(path), "--isolate", "off", "--backend", "broken_candidate:BiasInWeights")
     assert "outcome DIFFERS from the recording: recorded pass, now FAIL" in done.stdout
 
 
@@ -278,7 +281,8 @@ def test_batch_invariance_failures_get_a_seed_that_replays(project):
     assert record["check"]["kind"] == "invariance"
     position = record["check"]["position"]
     result.stdout.fnmatch_lines([f"*batch invariance (position {position}): FAIL*"])
-    replay = _cli(project.path, "replay", str(seeds[0]), "--isolate", "off")
+    replay = _cli(project.path, "replay", str(seeds[0]), "--isolate", "off", "--backend",
+                  "crashing_candidates:BatchDependent")
     assert replay.returncode == 1, replay.stderr
     assert replay.stdout.startswith(f"batch invariance (position {position}): FAIL")
     assert "reproduced the recorded outcome (FAIL" in replay.stdout

@@ -198,10 +198,7 @@ def _show(args) -> int:
 
 
 def _hunt(args) -> int:
-    import time
-
-    from k3diff.isolation import is_fatal
-    from k3diff.search import Stop, find_failure
+    from k3diff.search import first_failure_over
     from k3diff.session import choose_space, open_candidate, pick_device
     from k3diff.strategies import cases
 
@@ -209,27 +206,13 @@ def _hunt(args) -> int:
     checker, backend = open_candidate(args.backend, device=device, isolate=args.isolate == "on",
                                       timeout=args.timeout)
     stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
-    judged = {"n": 0}
-
-    def judge(case):
-        verdict = checker.check(case)
-        judged["n"] += not verdict.skipped
-        if is_fatal(verdict):
-            raise Stop(verdict)
-        return verdict
-
-    count, start, verdict, stage = 0, time.perf_counter(), None, ""
+    space, judged = choose_space(device, args.preset, backend), {"judged": 0}
     try:
-        for stage in stages:
-            verdict, n = find_failure(cases(stage, choose_space(device, args.preset, backend)), judge, examples=args.examples,
-                                      seed=args.seed, shrink=False)
-            count += n
-            if verdict is not None:
-                break
+        verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), checker.check,
+                                                            examples=args.examples, seed=args.seed, counts=judged)
     finally:
         checker.close()
-    seconds = time.perf_counter() - start
-    if verdict is None and not judged["n"]:
+    if verdict is None and not judged["judged"]:
         print(f"k3diff: nothing judged: {args.backend} refused all {count} cases of {', '.join(stages)} "
               "(stages/supports()); that is not a pass", file=sys.stderr)
         return EXIT["nothing judged"]

@@ -177,18 +177,10 @@ class Session:
     def fuzz(self, stage, chunk, on_case):
         """Fuzz one chunk of a stage; the shrunk failing verdict (a crash or hang: the first, not
         shrunk, and the chunk ends there), or None."""
-        from k3diff.isolation import is_fatal
-        from k3diff.search import Stop, find_failure
+        from k3diff.search import find_failure, stop_on_fatal
         from k3diff.strategies import cases
 
-        def judge(case):
-            verdict = self.check(case)
-            on_case(case, verdict)
-            if is_fatal(verdict):
-                raise Stop(verdict)
-            return verdict
-
-        verdict, _ = find_failure(cases(stage, self.space), judge,
+        verdict, _ = find_failure(cases(stage, self.space), stop_on_fatal(self.check, on_case),
                                   examples=max(1, self.profile["examples"] // self.profile["chunks"]),
                                   seed=sub_seed(self.seed, stage, chunk))
         return verdict
@@ -198,19 +190,16 @@ class Session:
         `position` attribute is the token's position (recorded in its seed file)."""
         from hypothesis import strategies as st
 
-        from k3diff.isolation import is_fatal
-        from k3diff.search import Stop, find_failure
+        from k3diff.search import find_failure, stop_on_fatal
         from k3diff.strategies import cases
 
-        def judge(drawn):
+        def check(drawn):
             case, position = drawn
             verdict = self.checker.check_invariance(case, position)
             verdict.position = position
-            on_case(case, verdict)
-            if is_fatal(verdict):
-                raise Stop(verdict)
             return verdict
 
+        judge = stop_on_fatal(check, lambda drawn, verdict: on_case(drawn[0], verdict))
         strategy = st.tuples(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
         verdict, _ = find_failure(strategy, judge, examples=max(2, self.profile["examples"] // 8),
                                   seed=sub_seed(self.seed, stage, "invariance"))

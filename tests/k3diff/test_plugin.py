@@ -76,7 +76,7 @@ def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
     assert "FAIL" in replay.stdout.splitlines()[0]
     # the line exactly as printed, through the console script: the candidate module beside the
     # user still imports (it did not: "No module named 'broken_candidate'", exit 2)
-    line = re.search(r"replay: (k3diff replay seeds/\S+\.json)", out).group(1).split()
+    line = re.search(r"replay: (k3diff replay seeds/\S+\.json --backend \S+)", out).group(1).split()
     again = _console(project.path, *line[1:])
     assert again.returncode == 1, again.stderr
     assert "reproduced the recorded outcome (FAIL" in again.stdout

@@ -119,7 +119,7 @@ _FIELD_TYPES = {"verdict": dict, "environment": dict, "check": dict, "backend": 
 
 def load(path: str | Path) -> tuple[Case, dict]:
     path = Path(path)
-    record = read_json(path, "seed file")
+    record = read_json(path, "k3diff seed file")
     if not isinstance(record, dict) or "case" not in record:
         raise CorpusError(f"{path}: not a k3diff seed file (no 'case' object)")
     for field, kind in _FIELD_TYPES.items():

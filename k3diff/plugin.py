@@ -100,7 +100,7 @@ def _make_session(config):
 
     timeout = config.getoption(opt.TIMEOUT)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        raise pytest.UsageError(f"{opt.TIMEOUT} must be finite and > 0 seconds, got {timeout}")
+        raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
     try:
         check_output_dir(config.getoption(opt.SAVE), opt.SAVE)
         report = config.getoption(opt.REPORT)

@@ -42,30 +42,33 @@ def pick_device(requested: str | None = None) -> str:
 
 
 def check_output_dir(path, what: str) -> None:
-    """A folder k3diff will write into, checked before any case runs rather than losing a failing
-    seed later: an existing folder is probed with a real write; a missing one is not created (a
-    run that fails nothing leaves nothing behind) but its nearest existing ancestor must be a
-    writable folder (the seed's save creates the rest)."""
+    """A folder k3diff will write into, probed with a real write before any case runs rather than
+    losing a failing seed later. A folder that did not exist is made for the probe and removed
+    again: a run that fails nothing leaves nothing behind (the seed's save makes it for real)."""
     import os
     import tempfile
     from pathlib import Path
 
     path = Path(path)
+    made = []
     try:
-        if path.exists():
-            if not path.is_dir():
-                raise NotADirectoryError(20, "not a folder")
-            fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
-            os.close(fd)
-            os.unlink(probe)
-            return
-        ancestor = path.absolute().parent
-        while not ancestor.exists():
-            ancestor = ancestor.parent
-        if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-            raise PermissionError(13, f"{ancestor} is not a writable folder")
+        missing = path.absolute()
+        while not missing.exists() and not missing.is_symlink():
+            made.append(missing)
+            missing = missing.parent
+        for folder in reversed(made):
+            folder.mkdir()
+        fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
+        os.close(fd)
+        os.unlink(probe)
     except OSError as exc:
         raise UsageProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
+    finally:
+        for folder in made:                 # deepest first; only what this probe made
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
 
 def open_report(path):

@@ -276,7 +276,7 @@ def test_mutants_only_a_comma_is_refused(capsys):
 
 def test_timeout_inf_under_pytest_is_one_line(project):
     result = project.runpytest_subprocess("--k3diff", "--k3diff-timeout", "inf", "-p", "no:cacheprovider")
-    assert result.ret == 4 and "must be finite and > 0" in result.stderr.str()
+    assert result.ret == 4 and "must be > 0 seconds and finite" in result.stderr.str()
 
 
 def test_a_results_file_has_one_writer(tmp_path):

@@ -94,9 +94,9 @@ def _worker_device(config):
 
 def _make_session(config):
     from k3diff.backends import BackendError
-    from k3diff.session import Session, UsageProblem, check_output_dir, open_report
-
     import math
+
+    from k3diff.session import Session, UsageProblem, check_output_dir, open_report
 
     timeout = config.getoption(opt.TIMEOUT)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
@@ -194,9 +194,7 @@ def pytest_report_header(config):
 
 def pytest_generate_tests(metafunc):
     if "k3diff_seed_file" in metafunc.fixturenames:
-        from k3diff.corpus import CorpusError, seed_files
-
-        from k3diff.corpus import regression_dirs
+        from k3diff.corpus import CorpusError, regression_dirs, seed_files
 
         config = metafunc.config
         roots = regression_dirs(config.rootpath) + [Path(p) for p in config.getoption(opt.REPLAY)]

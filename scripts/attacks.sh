@@ -18,8 +18,10 @@ seed() {   # seed NAME [EXTRA JSON FIELDS]: a seed file of one moe case of batch
 }
 row() {    # row ATTACK PATTERN CMD...: the command, its exit status, the first line matching PATTERN
   local label=$1 pat=$2; shift 2
-  local out; out=$(cd "$W" && timeout 300 "$@" 2>&1); local rc=$?
-  local line; line=$(grep -m1 -E -- "$pat" <<<"$out" | sed -E 's/^ *//; s/^(FAIL|FAILED) [^:]*(: ERROR)? ?//' | cut -c1-150)
+  local run=(timeout 300); declare -F "$1" >/dev/null && run=()     # a helper below runs as it is
+  local out; out=$(cd "$W" && "${run[@]}" "$@" 2>&1); local rc=$?
+  # the part that says it: from "k3diff:"/"ERROR:"/"crash:" on, the scratch folder's name dropped
+  local line; line=$(grep -m1 -E -- "$pat" <<<"$out" | sed -E "s#$W/##g; s/^ *//; s/^.*(k3diff: |ERROR: |crash: |hang: )/\1/" | cut -c1-150)
   local cmd="$*"; cmd=${cmd//$W\//}; cmd=${cmd//$ROOT\//}; cmd=${cmd//python -m k3diff.cli/k3diff}
   cmd=${cmd//python -m pytest tests\/differential --k3diff -q -p no:cacheprovider -p no:randomly --rootdir $ROOT --k3diff-save seeds/pytest --k3diff}
   line=${line//|/\\|}; cmd=${cmd//|/\\|}
@@ -48,8 +50,8 @@ printf 'import time\ntime.sleep(300)\n' > "$W/sleep_at_import.py"
 printf 'raise RuntimeError("no GPU here")\n' > "$W/raise_at_import.py"
 printf 'def (:\n' > "$W/syntax_at_import.py"
 printf 'import sys\nsys.exit(0)\n' > "$W/exit_at_import.py"
-mkdir -p "$W/dir" "$W/x.json" "$W/odd"
-cp "$(seed good)" "$W/dir/good.json"; cp "$(seed evil ', "backend": "evil_module:Thing"')" "$W/dir/evil.json"
+mkdir -p "$W/dir" "$W/withdir/x.json" "$W/odd"
+cp "$(seed good)" "$W/dir/good.json"; cp "$W/good.json" "$W/withdir/good.json"; cp "$(seed evil ', "backend": "evil_module:Thing"')" "$W/dir/evil.json"
 ln -s "$W/odd/loop.json" "$W/odd/loop.json"; mkfifo "$W/odd/fifo.json"
 python -c "print('[' * 100000 + ']' * 100000)" > "$W/deep.json"
 seed one >/dev/null; sed 's/"batch": 1/"batch": 3/' "$W/one.json" > "$W/b3.json"
@@ -83,8 +85,8 @@ row "SIGTERM to pytest, candidate hung with a grandchild" "exit" term_while_hang
 row "SIGTERM to k3diff replay, same candidate" "exit" term_while_hanging "${C[@]}" replay "$W/one.json" --backend crashing_candidates:SpawnsAndHangs
 row "a hang's own subprocess, --timeout 5" "exit" children_after "${C[@]}" replay "$W/one.json" --backend crashing_candidates:SpawnsAndHangs --timeout 5
 row "a candidate that forks, passing run" "exit" children_after "${P[@]}" --k3diff-backend crashing_candidates:ForksAndPasses -k "fuzz and moe" --k3diff-seed 1
-row "replay DIR, one seed naming an unknown backend" "k3diff:|PASS" bash -c "${C[*]} replay $W/dir 2>&1 | grep -E 'k3diff:|PASS' | cut -c1-70 | paste -sd' '"
-row "a folder named x.json" "k3diff:" "${C[@]}" replay "$W/x.json"
+row "replay DIR, one seed naming an unknown backend" "k3diff:|PASS" bash -c "${C[*]} replay $W/dir 2>&1 | grep -E 'k3diff:|PASS' | sed 's#$W/##' | cut -c1-70 | paste -sd' '; exit \${PIPESTATUS[0]}"
+row "replay DIR holding a folder named x.json" "k3diff:|PASS" bash -c "${C[*]} replay $W/withdir 2>&1 | grep -E 'k3diff:|PASS' | sed 's#$W/##' | cut -c1-70 | paste -sd' '; exit \${PIPESTATUS[0]}"
 row "a symlink loop" "k3diff:" "${C[@]}" replay "$W/odd/loop.json"
 row "a FIFO named fifo.json" "k3diff:" "${C[@]}" replay "$W/odd/fifo.json"
 row "/dev/zero" "k3diff:" "${C[@]}" replay /dev/zero

@@ -301,16 +301,16 @@ def test_a_full_disk_under_the_results_file_is_one_line_and_exit_7(project):
     assert [line for line in result.stderr.str().splitlines() if "No space left on device" in line]
 
 
-def test_broken_pipe_and_full_disk_on_stdout_are_one_line(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "k3diff.cli", "budgets"], cwd=tmp_path, env=_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc.stdout.close()                       # the reader went away (`| head -0`)
-    err = proc.stderr.read().decode()
-    assert proc.wait(60) == 4 and "broken pipe" in err and len(err.splitlines()) == 1, err
-    with open("/dev/full", "w") as full:
-        done = subprocess.run([sys.executable, "-m", "k3diff.cli", "budgets"], cwd=tmp_path, env=_env(),
-                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
-    assert done.returncode == 4 and "No space left" in done.stderr and len(done.stderr.splitlines()) == 1
+def test_broken_pipe_and_full_disk_on_stdout_are_one_line(monkeypatch, capsys):
+    """In this process (cheap): stdout a pipe whose reader went away (`| head -0`), then /dev/full."""
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "w") as closed, open("/dev/full", "w") as full:
+        for stdout, message in ((closed, "stdout was closed (broken pipe)"), (full, "No space left on device")):
+            monkeypatch.setattr(sys, "stdout", stdout)
+            assert cli.main(["budgets"]) == 4
+            err = capsys.readouterr().err
+            assert message in err and len(err.splitlines()) == 1, err
 
 
 # ---------------------------------------------------------------- tests leave nothing behind

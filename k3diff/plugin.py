@@ -345,8 +345,10 @@ class _Collector:
 
 def _unjudged_stages(config) -> list:
     """Stages the candidate claims of which every case it met was refused: nothing was judged."""
+    from k3diff.stages import STAGES
+
     session = config._k3diff
-    claimed = set(getattr(session.backend, "stages", ()) or ())
+    claimed = set(getattr(session.backend, "stages", STAGES) or ())     # no `stages`: it claims them all
     by_stage = defaultdict(list)
     for r in config._k3diff_results:
         by_stage[str(r["stage"]).split("-")[0]].append(r)

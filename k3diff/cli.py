@@ -1,9 +1,17 @@
 """`k3diff replay FILE|DIR` (verdict and metrics of seeds) and `k3diff show FILE` (its case).
 
-Exit status: 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 2 the command
-was wrong: a bad seed file, an unknown or broken backend, a device that is not here (the one-line
-reason on stderr). `replay DIR` replays every seed under the folder: 2 if any seed could not be
-read (the others are still replayed), else 1 if any case fails, else 0.
+Exit status (EXIT below): 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 2 the
+command was wrong: a bad option value or seed file, an unknown backend, one that crashes, hangs or
+raises while it loads, a device that is not here (the one-line reason on stderr); 3 nothing was
+judged: the candidate refused (`stages`, `supports()`) every case; 4 k3diff could not write its
+output (stdout closed: broken pipe; disk full); 130 interrupted (Ctrl-C), 143 on SIGTERM: the
+candidate's processes are killed first. `replay DIR` replays every seed under the folder: 2 if any
+seed could not be read or its backend not loaded (the others are still replayed), else 1 if any
+case fails, else 3 if none was judged, else 0.
+
+Seeds are data: a replay runs the backend named by `--backend`, else the seed's own only when it
+is a registered name (a built-in or a `k3diff.backends` entry point); a seed naming `module:object`
+is refused unless that is given with `--backend`.
 
 Candidates run in a child process (`--isolate off` to run them here), so a crash or hang of the
 kernel is reported as a failing verdict ("crash: ..."/"hang: ...", exit 1), never a dead CLI.
@@ -11,8 +19,33 @@ kernel is reported as a failing verdict ("crash: ..."/"hang: ...", exit 1), neve
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import math
 import sys
+
+EXIT = {"pass": 0, "fail": 1, "usage": 2, "nothing judged": 3, "output": 4, "interrupted": 130}
+
+
+def positive_seconds(text: str) -> float:
+    """A per-case limit: finite and > 0 (0 or -5 made a correct candidate a "hang"; inf overflowed)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects seconds, got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be finite and > 0 seconds, got {text!r}")
+    return value
+
+
+def at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
 
 
 def _parser():
@@ -34,14 +67,14 @@ def _parser():
     h = sub.add_parser("hunt", help="fuzz a backend until the first failure: examples and seconds to catch")
     h.add_argument("--backend", required=True)
     h.add_argument("--stage", action="append", default=None, help="stage(s) to fuzz (default: all it has)")
-    h.add_argument("--examples", type=int, default=40, help="examples per stage")
+    h.add_argument("--examples", type=at_least_one, default=40, help="examples per stage")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--device", default=None)
     _isolation_args(h)
     h.add_argument("--preset", default=None, choices=("tiny", "small", "full"),
                    help="dims to fuzz around (default: tiny on cpu, small on a GPU)")
     m = sub.add_parser("mutants", help="run k3diff against every planted bug and print the mutation score")
-    m.add_argument("--examples", type=int, default=40, help="examples per stage (the ci profile's budget)")
+    m.add_argument("--examples", type=at_least_one, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--only", default=None, metavar="NAME[,NAME]", help="these planted bugs only (names: the table's first column)")
     # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
@@ -53,7 +86,7 @@ def _parser():
 def _isolation_args(p):
     from k3diff.isolation import DEFAULT_TIMEOUT
 
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+    p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                    help=f"per-case limit in seconds; past it the case is a hang (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--isolate", choices=["on", "off"], default="on",
                    help="judge in a child process so a crash or hang cannot take k3diff down (default on)")
@@ -62,48 +95,74 @@ def _isolation_args(p):
 def _replay(args) -> int:
     from pathlib import Path
 
+    from k3diff.backends.base import BackendError
     from k3diff.corpus import CorpusError, seed_files
 
     paths = seed_files(args.file)
     checkers = {}
-    if not Path(args.file).is_dir():
-        try:
-            return _replay_one(args, paths[0], checkers)
-        finally:
-            for checker, _ in checkers.values():
-                checker.close()
-    if not paths:
-        raise CorpusError(f"{args.file}: no seed files (*.json) under this folder")
-    status, verdicts = 0, []
+    verdicts = []
     try:
+        if not Path(args.file).is_dir():
+            status = _replay_one(args, paths[0], checkers)
+            return EXIT["nothing judged"] if status is None else status
+        if not paths:
+            raise CorpusError(f"{args.file}: no seed files (*.json) under this folder")
+        status, judged = 0, 0
         for path in paths:
-            print(f"== {path}", file=sys.stderr if args.json else sys.stdout)
+            print(f"== {path}", file=sys.stderr if args.json else sys.stdout, flush=True)
             try:
-                status = max(status, _replay_one(args, path, checkers, verdicts))
-            except CorpusError as exc:
-                print(f"k3diff: {exc}", file=sys.stderr)
-                status = 2
+                one = _replay_one(args, path, checkers, verdicts)
+            except (CorpusError, BackendError) as exc:
+                print(f"k3diff: {exc}", file=sys.stderr, flush=True)
+                status = EXIT["usage"]
+                continue
+            if one is not None:
+                judged += 1
+                status = max(status, one)
+        if args.json:       # one document on stdout, whatever the folder held
+            print(json.dumps(verdicts, indent=1, sort_keys=True))
+        return status if status or judged else EXIT["nothing judged"]
     finally:
         for checker, _ in checkers.values():
-            checker.close()
-    if args.json:       # one document on stdout, whatever the folder held
-        print(json.dumps(verdicts, indent=1, sort_keys=True))
-    return status
+            if checker is not None:
+                checker.close()
 
 
-def _replay_one(args, path, checkers, collect=None) -> int:
+def _backend_for(args, record, path) -> str | None:
+    """The backend a replay runs: `--backend`, else the seed's when k3diff vouches for the name
+    (registered), else the default. A seed's `module:object` would be code chosen by a file."""
     from k3diff import backends
+    from k3diff.corpus import CorpusError
+
+    if args.backend:
+        return args.backend
+    named = record.get("backend")
+    if named is None:
+        return None
+    if not backends.is_registered(named):
+        raise CorpusError(f"{path}: the seed names backend {named!r}, which is not registered here; a seed does "
+                          f"not choose the code k3diff runs: pass it yourself with --backend {named}")
+    return named
+
+
+def _replay_one(args, path, checkers, collect=None) -> int | None:
+    """The exit status of one seed's replay (None: the candidate did not judge it)."""
+    from k3diff.backends.base import BackendError
     from k3diff.corpus import load
-    from k3diff.session import compare_with_record, load_available, make_checker, pick_device, replay_record
+    from k3diff.session import compare_with_record, open_candidate, pick_device, replay_record
 
     case, record = load(path)
-    name = args.backend or record.get("backend") or backends.default_name()
+    name = _backend_for(args, record, path)
     device = pick_device(args.device)
     if name not in checkers:
-        backend = load_available(name)
-        checkers[name] = (make_checker(name, backend, device=device, isolate=args.isolate == "on",
-                                       timeout=args.timeout), backend)
+        try:
+            checkers[name] = open_candidate(name, device=device, isolate=args.isolate == "on", timeout=args.timeout)
+        except BackendError as exc:
+            checkers[name] = (None, exc)       # once: the other seeds of this backend say the same line
     checker, backend = checkers[name]
+    if checker is None:
+        raise backend
+    name = name or getattr(backend, "spec", None) or getattr(backend, "name", None)
     verdict = replay_record(checker, case, record)
     now = verdict.to_dict()
     if args.json and collect is not None:
@@ -121,7 +180,9 @@ def _replay_one(args, path, checkers, collect=None) -> int:
             print("  note: " + note)
     for line in compare_with_record(verdict, record, name, backend):
         print(line, file=sys.stderr if args.json else sys.stdout)    # --json: stdout is the JSON alone
-    return 0 if verdict.ok or verdict.skipped else 1
+    if verdict.skipped:
+        return None
+    return EXIT["pass"] if verdict.ok else EXIT["fail"]
 
 
 def _show(args) -> int:
@@ -146,42 +207,31 @@ def _show(args) -> int:
 
 
 def _hunt(args) -> int:
-    import time
-
-    from k3diff.isolation import is_fatal
-    from k3diff.search import Stop, find_failure
-    from k3diff.session import choose_space, load_available, make_checker, pick_device
+    from k3diff.search import first_failure_over
+    from k3diff.session import choose_space, open_candidate, pick_device
     from k3diff.strategies import cases
 
-    backend = load_available(args.backend)
     device = pick_device(args.device)
+    checker, backend = open_candidate(args.backend, device=device, isolate=args.isolate == "on",
+                                      timeout=args.timeout)
     stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
-    checker = make_checker(args.backend, backend, device=device, isolate=args.isolate == "on", timeout=args.timeout)
-
-    def judge(case):
-        verdict = checker.check(case)
-        if is_fatal(verdict):
-            raise Stop(verdict)
-        return verdict
-
-    count, start, verdict, stage = 0, time.perf_counter(), None, ""
+    space, judged = choose_space(device, args.preset, backend), {"judged": 0}
     try:
-        for stage in stages:
-            verdict, n = find_failure(cases(stage, choose_space(device, args.preset, backend)), judge, examples=args.examples,
-                                      seed=args.seed, shrink=False)
-            count += n
-            if verdict is not None:
-                break
+        verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), checker.check,
+                                                            examples=args.examples, seed=args.seed, counts=judged)
     finally:
         checker.close()
-    seconds = time.perf_counter() - start
+    if verdict is None and not judged["judged"]:
+        print(f"k3diff: nothing judged: {args.backend} refused all {count} cases of {', '.join(stages)} "
+              "(stages/supports()); that is not a pass", file=sys.stderr)
+        return EXIT["nothing judged"]
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
-        return 0
+        return EXIT["pass"]
     print(f"caught after {count} examples, {seconds:.1f} s, stage {stage} on {device}: {verdict.headline()}")
     for line in verdict.failures():
         print("  " + line)
-    return 1
+    return EXIT["fail"]
 
 
 def _mutants(args) -> int:
@@ -189,8 +239,10 @@ def _mutants(args) -> int:
     from k3diff.session import UsageProblem, choose_space
 
     chosen = MUTANTS
-    if args.only:
+    if args.only is not None:
         names = [n for n in args.only.split(",") if n]
+        if not names:
+            raise UsageProblem(f"--only {args.only!r} names no mutant (names: {', '.join(sorted(BY_NAME))})")
         unknown = [n for n in names if n not in BY_NAME]
         if unknown:
             raise UsageProblem(f"unknown mutant {unknown[0]!r} (known: {', '.join(sorted(BY_NAME))})")
@@ -203,6 +255,36 @@ def _mutants(args) -> int:
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        status = _run(args)
+        sys.stdout.flush()
+        return status
+    except KeyboardInterrupt:
+        print("k3diff: interrupted; the candidate's processes were killed", file=sys.stderr)
+        return EXIT["interrupted"]
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO):
+            raise
+        _quiet_stdout()
+        what = "stdout was closed (broken pipe)" if exc.errno == errno.EPIPE else (exc.strerror or str(exc))
+        print(f"k3diff: could not write the output: {what}", file=sys.stderr)
+        return EXIT["output"]
+
+
+def _quiet_stdout():
+    """After stdout failed, point it at /dev/null so the interpreter's exit flush cannot print a
+    second error (Python's own 'Exception ignored ... BrokenPipeError')."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def _run(args) -> int:
     if args.command == "report":        # -- report: reads JSON files; imports neither torch nor a backend
         from k3diff.report import run as _report
         return _report(args)
@@ -227,7 +309,7 @@ def main(argv=None) -> int:
         return 0
     except (CorpusError, CaseError, BackendError, CaseTooLarge, UsageProblem) as exc:
         print(f"k3diff: {exc}", file=sys.stderr)
-        return 2
+        return EXIT["usage"]
 
 
 if __name__ == "__main__":

@@ -60,17 +60,76 @@ def save(case: Case, verdict_dict: dict, directory: str | Path, backend: str, *,
     return path
 
 
-def load(path: str | Path) -> tuple[Case, dict]:
+MAX_SEED_BYTES = 1 << 20     # a seed is a few KB; a bigger file is not one (or /dev/zero)
+MAX_DEPTH = 16               # a seed nests 5 deep; deeper JSON is not one (and recursion has limits)
+
+
+def read_json(path: str | Path, what: str, *, max_bytes: int = MAX_SEED_BYTES, max_depth: int = MAX_DEPTH,
+              error=None):
+    """The JSON value of a regular file of at most `max_bytes`, nested at most `max_depth` deep:
+    files from another machine are data, so a FIFO (which would block), a device (/dev/zero: no
+    end), a folder named x.json, a symlink loop or a deeply nested document is one line of
+    `error` (CorpusError by default), never a hang, a traceback or memory exhausted."""
+    import stat
+
+    error = error or CorpusError
     path = Path(path)
     try:
-        record = json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # a FIFO opens without a writer
     except FileNotFoundError:
-        raise CorpusError(f"{path}: no such seed file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorpusError(f"{path}: not a k3diff seed file (invalid JSON: {exc.msg if hasattr(exc, 'msg') else exc})") from None
+        raise error(f"{path}: no such {what}") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read this {what} ({exc.strerror or exc})") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise error(f"{path}: {kind}; a {what} is a regular file")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot read this {what} ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise error(f"{path}: larger than {max_bytes} bytes; not a {what}")
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise error(f"{path}: not a {what} (not UTF-8 text)") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not a {what} (invalid JSON: {exc.msg})") from None
+    except RecursionError:
+        raise error(f"{path}: not a {what} (JSON nested deeper than {max_depth})") from None
+    if _depth(value, max_depth) > max_depth:
+        raise error(f"{path}: not a {what} (JSON nested deeper than {max_depth})")
+    return value
+
+
+def _depth(value, limit: int, at: int = 0) -> int:
+    if at > limit or not isinstance(value, (dict, list)):
+        return at
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(v, limit, at + 1) for v in items), default=at + 1)
+
+
+# the fields a replay reads beyond the case, and the type each must have when present
+_FIELD_TYPES = {"verdict": dict, "environment": dict, "check": dict, "backend": str, "case_id": str,
+                "label": str, "replay": str}
+
+
+def load(path: str | Path) -> tuple[Case, dict]:
+    path = Path(path)
+    record = read_json(path, "k3diff seed file")
     if not isinstance(record, dict) or "case" not in record:
         raise CorpusError(f"{path}: not a k3diff seed file (no 'case' object)")
+    for field, kind in _FIELD_TYPES.items():
+        if record.get(field) is not None and not isinstance(record[field], kind):
+            raise CorpusError(f"{path}: '{field}' must be a JSON {'object' if kind is dict else 'string'}, "
+                              f"got {type(record[field]).__name__}")
     fmt = record.get("k3diff_seed_format")
+    if fmt is None and record.get("kind") in ("case", "invariance") and "started" in record:
+        record = _from_inflight(record)       # what a killed run was judging: a seed without a verdict
+        fmt = SEED_FORMAT
     if fmt != SEED_FORMAT:
         raise CorpusError(f"{path}: seed format {fmt!r} is not supported (this k3diff reads {SEED_FORMAT})")
     try:
@@ -83,7 +142,11 @@ def load(path: str | Path) -> tuple[Case, dict]:
                           f"recorded {recorded_id}); drop 'case_id' and 'verdict' to use it as a new case")
     verdict = record.get("verdict")
     if isinstance(verdict, dict):
+        if not isinstance(verdict.get("reports", []), list):
+            raise CorpusError(f"{path}: the recorded verdict's 'reports' must be a list")
         stages = {r.get("stage") for r in verdict.get("reports", ()) if isinstance(r, dict)} - {"control", None}
+        if not all(isinstance(st, str) for st in stages):
+            raise CorpusError(f"{path}: the recorded verdict names a stage that is not a string")
         if stages - {case.stage}:
             raise CorpusError(f"{path}: the recorded verdict is of stage {', '.join(sorted(stages))} but the case is "
                               f"stage {case.stage!r} (edited?); drop 'verdict' to use it as a new case")
@@ -96,15 +159,25 @@ def load(path: str | Path) -> tuple[Case, dict]:
     return case, record
 
 
+def _from_inflight(record: dict) -> dict:
+    """The `.inflight-<pid>.json` note of k3diff.isolation as a seed record (no verdict to compare)."""
+    check = {"kind": record["kind"]}
+    if record["kind"] == "invariance":
+        check["position"] = record.get("position")
+    return {"k3diff_seed_format": SEED_FORMAT, "case": record.get("case"), "check": check,
+            "backend": record.get("backend")}
+
+
 def _is_index(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31
 
 
 def outcome(verdict_dict: dict) -> tuple[bool, list[str]]:
     """What a replay compares with the recording: pass/fail and the names of the failing tensors."""
-    names = sorted({r["tensor"] for r in verdict_dict.get("reports", ()) if not r.get("ok", True)})
+    names = sorted({str(r.get("tensor")) for r in verdict_dict.get("reports", ())
+                    if isinstance(r, dict) and not r.get("ok", True)})
     routing = verdict_dict.get("routing")
-    if routing and not routing.get("ok", True):
+    if isinstance(routing, dict) and not routing.get("ok", True):
         names.append("routing")
     if verdict_dict.get("error"):
         names.append(str(verdict_dict["error"]).split(":")[0] if str(verdict_dict["error"]).startswith(
@@ -159,11 +232,32 @@ def environment_drift(recorded: dict, now: dict) -> str | None:
     return ("recorded in another environment: " + "; ".join(diffs)) if diffs else None
 
 
+def regression_dirs(rootdir=None) -> list[Path]:
+    """The regression corpora replayed on every run: the one that ships with k3diff (found from the
+    package, so `pytest --pyargs k3diff.suite` finds it from any folder), and the rootdir's own
+    `corpora/regressions` when that is another (a user's project with seeds of its own)."""
+    import k3diff
+
+    package = Path(k3diff.__file__).resolve().parent
+    found = []
+    for candidate in (package / "regressions", package.parent / "corpora" / "regressions",
+                      None if rootdir is None else Path(str(rootdir)) / "corpora" / "regressions"):
+        if candidate is not None and candidate.is_dir() and candidate.resolve() not in {f.resolve() for f in found}:
+            found.append(candidate)
+    return found
+
+
 def seed_files(path: str | Path) -> list[Path]:
     """A seed file, or every *.json under a folder (sorted, so runs and shards are stable)."""
     path = Path(path)
-    if path.is_dir():
-        return sorted(p for p in path.rglob("*.json") if not p.name.startswith("."))
-    if path.exists():
+    try:
+        if path.is_dir():
+            # os.walk does not follow links to folders (a loop would never end); each file is
+            # checked when it is read (read_json), so a folder named x.json is one line there
+            found = [Path(d) / f for d, dirs, files in os.walk(path) for f in files + [x for x in dirs if x.endswith(".json")]]
+            return sorted(p for p in found if p.name.endswith(".json") and not p.name.startswith("."))
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot list this folder ({exc.strerror or exc})") from None
+    if path.exists() or path.is_symlink():
         return [path]
     raise CorpusError(f"{path}: no such seed file or folder")

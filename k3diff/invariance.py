@@ -43,6 +43,11 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
     if case.stage not in getattr(candidate, "stages", (case.stage,)):
         verdict.skipped = f"backend {name!r} does not implement stage {case.stage!r}"
         return verdict
+    # the same refusal check_case honours: a case the candidate says it cannot run is not judged
+    unsupported = getattr(candidate, "supports", lambda cfg, stage: None)(case.config(), case.stage)
+    if unsupported:
+        verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
+        return verdict
     if case.routing == "ties" or case.routing == "near_tie":
         case = dataclasses.replace(case, routing="natural")
     cfg, weights, inputs = materialize(case, device)

@@ -1,41 +1,56 @@
-"""Crash and hang isolation: the candidate runs in a long-lived child process.
+"""Crash and hang isolation: the candidate lives in a child process, from its first import on.
 
 A fused kernel that reads out of bounds does not raise: it kills the process (segfault, abort), or
 leaves the CUDA context unusable for every later call ("illegal memory access", a device-side
-assert), or never returns. So a k3diff run judges every case in a child process (spawn context, so
-no CUDA state is inherited) that loads the backend by its spec string once and keeps its caches
-(weights, prepared/compiled kernels) across cases:
+assert), or never returns. And a backend can do all of that at import. So the child (a fresh
+interpreter: no CUDA state inherited) imports, constructs and asks `available()` of the backend
+itself, then keeps it and its caches (weights, prepared/compiled kernels) across cases; the parent
+never imports it and knows it only by the facts the child sends back (`BackendInfo`):
 
+  - loading: the interpreter and torch get STARTUP_TIMEOUT; the backend's own import, construction,
+    `available()` and contract get the case timeout. A crash, a hang or an error there is one
+    BackendError line (pytest exit 4, `k3diff` exit 2), never a dead or hung parent;
   - before each call the in-flight case is written atomically to `<dir>/.inflight-<pid>.json`, so
     even a run killed from outside leaves the case that was running;
-  - the child dies, or reports a sticky device error (a CUDA error text in the candidate's
-    exception, or a failing `torch.cuda.synchronize()` after the call) -> verdict "crash:"; the
-    child is replaced by a fresh one for the next case;
-  - no verdict within `timeout` seconds -> the child is killed, verdict "hang:".
+  - the child dies, or reports a sticky device error (a CUDA error text, or a failing
+    `torch.cuda.synchronize()` after the call) -> verdict "crash:"; the next case gets a fresh child;
+  - no verdict within `timeout` seconds -> verdict "hang:".
 
-Such verdicts are final: `Session.fuzz` saves the case as the seed and ends that chunk without
-shrinking (shrinking a crash would relaunch the crash dozens of times).
+Nothing is left behind: the child leads its own session (so its process group holds it, whatever
+it forks, and a terminal's Ctrl-C reaches only the parent); the whole group is killed on a hang, a
+crash, `close()`, the parent's SIGTERM/SIGHUP, and at exit; and the child asks the kernel for
+SIGKILL when its parent dies (PR_SET_PDEATHSIG), for a parent killed with SIGKILL.
+
+Crash and hang verdicts are final: `Session.fuzz` saves the case as the seed and ends that chunk
+without shrinking (shrinking a crash would relaunch the crash dozens of times).
 """
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
-import multiprocessing
 import os
 import re
+import select
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
+from k3diff.judge import CRASH, judge
+
 DEFAULT_TIMEOUT = 600.0     # generous: the first call of a kernel may compile it
-STARTUP_TIMEOUT = 600.0     # a fresh child importing torch and loading the backend (not a case)
-CRASH, HANG = "crash:", "hang:"
+STARTUP_TIMEOUT = 600.0     # a fresh interpreter importing torch (k3diff's own code, not the backend)
+HANG = "hang:"
 STICKY = re.compile(r"illegal memory access|device-side assert|CUDA error|unspecified launch failure|"
                     r"misaligned address|illegal instruction|CUDA_ERROR", re.IGNORECASE)
+_BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
+         "from k3diff.isolation import _child_entry; _child_entry(int(sys.argv[1]), int(sys.argv[3]))")
 
 
 def is_fatal(verdict) -> bool:
@@ -54,26 +69,75 @@ def _signal_name(code: int | None) -> str:
     return f"exit status {code}"
 
 
+@dataclass(frozen=True)
+class BackendInfo:
+    """What the parent knows of a backend loaded in the child: the attributes k3diff reads outside
+    a judgement (the stage list, the strategy boundaries, the names a seed file records)."""
+    spec: str
+    name: str
+    version: str | None
+    stages: tuple
+    boundaries: tuple
+    batch_invariant: bool
+
+
+def _info(spec: str, backend) -> BackendInfo:
+    from k3diff.backends import BackendError
+    from k3diff.stages import STAGES
+    from k3diff.strategies import normalize_boundaries
+
+    try:
+        boundaries = normalize_boundaries(getattr(backend, "boundaries", None))
+    except ValueError as exc:
+        raise BackendError(f"backend {spec!r}: {exc}") from None
+    version = getattr(backend, "version", None)
+    return BackendInfo(spec=spec, name=str(getattr(backend, "name", spec)),
+                       version=None if version is None else str(version),
+                       stages=tuple(getattr(backend, "stages", STAGES)), boundaries=boundaries,
+                       batch_invariant=bool(getattr(backend, "batch_invariant", False)))
+
+
 # ------------------------------------------------------------------ the child
 
-def _child_main(conn, spec: str, threads: int | None, device: str) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the parent dies, even of SIGKILL (Linux; elsewhere a no-op)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)      # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent_pid:       # it died before prctl took effect
+        os._exit(1)
+
+
+def _child_entry(fd: int, parent_pid: int) -> None:
+    from multiprocessing.connection import Connection
+
+    _die_with_parent(parent_pid)
+    conn = Connection(fd)
+    try:
+        threads, device, spec = conn.recv()
+    except (EOFError, OSError):
+        return
     import torch
 
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda:"):
         torch.cuda.set_device(int(device.split(":")[1]))
-    from k3diff.session import load_available
+    conn.send(("booted", None))
+    from k3diff import backends
 
     try:
-        backend = load_available(spec)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
-        conn.send(("raise", _picklable(exc)))
+        spec = spec or backends.default_name()
+        backend = backends.load_available(spec)
+        info = _info(spec, backend)
+    except BaseException as exc:  # noqa: BLE001 - BackendError and anything the module threw: one line
+        conn.send(("refused", str(exc) if isinstance(exc, backends.BackendError) else
+                   f"backend {spec!r} failed to load: {type(exc).__name__}: {exc}".splitlines()[0][:300]))
         return
-    conn.send(("ready", None))
-    from k3diff.invariance import check_batch_invariance
-    from k3diff.runner import check_case
-
+    conn.send(("ready", info))
     while True:
         try:
             msg = conn.recv()
@@ -83,20 +147,13 @@ def _child_main(conn, spec: str, threads: int | None, device: str) -> None:
             return
         kind, case, position = msg
         try:
-            if kind == "invariance":
-                verdict = check_batch_invariance(case, backend, position, device=device)
-            else:
-                verdict = check_case(case, backend, device=device)
-        except BaseException as exc:  # noqa: BLE001 - CaseTooLarge and friends: re-raised by the parent
-            sticky = STICKY.search(str(exc))
-            if sticky:
-                conn.send(("sticky", f"{type(exc).__name__}: {exc}".splitlines()[0][:300]))
-                os._exit(70)
+            verdict = judge(kind, case, position, backend, device, own_sigint=False)
+        except BaseException as exc:  # noqa: BLE001 - CaseTooLarge and CaseError: re-raised by the parent
             conn.send(("raise", _picklable(exc)))
             continue
         sticky = verdict.error if verdict.error and STICKY.search(verdict.error) else _sync_error(device)
         if sticky:
-            conn.send(("sticky", sticky))
+            conn.send(("sticky", sticky.removeprefix(CRASH).strip()))
             os._exit(70)       # the context is unusable: the parent starts a fresh child
         conn.send(("verdict", verdict))
 
@@ -126,48 +183,57 @@ def _picklable(exc: BaseException) -> BaseException:
 # ------------------------------------------------------------------ the parent
 
 _LIVE: "weakref.WeakSet[IsolatedChecker]" = weakref.WeakSet()
+_PREVIOUS: dict = {}
 
 
 @atexit.register
 def _kill_children():
-    """Children are not daemons (a backend may need worker processes of its own), so none may
-    outlive an interpreter that exits without closing its checker."""
+    """No candidate group may outlive an interpreter that exits without closing its checker."""
     for checker in list(_LIVE):
         checker._kill()
 
 
-@contextlib.contextmanager
-def _main_not_reimported():
-    """The child needs nothing from the caller's __main__ (its target lives here), and spawn would
-    re-run a script's top level in the child (a script without a __main__ guard would recurse):
-    hide __main__'s origin while the child starts."""
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
-    try:
-        if main is not None:
-            main.__dict__["__spec__"] = None
-            main.__dict__.pop("__file__", None)
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.update(saved)
-            if "__file__" not in saved:
-                main.__dict__.pop("__file__", None)
-            if "__spec__" not in saved:
-                main.__dict__.pop("__spec__", None)
+def _on_signal(signum, frame):
+    """SIGTERM/SIGHUP of the parent: kill every candidate group, then do what was set before
+    (the default: die of the same signal, so the caller sees how the run ended)."""
+    _kill_children()
+    previous = _PREVIOUS.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)
+        return
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _watch_signals() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        current = signal.getsignal(signum)
+        if current is _on_signal or current in (signal.SIG_IGN, None):
+            continue
+        try:
+            signal.signal(signum, _on_signal)
+            _PREVIOUS[signum] = current
+        except (ValueError, OSError):
+            pass
 
 
 class IsolatedChecker:
     """Judges cases in a child process; `check(case)` and `check_invariance(case, position)` return
-    a Verdict like `check_case` does, with crash/hang verdicts where the child could not answer."""
+    a Verdict like `check_case` does, with crash/hang verdicts where the child could not answer.
+    `start()` loads the backend there and returns its BackendInfo (BackendError if it cannot)."""
 
-    def __init__(self, spec: str, backend_name: str, *, device: str, timeout: float | None = None,
-                 inflight_dir=None, threads: int | None = None):
-        self.spec, self.backend_name, self.device = spec, backend_name, device
+    def __init__(self, spec: str | None, backend_name: str | None = None, *, device: str,
+                 timeout: float | None = None, inflight_dir=None, threads: int | None = None):
+        self.spec, self.device = spec, device
+        self.backend_name = backend_name or spec
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         self.inflight_dir = Path(inflight_dir) if inflight_dir else Path(tempfile.gettempdir())
         self.threads = threads
+        self.info: BackendInfo | None = None
         self._proc = self._conn = None
+        self._pidfd = None
         self.started = 0                    # children started (1 + crashes/hangs)
         _LIVE.add(self)
 
@@ -175,51 +241,114 @@ class IsolatedChecker:
     def inflight_path(self) -> Path:
         return self.inflight_dir / f".inflight-{os.getpid()}.json"
 
+    @property
+    def pgid(self) -> int | None:
+        """The candidate's process group (its pid: it leads its own session); None when none runs."""
+        return None if self._proc is None else self._proc.pid
+
+    def start(self) -> BackendInfo:
+        if self._proc is None:
+            self._start()
+        return self.info
+
     def _start(self):
-        ctx = multiprocessing.get_context("spawn")
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_child_main, args=(child, self.spec, self.threads, self.device),
-                           name="k3diff-candidate", daemon=False)   # a backend may start its own workers
-        with _main_not_reimported():
-            proc.start()
-        child.close()
-        self._proc, self._conn = proc, parent
-        self.started += 1
-        # the per-case clock starts once the backend is loaded: startup is not the case's time
+        from multiprocessing.connection import Connection
+
         from k3diff.backends.base import BackendError
 
+        _watch_signals()
+        mine, theirs = socket.socketpair()
         try:
-            if not parent.poll(max(STARTUP_TIMEOUT, self.timeout)):
-                raise BackendError(f"backend {self.spec!r}: the candidate process did not start within "
-                                   f"{max(STARTUP_TIMEOUT, self.timeout):g} s")
-            tag, payload = parent.recv()
+            proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(theirs.fileno()), json.dumps(sys.path),
+                                     str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        finally:
+            theirs.close()
+        self._proc, self._conn = proc, Connection(mine.detach())
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+        self.started += 1
+        label = self.spec or "the default backend"
+        try:
+            self._conn.send((self.threads, self.device, self.spec))
+            for phase, limit in (("start python and torch", STARTUP_TIMEOUT), ("load the backend", self.timeout)):
+                got = self._wait(limit)
+                if got == "timeout":
+                    self._kill()
+                    raise BackendError(f"backend {label!r}: the candidate process did not {phase} within "
+                                       f"{limit:g} s (killed)")
+                if got == "died":
+                    raise EOFError
+                tag, payload = self._conn.recv()
+                if tag == "refused":
+                    self._kill()
+                    raise BackendError(payload)
+            self.info = payload
+            self.backend_name = self.backend_name or payload.spec
         except (EOFError, OSError):
-            proc.join(5)
-            code = proc.exitcode
-            self._kill()
-            raise BackendError(f"backend {self.spec!r}: the candidate process died while loading the backend "
+            code = self._reap()
+            raise BackendError(f"backend {label!r}: the candidate process died while loading the backend "
                                f"({_signal_name(code)})") from None
-        if tag == "raise":
+        except BaseException:
             self._kill()
-            raise payload
+            raise
+
+    def _wait(self, timeout: float) -> str:
+        """"answer" (the child wrote, or closed its end), "died", or "timeout"."""
+        fds = [self._conn.fileno()] + ([self._pidfd] if self._pidfd is not None else [])
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if self._conn.fileno() in ready:
+            return "answer"
+        return "died" if ready else "timeout"
+
+    def _reap(self, grace: float = 5.0) -> int | None:
+        """The dead (or dying) child's exit status; its group killed (what it forked included)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if self._pidfd is not None:
+            select.select([self._pidfd], [], [], grace)     # dead: a zombie, its pid still held
+        code = proc.poll() if self._pidfd is None else None
+        self._kill_group()
+        try:
+            code = proc.wait(grace) if code is None else code
+        except subprocess.TimeoutExpired:
+            code = None
+        self._kill()
+        return code
+
+    def _kill_group(self):
+        if self._proc is not None:
+            try:
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def _kill(self):
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
+        proc, conn, pidfd = self._proc, self._conn, self._pidfd
+        self._kill_group()
+        self._proc = self._conn = self._pidfd = None
         if conn is not None:
             conn.close()
+        if pidfd is not None:
+            os.close(pidfd)
         if proc is not None:
-            if proc.is_alive():
-                proc.kill()
-            proc.join(5)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
 
     def close(self):
+        """A polite stop (the child may flush), then the group killed all the same: whatever the
+        candidate forked dies with it."""
         if self._conn is not None:
             try:
                 self._conn.send(None)
-            except OSError:
+                self._proc.wait(2)
+            except (OSError, subprocess.TimeoutExpired):
                 pass
-            self._proc.join(5)
         self._kill()
         try:
             self.inflight_path.unlink()
@@ -246,35 +375,40 @@ class IsolatedChecker:
     def _call(self, case, kind, position):
         from k3diff.verdict import Verdict
 
-        if self._proc is None or not self._proc.is_alive():
-            self._kill()
+        if self._proc is None:
             self._start()
         self._write_inflight(case, kind, position)
         start = time.perf_counter()
-        verdict = Verdict(case, self.backend_name)
+        verdict = Verdict(case, self.info.name if self.info else self.backend_name)
         try:
             self._conn.send((kind, case, position))
-            if not self._conn.poll(self.timeout):
+            got = self._wait(self.timeout)
+            if got == "timeout":
                 self._kill()
                 verdict.error = (f"{HANG} no verdict within {self.timeout:g} s (--k3diff-timeout); "
                                  "the candidate process was killed")
                 verdict.seconds = time.perf_counter() - start
                 return verdict
+            if got == "died":
+                raise EOFError
             tag, payload = self._conn.recv()
-        except (EOFError, OSError, BrokenPipeError):
-            self._proc.join(5)
-            code = self._proc.exitcode
-            self._kill()
+        except (EOFError, OSError):
+            code = self._reap()
             verdict.error = f"{CRASH} the candidate process died ({_signal_name(code)})"
             verdict.seconds = time.perf_counter() - start
             return verdict
+        except BaseException:       # our own Ctrl-C mid-case: the candidate goes with the run
+            self._kill()
+            raise
         if tag == "raise":
             raise payload
         if tag == "sticky":
-            self._kill()
+            self._reap()
             verdict.error = f"{CRASH} sticky device error: {payload}"
             verdict.seconds = time.perf_counter() - start
             return verdict
+        if payload.error and payload.error.startswith(CRASH):
+            self._kill()            # it raised past its verdict: a fresh child for the next case
         return payload
 
     def __del__(self):  # pragma: no cover - best effort at interpreter exit
@@ -291,14 +425,10 @@ class InProcessChecker:
         self.backend, self.device = backend, device
 
     def check(self, case):
-        from k3diff.runner import check_case
-
-        return check_case(case, self.backend, device=self.device)
+        return judge("case", case, None, self.backend, self.device)
 
     def check_invariance(self, case, position):
-        from k3diff.invariance import check_batch_invariance
-
-        return check_batch_invariance(case, self.backend, position, device=self.device)
+        return judge("invariance", case, position, self.backend, self.device)
 
     def close(self):
         pass

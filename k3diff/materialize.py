@@ -108,12 +108,9 @@ def evict_weights(keep_bytes: int = 0) -> None:
     if dropped:
         for vkey in [k for k in _VIEWS if k[0] not in _WEIGHT_CACHE]:
             del _VIEWS[vkey]
-        import sys
-        runner = sys.modules.get("k3diff.runner")
-        if runner is not None:
-            runner._PREPARED.clear()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        from k3diff import caches
+
+        caches.weights_dropped()        # prepared copies and stale buffers go with them (k3diff.caches)
 
 
 def weights_for(case: Case, device) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -377,18 +376,14 @@ def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space,
     matters here. `case_filter` keeps only the cases where the bug can show (a mutant's).
     Returns (verdict or None, examples run, seconds, stage)."""
     from k3diff.runner import check_case
-    from k3diff.search import find_failure
+    from k3diff.search import first_failure_over
     from k3diff.strategies import cases
 
-    count, start = 0, time.perf_counter()
-    for stage in stages:
-        strategy = cases(stage, space) if case_filter is None else cases(stage, space).filter(case_filter)
-        verdict, n = find_failure(strategy, lambda case: check_case(case, backend, device=device),
-                                  examples=examples_per_stage, seed=seed, shrink=False)
-        count += n
-        if verdict is not None:
-            return verdict, count, time.perf_counter() - start, stage
-    return None, count, time.perf_counter() - start, ""
+    def strategy(stage):
+        return cases(stage, space) if case_filter is None else cases(stage, space).filter(case_filter)
+
+    return first_failure_over(stages, strategy, lambda case: check_case(case, backend, device=device),
+                              examples=examples_per_stage, seed=seed)
 
 
 def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:

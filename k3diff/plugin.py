@@ -11,10 +11,14 @@ JUnit reads them), so the controller's summary sees every case; a progress line
 the end, on the controller, with the replay command of every failure and the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
 hang isolation in `k3diff.isolation`.
 
-Exit status: 0 all passed; 1 a candidate failed (a failing, crashing or hanging case); 4 (pytest's
-usage-error code) the command was wrong: an unknown or broken backend, a backend that breaks the
-contract, a device that is not here, an unwritable --k3diff-save/--k3diff-report, a shard without
-a seed, an unreadable seed file under --k3diff-replay. Each is one line on stderr.
+Exit status (EXIT_*): 0 all passed; 1 a candidate failed (a failing, crashing or hanging case); 4
+(pytest's usage-error code) the command was wrong: an unknown backend, one that crashes, hangs,
+raises or exits while it is imported, built or asked available() (in the child, under
+--k3diff-timeout), one that breaks the contract, a device that is not here, an unwritable
+--k3diff-save/--k3diff-report or one another run is writing, a timeout that is not finite and > 0,
+a shard without a seed, an unreadable seed file under --k3diff-replay; 6 nothing judged: the
+candidate refused (supports()) every case of a stage it claims; 7 the results file could not be
+written mid-run (disk full). Each is one line on stderr.
 """
 from __future__ import annotations
 
@@ -35,8 +39,9 @@ from k3diff.summary import (FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_id
 
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
-REGRESSIONS = Path("corpora") / "regressions"
 _REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
+EXIT_NOTHING_JUDGED = 6      # past pytest's own 0-5
+EXIT_REPORT_LOST = 7
 
 
 def pytest_addoption(parser):
@@ -110,11 +115,13 @@ def _worker_device(config):
 
 def _make_session(config):
     from k3diff.backends import BackendError
+    import math
+
     from k3diff.session import Session, UsageProblem, check_output_dir, open_report
 
     timeout = config.getoption(opt.TIMEOUT)
-    if timeout is not None and not timeout > 0:
-        raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds, got {timeout}")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
     try:
         check_output_dir(config.getoption(opt.SAVE), opt.SAVE)
         report = config.getoption(opt.REPORT)
@@ -185,15 +192,27 @@ def pytest_unconfigure(config):
     if session is not None:
         session.close()
     if getattr(config, "_k3diff_report", None) is not None:
-        config._k3diff_report.close()
+        try:
+            config._k3diff_report.close()
+        except OSError:             # its last flush on a full disk: said at sessionfinish if it was lost
+            pass
 
 
 def _write_report(config, record):
     """One JSON line per case, as it arrives (a killed run keeps what it did)."""
     sink = getattr(config, "_k3diff_report", None)
     if sink is not None:
-        sink.write(json.dumps(record, sort_keys=True) + "\n")
-        sink.flush()
+        try:
+            sink.write(json.dumps(record, sort_keys=True) + "\n")
+            sink.flush()
+        except OSError as exc:      # disk full: the run goes on; one line and its exit status at the end
+            config._k3diff_report = None
+            config._k3diff_report_lost = (f"k3diff: {opt.REPORT} {config.getoption(opt.REPORT)}: write failed "
+                                          f"({exc.strerror or exc}); the results file is incomplete")
+            try:
+                sink.close()
+            except OSError:
+                pass
 
 
 class _XdistHooks:
@@ -212,7 +231,7 @@ def pytest_pycollect_makeitem(collector, name, obj):
     return None
 
 
-def pytest_sessionfinish(session, exitstatus):
+def _write_end_record(session, exitstatus):
     """The end record: a results file without it was cut short (killed, or still running)."""
     config = session.config
     if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
@@ -236,11 +255,10 @@ def pytest_report_header(config):
 
 def pytest_generate_tests(metafunc):
     if "k3diff_seed_file" in metafunc.fixturenames:
-        from k3diff.corpus import CorpusError, seed_files
+        from k3diff.corpus import CorpusError, regression_dirs, seed_files
 
         config = metafunc.config
-        regressions = Path(str(config.rootpath)) / REGRESSIONS
-        roots = ([regressions] if regressions.exists() else []) + [Path(p) for p in config.getoption(opt.REPLAY)]
+        roots = regression_dirs(config.rootpath) + [Path(p) for p in config.getoption(opt.REPLAY)]
         paths = []
         for root in roots:
             try:
@@ -474,6 +492,43 @@ class _Collector:
                 _write_report(self.config, dict(value, kind="failure"))    # a saved seed, wherever it ran
 
 
+def _unjudged_stages(config) -> list:
+    """Stages the candidate claims of which every case it met was refused: nothing was judged."""
+    from k3diff.stages import STAGES
+
+    session = config._k3diff
+    claimed = set(getattr(session.backend, "stages", STAGES) or ())     # no `stages`: it claims them all
+    by_stage = defaultdict(list)
+    for r in config._k3diff_results:
+        by_stage[str(r["stage"]).split("-")[0]].append(r)
+    return sorted(st for st, rs in by_stage.items() if st in claimed and all(r["skipped"] for r in rs))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A run that judged nothing for a stage the candidate claims, or lost its results file, is not
+    a pass: its own exit status and one line."""
+    import sys
+
+    config = session.config
+    if getattr(config, "_k3diff", None) is None:
+        return
+    if hasattr(config, "workerinput"):
+        _write_end_record(session, session.exitstatus)      # a worker's own part of the results
+        return
+    unjudged = _unjudged_stages(config)
+    if unjudged:
+        print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: the candidate refused every case "
+              "(supports()); that is not a pass", file=sys.stderr)
+    if getattr(config, "_k3diff_report_lost", None):
+        print(config._k3diff_report_lost, file=sys.stderr)
+    if session.exitstatus == 0 and unjudged:
+        session.exitstatus = EXIT_NOTHING_JUDGED
+    elif session.exitstatus == 0 and getattr(config, "_k3diff_report_lost", None):
+        session.exitstatus = EXIT_REPORT_LOST
+    _write_end_record(session, session.exitstatus)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if config._k3diff is None or hasattr(config, "workerinput"):
         return
@@ -509,6 +564,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                       "into corpora/regressions/ so they are replayed on every run")
     elif any(not r["ok"] and not r["skipped"] for r in results) or exitstatus not in (0, 5):
         tr.write_line("next: the run failed (see the errors above); no seed was recorded for it")
+    elif _unjudged_stages(config):
+        tr.write_line(f"next: nothing was judged for stage {', '.join(_unjudged_stages(config))}; the candidate "
+                      "refused every case (supports())")
     elif results:
         tr.write_line(f"next: all cases passed; this run again: `{rerun}`; a bigger budget: "
                       f"{opt.PROFILE} nightly -n auto")

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from k3diff import routing
+from k3diff import caches, routing
 from k3diff.backends.oracle import run_reference
 from k3diff.budgets import budget_for
 from k3diff.case import Case
@@ -36,6 +36,7 @@ from k3diff.verdict import Verdict
 PERSISTENT = {"kv_cache": torch.bfloat16, "conv_state": torch.bfloat16, "recurrent_state": torch.float32}
 
 _PREPARED: dict = {}
+caches.register("prepared candidates", _PREPARED.clear)   # worthless once their weights are evicted
 
 
 def prepared_for(backend, cfg, stage, weights):

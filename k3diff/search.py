@@ -47,3 +47,37 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
         if state["failure"] is None:
             raise
     return state["failure"], state["count"]
+
+
+def stop_on_fatal(check, on_case=None, counts=None):
+    """The judge every k3diff search uses: `check(value)` -> verdict, told to `on_case(value,
+    verdict)`, counted in `counts` ("judged": not skipped), and the search ended at once (Stop) on a
+    crash or hang verdict."""
+    from k3diff.isolation import is_fatal
+
+    def judge(value):
+        verdict = check(value)
+        if on_case is not None:
+            on_case(value, verdict)
+        if counts is not None:
+            counts["judged"] = counts.get("judged", 0) + (not verdict.skipped)
+        if is_fatal(verdict):
+            raise Stop(verdict)
+        return verdict
+
+    return judge
+
+
+def first_failure_over(stages, strategy_for, check, *, examples: int, seed: int, counts=None):
+    """Stage after stage, the first failing verdict without shrinking (a hunt: only the time to the
+    first catch matters). Returns (verdict or None, values judged, seconds, stage or "")."""
+    import time
+
+    count, start = 0, time.perf_counter()
+    judge = stop_on_fatal(check, counts=counts)
+    for stage in stages:
+        verdict, n = find_failure(strategy_for(stage), judge, examples=examples, seed=seed, shrink=False)
+        count += n
+        if verdict is not None:
+            return verdict, count, time.perf_counter() - start, stage
+    return None, count, time.perf_counter() - start, ""

@@ -42,56 +42,88 @@ def pick_device(requested: str | None = None) -> str:
 
 
 def check_output_dir(path, what: str) -> None:
-    """A folder k3diff will write into: created now (with its parents) and probed with a real
-    write, so a bad path fails before any case runs rather than losing a failing seed later."""
+    """A folder k3diff will write into, probed with a real write before any case runs rather than
+    losing a failing seed later. A folder that did not exist is made for the probe and removed
+    again: a run that fails nothing leaves nothing behind (the seed's save makes it for real)."""
     import os
     import tempfile
     from pathlib import Path
 
     path = Path(path)
+    made = []
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        missing = path.absolute()
+        while not missing.exists() and not missing.is_symlink():
+            made.append(missing)
+            missing = missing.parent
+        for folder in reversed(made):
+            folder.mkdir()
         fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise UsageProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
+    finally:
+        for folder in made:                 # deepest first; only what this probe made
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
 
 
 def open_report(path):
-    """The JSON-lines report, opened (truncated) before any case runs; one line per case, flushed."""
+    """The JSON-lines report, opened before any case runs, for this run alone: locked (a second
+    run given the same file is refused, where two writers would interleave and lose cases), then
+    emptied. One line per case, flushed."""
+    import fcntl
+    import os
+    import stat
     from pathlib import Path
 
     path = Path(path)
     if path.is_dir():
         raise UsageProblem(f"report {path}: is a folder; give a file name")
     try:
-        return open(path, "w", buffering=1)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         raise UsageProblem(f"report {path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise UsageProblem(f"report {path}: another k3diff run is writing this file; give each run its own") from None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "w", buffering=1)
 
 
 def load_available(name: str | None):
-    """The backend `name` (None: the default), loaded, able to run here and keeping the contract
-    (k3diff/backends/base.py); else BackendError with one line saying why."""
+    """The backend `name` (None: the default) loaded in this process (k3diff.backends.load_available)."""
     from k3diff import backends
 
-    name = name or backends.default_name()
-    backend = backends.load(name)
-    try:
-        reason = backend.available()
-    except Exception as exc:  # noqa: BLE001 - a broken available() is the backend's bug, one line
-        raise backends.BackendError(f"backend {name!r}: available() raised "
-                                    f"{f'{type(exc).__name__}: {exc}'.splitlines()[0][:300]}") from None
-    if reason is not None:
-        raise backends.BackendError(f"backend {name!r} cannot run here: {reason}")
-    backends.check_contract(backend, name)
-    return backend
+    return backends.load_available(name)
+
+
+def open_candidate(spec, *, device, isolate=True, timeout=None, inflight_dir=None):
+    """(checker, backend) for the backend `spec` (None: the default). Isolated, the backend is
+    loaded in the child and `backend` is its BackendInfo: this process never imports it (a module
+    that crashes or hangs at import is one BackendError line). Else it is loaded here."""
+    from k3diff.isolation import InProcessChecker, IsolatedChecker
+
+    if isolate:
+        import torch
+
+        checker = IsolatedChecker(spec, device=device, timeout=timeout, inflight_dir=inflight_dir,
+                                  threads=torch.get_num_threads())
+        return checker, checker.start()
+    backend = load_available(spec)
+    return InProcessChecker(backend, device=device), backend
 
 
 def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_dir=None):
-    """Where cases are judged: a child process (default) or this one. An object that is not
-    loadable by name (a MutantBackend instance) always runs here."""
+    """Where an already loaded backend's cases are judged: a child process (default) or this one.
+    An object that is not loadable by name (a MutantBackend instance) always runs here."""
     from k3diff.isolation import InProcessChecker, IsolatedChecker
 
     if isolate and isinstance(spec, str):
@@ -128,8 +160,9 @@ class Session:
     def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir, isolate=True, timeout=None):
         from k3diff import backends
 
-        self.backend_name = backend_name or backends.default_name()
-        self.backend = load_available(self.backend_name)
+        self.checker, self.backend = open_candidate(backend_name, device=device, isolate=isolate, timeout=timeout,
+                                                    inflight_dir=save_dir)
+        self.backend_name = backend_name or getattr(self.backend, "spec", None) or backends.default_name()
         self.device = device
         self.seed = seed
         self.profile_name = profile
@@ -137,8 +170,6 @@ class Session:
         self.space = choose_space(device, preset, self.backend)
         self.save_dir = save_dir
         self.isolate = isolate
-        self.checker = make_checker(self.backend_name, self.backend, device=device, isolate=isolate,
-                                    timeout=timeout, inflight_dir=save_dir)
 
     def close(self):
         self.checker.close()
@@ -149,18 +180,10 @@ class Session:
     def fuzz(self, stage, chunk, on_case):
         """Fuzz one chunk of a stage; the shrunk failing verdict (a crash or hang: the first, not
         shrunk, and the chunk ends there), or None."""
-        from k3diff.isolation import is_fatal
-        from k3diff.search import Stop, find_failure
+        from k3diff.search import find_failure, stop_on_fatal
         from k3diff.strategies import cases
 
-        def judge(case):
-            verdict = self.check(case)
-            on_case(case, verdict)
-            if is_fatal(verdict):
-                raise Stop(verdict)
-            return verdict
-
-        verdict, _ = find_failure(cases(stage, self.space), judge,
+        verdict, _ = find_failure(cases(stage, self.space), stop_on_fatal(self.check, on_case),
                                   examples=max(1, self.profile["examples"] // self.profile["chunks"]),
                                   seed=sub_seed(self.seed, stage, chunk))
         return verdict
@@ -170,19 +193,16 @@ class Session:
         `position` attribute is the token's position (recorded in its seed file)."""
         from hypothesis import strategies as st
 
-        from k3diff.isolation import is_fatal
-        from k3diff.search import Stop, find_failure
+        from k3diff.search import find_failure, stop_on_fatal
         from k3diff.strategies import cases
 
-        def judge(drawn):
+        def check(drawn):
             case, position = drawn
             verdict = self.checker.check_invariance(case, position)
             verdict.position = position
-            on_case(case, verdict)
-            if is_fatal(verdict):
-                raise Stop(verdict)
             return verdict
 
+        judge = stop_on_fatal(check, lambda drawn, verdict: on_case(drawn[0], verdict))
         strategy = st.tuples(cases(stage, self.space).filter(lambda c: c.batch >= 2), st.integers(0, 1 << 16))
         verdict, _ = find_failure(strategy, judge, examples=max(2, self.profile["examples"] // 8),
                                   seed=sub_seed(self.seed, stage, "invariance"))

@@ -32,8 +32,17 @@ def names() -> list[str]:
     return sorted(set(BUILTIN) | set(_entry_points()))
 
 
+def is_registered(spec) -> bool:
+    """A name k3diff itself vouches for (a built-in or an installed entry point): the only backend
+    a seed file may choose; a `module:object` runs only when the user names it (seeds are data)."""
+    return isinstance(spec, str) and (spec in BUILTIN or spec in _entry_points())
+
+
 def _load_target(target: str):
     module_name, _, attr = target.partition(":")
+    if not module_name or not all(p.isidentifier() for p in module_name.split(".")) or (
+            attr and not all(p.isidentifier() for p in attr.split("."))):
+        raise BackendError(f"backend {target!r} is not module:object (a dotted module name, then an attribute)")
     # a candidate module beside the user (`--backend mykernels.fused:Step`) imports from the
     # current folder under the `k3diff` console script too, as under `python -m` and pytest:
     # the replay line a run prints must work as printed
@@ -44,6 +53,8 @@ def _load_target(target: str):
         obj = importlib.import_module(module_name)
     except ImportError as exc:
         raise BackendError(f"cannot import backend module {module_name!r}: {exc}") from None
+    except BaseException as exc:  # noqa: BLE001 - SyntaxError, sys.exit, a raise at import: the module's bug
+        raise BackendError(f"backend module {module_name!r} failed at import: {_one_line(exc)}") from None
     for part in attr.split(".") if attr else []:
         try:
             obj = getattr(obj, part)
@@ -55,7 +66,7 @@ def _load_target(target: str):
 def _instantiate(obj, label: str):
     try:
         backend = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run")) else obj
-    except Exception as exc:  # a backend whose constructor raises: one line, not a traceback
+    except BaseException as exc:  # noqa: BLE001 - a constructor that raises or exits (`sys:exit`): one line
         raise BackendError(f"backend {label!r} failed to construct: {_one_line(exc)}") from None
     missing = [m for m in ("run", "available", "provides", "prepare") if not hasattr(backend, m)]
     if missing:
@@ -74,6 +85,9 @@ def check_contract(backend, label: str) -> None:
     from k3diff.stages import OUTPUTS, STAGES
 
     stages = getattr(backend, "stages", STAGES)
+    if not isinstance(stages, (tuple, list, frozenset, set)) or not all(isinstance(s, str) for s in stages):
+        raise BackendError(f"backend {label!r}: `stages` must be a tuple of stage names ({', '.join(STAGES)}), "
+                           f"got {type(stages).__name__}")
     unknown = [s for s in stages if s not in OUTPUTS]
     if unknown:
         raise BackendError(f"backend {label!r} claims unknown stage(s) {', '.join(map(repr, unknown))}; "
@@ -81,7 +95,7 @@ def check_contract(backend, label: str) -> None:
     for stage in stages:
         try:
             provided = set(backend.provides(stage))
-        except Exception as exc:
+        except BaseException as exc:  # noqa: BLE001
             raise BackendError(f"backend {label!r}: provides({stage!r}) raised {_one_line(exc)}") from None
         finals = [spec.name for spec in OUTPUTS[stage] if spec.final]
         missing = [n for n in finals if n not in provided]
@@ -103,12 +117,28 @@ def load(spec: str):
     if spec in eps:
         try:
             obj = eps[spec].load()
-        except Exception as exc:  # a broken third-party plugin must not take the run down silently
+        except BaseException as exc:  # noqa: BLE001 - a broken third-party plugin: one line, never a dead run
             raise BackendError(f"backend {spec!r} failed to load: {type(exc).__name__}: {exc}") from None
         return _instantiate(obj, spec)
     if ":" in spec:
         return _instantiate(_load_target(spec), spec)
     raise BackendError(f"unknown backend {spec!r}; known: {', '.join(names())}, or give module:object")
+
+
+def load_available(name: str | None):
+    """The backend `name` (None: the default), loaded, able to run here and keeping the contract
+    (base.py); else BackendError with one line saying why. Whatever the backend's code does while
+    it loads (raise, exit, raise KeyboardInterrupt) is that line, never a traceback or an exit."""
+    name = name or default_name()
+    backend = load(name)
+    try:
+        reason = backend.available()
+    except BaseException as exc:  # noqa: BLE001 - a broken available() is the backend's bug, one line
+        raise BackendError(f"backend {name!r}: available() raised {_one_line(exc)}") from None
+    if reason is not None:
+        raise BackendError(f"backend {name!r} cannot run here: {reason}")
+    check_contract(backend, name)
+    return backend
 
 
 def default_name() -> str:
@@ -117,9 +147,10 @@ def default_name() -> str:
         mk = load("megakernel")
         if mk.available() is None:
             return "megakernel"
-    except BackendError:
+    except Exception:  # noqa: BLE001 - a megakernel that cannot even load: the CPU candidate
         pass
     return "torch-blocked"
 
 
-__all__ = ["Backend", "BackendError", "check_contract", "load", "names", "default_name"]
+__all__ = ["Backend", "BackendError", "check_contract", "is_registered", "load", "load_available", "names",
+           "default_name"]

@@ -159,3 +159,87 @@ class BatchDependent(TorchBlockedBackend):
         super().run(stage, cfg, prepared, inputs, out)
         if inputs["x"].shape[0] > 1:
             out["out"].mul_(1.0078125)
+
+
+# ---- the attacks of issue 29: a candidate that tries to look right, or to outlive the run
+
+def _note_group(extra=()):
+    """Write this process group (and any extra pids) where the test asked, so it can check that
+    nothing of the candidate survives."""
+    path = os.environ.get("K3DIFF_TEST_PIDFILE")
+    if path:
+        with open(path + ".tmp", "w") as f:
+            f.write(" ".join(str(p) for p in (os.getpgid(0), os.getpid(), *extra)))
+        os.replace(path + ".tmp", path)
+
+
+class WrongThenExit(TorchBlockedBackend):
+    """Writes a doubled (wrong) output, then exits 0 before k3diff can judge it: replay printed
+    nothing and exited 0."""
+    name = "crashing_candidates:WrongThenExit"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        super().run(stage, cfg, prepared, inputs, out)
+        out["out"].mul_(2)
+        raise SystemExit(0)
+
+
+class InterruptsItself(_OnBatch):
+    """Raises KeyboardInterrupt inside run(): it aborted the whole run with no seed."""
+    name = "crashing_candidates:InterruptsItself"
+
+    def misbehave(self):
+        raise KeyboardInterrupt
+
+
+class RaisesInPrepare(TorchBlockedBackend):
+    """prepare() raises: a 100-line traceback and no seed, where a verdict was due."""
+    name = "crashing_candidates:RaisesInPrepare"
+    stages = ("moe",)
+
+    def prepare(self, cfg, stage, weights):
+        raise RuntimeError("packing failed")
+
+
+class RefusesEverything(TorchBlockedBackend):
+    """Claims moe, then refuses every case through supports(): 0 cases judged was "all passed"."""
+    name = "crashing_candidates:RefusesEverything"
+    stages = ("moe",)
+    batch_invariant = True
+
+    def supports(self, cfg, stage):
+        return "this candidate runs no case at all"
+
+
+class ForksAndPasses(TorchBlockedBackend):
+    """Correct, but forks a process that outlives each call (a passing run left 11 behind)."""
+    name = "crashing_candidates:ForksAndPasses"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(300)
+            os._exit(0)
+        _note_group((pid,))
+        return super().run(stage, cfg, prepared, inputs, out)
+
+
+class SpawnsAndHangs(TorchBlockedBackend):
+    """Starts a grandchild (`sleep 300`), then never returns: both must die with the run."""
+    name = "crashing_candidates:SpawnsAndHangs"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import subprocess
+
+        child = subprocess.Popen(["sleep", "300"])
+        _note_group((child.pid,))
+        while True:
+            time.sleep(1)
+
+
+class NoStageList(TorchBlockedBackend):
+    """`stages = None`: INTERNALERROR where one line was due."""
+    stages = None

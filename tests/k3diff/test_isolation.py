@@ -102,7 +102,7 @@ def test_fuzzing_a_crashing_candidate_saves_the_crash_unshrunk_and_replay_reprod
     crashed = [r for r in records if r.get("kind") == "case" and (r["error"] or "").startswith("crash:")]
     assert len(crashed) == 1            # judged once: never shrunk
     assert not list((pytester.path / "seeds").glob(".inflight-*"))
-    replay = _cli(pytester.path, "replay", str(seeds[0]))
+    replay = _cli(pytester.path, "replay", str(seeds[0]), "--backend", "crashing_candidates:Abort")
     assert replay.returncode == 1, replay.stderr
     assert "crash:" in replay.stdout.splitlines()[0]
     assert "reproduced the recorded outcome (FAIL: crash)" in replay.stdout

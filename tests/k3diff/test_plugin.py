@@ -72,16 +72,22 @@ def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
     assert seeds, out
     record = json.loads(seeds[0].read_text())
     assert record["verdict"]["ok"] is False
+    # a seed names module:object: it runs only when the user names it too (seeds are data)
+    refused = _cli(project.path, "replay", str(seeds[0]))
+    assert refused.returncode == 2 and "not registered here" in refused.stderr, refused.stderr
     # the line exactly as printed, through the console script: the candidate module beside the
-    # user still imports (it did not: "No module named 'broken_candidate'", exit 2)
+    # user still imports (it did not: "No module named 'broken_candidate'", exit 2), and it names
+    # its --backend, which the seed alone may no longer choose
     line = next(x for x in out.splitlines() if x.strip().startswith("replay: k3diff replay"))
     words = shlex.split(line.split("replay: ", 1)[1])
     assert words[:2] == ["k3diff", "replay"] and words[2].startswith("my seeds/"), line
+    assert words[3:5] == ["--backend", "broken_candidate:BiasInWeights"], line
     again = _console(project.path, *words[1:])
     assert again.returncode == 1, again.stderr
     assert "reproduced the recorded outcome (FAIL" in again.stdout
     assert "FAIL" in again.stdout.splitlines()[0]
-    folder = _cli(project.path, "replay", "my seeds", "--json", "--isolate", "off")
+    folder = _cli(project.path, "replay", "my seeds", "--json", "--isolate", "off",
+                  "--backend", "broken_candidate:BiasInWeights")
     assert folder.returncode == 1, folder.stderr
     assert [v["path"] for v in json.loads(folder.stdout)] == [str(Path("my seeds") / p.name) for p in seeds]
     assert all(v["verdict"]["ok"] is False for v in json.loads(folder.stdout))
@@ -258,7 +264,7 @@ def test_replay_rederives_the_outcome_and_warns_once_on_another_environment(tmp_
     record["environment"]["torch"] = "1.0.0"
     record["verdict"]["reports"][0]["max_err"] = 123.0          # stale numbers are not compared
     path.write_text(json.dumps(record))
-    done = _cli(HERE, "replay", str(path), "--isolate", "off")
+    done = _cli(HERE, "replay", str(path), "--isolate", "off", "--backend", "broken_candidate:BiasInWeights")
     assert done.returncode == 1, done.stderr
     assert "reproduced the recorded outcome (FAIL" in done.stdout
     warnings = [line for line in done.stdout.splitlines() if line.startswith("warning:")]
@@ -266,7 +272,7 @@ def test_replay_rederives_the_outcome_and_warns_once_on_another_environment(tmp_
     record["verdict"]["ok"] = True
     record["verdict"]["reports"] = []
     path.write_text(json.dumps(record))
-    done = _cli(HERE, "replay", str(path), "--isolate", "off")
+    done = _cli(HERE, "replay", str(path), "--isolate", "off", "--backend", "broken_candidate:BiasInWeights")
     assert "outcome DIFFERS from the recording: recorded pass, now FAIL" in done.stdout
 
 
@@ -303,7 +309,8 @@ def test_batch_invariance_failures_get_a_seed_that_replays(project):
     assert record["check"]["kind"] == "invariance"
     position = record["check"]["position"]
     result.stdout.fnmatch_lines([f"*batch invariance (position {position}): FAIL*"])
-    replay = _cli(project.path, "replay", str(seeds[0]), "--isolate", "off")
+    replay = _cli(project.path, "replay", str(seeds[0]), "--isolate", "off", "--backend",
+                  "crashing_candidates:BatchDependent")
     assert replay.returncode == 1, replay.stderr
     assert replay.stdout.startswith(f"batch invariance (position {position}): FAIL")
     assert "reproduced the recorded outcome (FAIL" in replay.stdout

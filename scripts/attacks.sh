@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Every attack of issue 29 (a candidate or a seed file trying to make k3diff say "pass", run code of
+# its choosing, hang it or leave processes behind), re-run as a user would, one markdown row each:
+#   attack | the command | its exit status | the one line that shows the outcome.
+# The tests (tests/k3diff/test_attacks.py) assert the same; this prints them for a reviewer.
+# From the project root, k3diff installed (about 4 minutes on 2 cores):
+#   bash scripts/attacks.sh
+set -uo pipefail
+ROOT=$PWD
+W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+export PYTHONPATH=$ROOT:$ROOT/tests/k3diff:$W${PYTHONPATH:+:$PYTHONPATH}
+P=(python -m pytest "$ROOT/tests/differential" --k3diff -q -p no:cacheprovider -p no:randomly --rootdir "$ROOT"
+   --k3diff-save "$W/seeds")
+C=(python -m k3diff.cli)
+seed() {   # seed NAME [EXTRA JSON FIELDS]: a seed file of one moe case of batch 1
+  echo "{\"k3diff_seed_format\": 1, \"case\": {\"stage\": \"moe\", \"version\": 1, \"batch\": 1}${2:-}}" > "$W/$1.json"
+  echo "$W/$1.json"
+}
+row() {    # row ATTACK PATTERN CMD...: the command, its exit status, the first line matching PATTERN
+  local label=$1 pat=$2; shift 2
+  local run=(timeout 300); declare -F "$1" >/dev/null && run=()     # a helper below runs as it is
+  local out; out=$(cd "$W" && "${run[@]}" "$@" 2>&1); local rc=$?
+  # the part that says it: from "k3diff:"/"ERROR:"/"crash:" on, the scratch folder's name dropped
+  local line; line=$(grep -m1 -E -- "$pat" <<<"$out" | sed -E "s#$W/##g; s/^ *//; s/^.*(k3diff: |ERROR: |crash: |hang: )/\1/" | cut -c1-150)
+  local cmd="$*"; cmd=${cmd//$W\//}; cmd=${cmd//$ROOT\//}; cmd=${cmd//python -m k3diff.cli/k3diff}
+  cmd=${cmd//python -m pytest tests\/differential --k3diff -q -p no:cacheprovider -p no:randomly --rootdir $ROOT --k3diff-save seeds/pytest --k3diff}
+  line=${line//|/\\|}; cmd=${cmd//|/\\|}
+  printf '| %s | `%s` | %s | %s |\n' "$label" "$(cut -c1-110 <<<"$cmd")" "$rc" "${line:-(no line matching /$pat/)}"
+}
+term_while_hanging() {   # SIGTERM to CMD once its candidate runs; then what is left of the candidate's group
+  rm -f "$W/pids"
+  (cd "$W" && K3DIFF_TEST_PIDFILE=$W/pids exec "$@") >/dev/null 2>&1 & local pid=$!
+  for _ in $(seq 600); do [ -s "$W/pids" ] && break; sleep 0.2; done
+  local pgid; pgid=$(cut -d' ' -f1 "$W/pids")
+  kill -TERM "$pid"; wait "$pid"; local rc=$?
+  sleep 1
+  local left; left=$(ps -e -o pgid=,stat= | awk -v g="$pgid" '$1 == g && $2 !~ /^Z/' | wc -l)
+  echo "exit $rc; $left live process(es) left in the candidate's group $pgid"
+}
+children_after() {   # a passing run of a candidate that forks: what is left of its group
+  rm -f "$W/pids"
+  K3DIFF_TEST_PIDFILE=$W/pids "$@" >/dev/null 2>&1; local rc=$?
+  sleep 1
+  local pgid; pgid=$(cut -d' ' -f1 "$W/pids")
+  local left; left=$(ps -e -o pgid=,stat= | awk -v g="$pgid" '$1 == g && $2 !~ /^Z/' | wc -l)
+  echo "exit $rc; $left live process(es) left in the candidate's group $pgid"
+}
+printf 'import ctypes\nctypes.string_at(0)\n' > "$W/segv_at_import.py"
+printf 'import time\ntime.sleep(300)\n' > "$W/sleep_at_import.py"
+printf 'raise RuntimeError("no GPU here")\n' > "$W/raise_at_import.py"
+printf 'def (:\n' > "$W/syntax_at_import.py"
+printf 'import sys\nsys.exit(0)\n' > "$W/exit_at_import.py"
+mkdir -p "$W/dir" "$W/withdir/x.json" "$W/odd"
+cp "$(seed good)" "$W/dir/good.json"; cp "$W/good.json" "$W/withdir/good.json"; cp "$(seed evil ', "backend": "evil_module:Thing"')" "$W/dir/evil.json"
+ln -s "$W/odd/loop.json" "$W/odd/loop.json"; mkfifo "$W/odd/fifo.json"
+python -c "print('[' * 100000 + ']' * 100000)" > "$W/deep.json"
+seed one >/dev/null; sed 's/"batch": 1/"batch": 3/' "$W/one.json" > "$W/b3.json"
+
+echo "| attack (issue 29, Why) | command | exit | outcome |"
+echo "|---|---|---|---|"
+row "wrong output, then sys.exit(0) in run(): replay" "crash:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:WrongThenExit
+row "  ... isolation off" "crash:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:WrongThenExit --isolate off
+row "  ... under pytest (seed saved)" "crash:" "${P[@]}" --k3diff-backend crashing_candidates:WrongThenExit -k "fuzz and moe" --k3diff-seed 1
+row "a seed's backend \"sys:exit\"" "k3diff:" "${C[@]}" replay "$(seed sysexit ', "backend": "sys:exit"')"
+row "a seed's backend \"os:abort\"" "k3diff:" "${C[@]}" replay "$(seed abort ', "backend": "os:abort"')"
+row "a seed's backend 123" "k3diff:" "${C[@]}" replay "$(seed num ', "backend": 123')"
+row "supports() refuses every case: pytest" "nothing judged" "${P[@]}" --k3diff-backend crashing_candidates:RefusesEverything -k "moe" --k3diff-seed 1
+row "  ... k3diff hunt" "nothing judged" "${C[@]}" hunt --backend crashing_candidates:RefusesEverything --examples 4
+row "  ... the invariance check honours supports()" "nothing judged" "${P[@]}" --k3diff-backend crashing_candidates:RefusesEverything -k "batch_invariance and moe" --k3diff-seed 1
+row "segfault at import: pytest" "ERROR|SIGSEGV" "${P[@]}" --k3diff-backend segv_at_import:X
+row "  ... k3diff" "SIGSEGV" "${C[@]}" hunt --backend segv_at_import:X
+row "sleep at import, timeout 5: pytest" "did not" "${P[@]}" --k3diff-backend sleep_at_import:X --k3diff-timeout 5
+row "  ... k3diff" "did not" "${C[@]}" replay "$W/one.json" --backend sleep_at_import:X --timeout 5
+row "raise at import" "ERROR|k3diff:" "${P[@]}" --k3diff-backend raise_at_import:X
+row "SyntaxError at import" "ERROR|k3diff:" "${P[@]}" --k3diff-backend syntax_at_import:X
+row "sys.exit at import" "ERROR|k3diff:" "${P[@]}" --k3diff-backend exit_at_import:X
+row "--k3diff-backend sys:exit" "ERROR" "${P[@]}" --k3diff-backend sys:exit
+row "--k3diff-backend :" "ERROR" "${P[@]}" --k3diff-backend :
+row "--k3diff-backend :Foo" "ERROR" "${P[@]}" --k3diff-backend :Foo
+row "stages = None" "ERROR" "${P[@]}" --k3diff-backend crashing_candidates:NoStageList
+row "a raising prepare()" "crash:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:RaisesInPrepare
+row "KeyboardInterrupt inside the candidate (batch 3)" "crash:" "${C[@]}" replay "$W/b3.json" --backend crashing_candidates:InterruptsItself
+row "  ... under pytest (seed saved)" "crash:" "${P[@]}" --k3diff-backend crashing_candidates:InterruptsItself -k "fuzz and moe" --k3diff-seed 7
+row "SIGTERM to pytest, candidate hung with a grandchild" "exit" term_while_hanging "${P[@]}" --k3diff-backend crashing_candidates:SpawnsAndHangs -k "fuzz and moe"
+row "SIGTERM to k3diff replay, same candidate" "exit" term_while_hanging "${C[@]}" replay "$W/one.json" --backend crashing_candidates:SpawnsAndHangs
+row "a hang's own subprocess, --timeout 5" "exit" children_after "${C[@]}" replay "$W/one.json" --backend crashing_candidates:SpawnsAndHangs --timeout 5
+row "a candidate that forks, passing run" "exit" children_after "${P[@]}" --k3diff-backend crashing_candidates:ForksAndPasses -k "fuzz and moe" --k3diff-seed 1
+row "replay DIR, one seed naming an unknown backend" "k3diff:|PASS" bash -c "${C[*]} replay $W/dir 2>&1 | grep -E 'k3diff:|PASS' | sed 's#$W/##' | cut -c1-70 | paste -sd' '; exit \${PIPESTATUS[0]}"
+row "replay DIR holding a folder named x.json" "k3diff:|PASS" bash -c "${C[*]} replay $W/withdir 2>&1 | grep -E 'k3diff:|PASS' | sed 's#$W/##' | cut -c1-70 | paste -sd' '; exit \${PIPESTATUS[0]}"
+row "a symlink loop" "k3diff:" "${C[@]}" replay "$W/odd/loop.json"
+row "a FIFO named fifo.json" "k3diff:" "${C[@]}" replay "$W/odd/fifo.json"
+row "/dev/zero" "k3diff:" "${C[@]}" replay /dev/zero
+row "deeply nested JSON" "k3diff:" "${C[@]}" replay "$W/deep.json"
+row "environment of the wrong type" "k3diff:" "${C[@]}" replay "$(seed env ', "environment": [1]')"
+row "verdict of the wrong type" "k3diff:" "${C[@]}" replay "$(seed verdict ', "verdict": "ok"')"
+row "--k3diff-timeout inf" "ERROR" "${P[@]}" --k3diff-timeout inf
+row "k3diff replay --timeout 0" "error" "${C[@]}" replay "$W/one.json" --timeout 0
+row "k3diff replay --timeout -5" "error" "${C[@]}" replay "$W/one.json" --timeout -5
+row "k3diff hunt --timeout 0" "error" "${C[@]}" hunt --backend torch-blocked --timeout 0
+row "two runs share one --k3diff-report" "ERROR" bash -c "${P[*]} -k 'fuzz and kda' --k3diff-profile nightly --k3diff-report $W/shared.jsonl >/dev/null 2>&1 & first=\$!; sleep 15; ${P[*]} -k 'fuzz and moe' --k3diff-report $W/shared.jsonl; rc=\$?; kill -TERM \$first; wait; exit \$rc"
+row "a full disk under --k3diff-report (/dev/full)" "k3diff:" "${P[@]}" --k3diff-report /dev/full --k3diff-replay "$W/one.json" -k one --k3diff-isolate off
+row "k3diff hunt --examples 0" "error" "${C[@]}" hunt --backend torch-blocked --examples 0
+row "k3diff mutants --only ," "k3diff:" "${C[@]}" mutants --only ,
+row "stdout closed (broken pipe)" "k3diff:" bash -c "${C[*]} budgets | true; exit \${PIPESTATUS[0]}"
+row "stdout on a full disk" "k3diff:" bash -c "${C[*]} budgets > /dev/full"
+row "replay of the .inflight-<pid>.json a killed run left" "PASS|FAIL|k3diff:" "${C[@]}" replay "$(echo '{"case": {"stage": "moe", "version": 1, "batch": 1}, "kind": "case", "position": null, "backend": "torch-blocked", "device": "cpu", "started": 0}' > "$W/.inflight-1.json"; echo "$W/.inflight-1.json")"
+row "--pyargs k3diff.suite from another folder" "collected|corpora" bash -c "mkdir -p $W/elsewhere && cd $W/elsewhere && python -m pytest --pyargs k3diff.suite --k3diff --co -q -p no:cacheprovider -k test_seed | tail -1; ls -A | grep -v .benchmarks | sed 's/^/left behind: /'"

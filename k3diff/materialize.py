@@ -19,7 +19,9 @@ from k3diff.routing import apply_routing
 from reference import materialize as ref_mat
 
 _WEIGHT_CACHE: OrderedDict = OrderedDict()
-_WEIGHT_CACHE_SIZE = 8
+# weight sets kept (the bytes budget below holds the big ones): a production space's ci run moves
+# between ~20 (MoE menu points x formats, attention kinds) and would re-draw most of them at 8
+_WEIGHT_CACHE_SIZE = 16
 # the routed experts' tensors, one draw per expert_key holding the most experts asked for so far:
 # an E-expert set is the first E of it (reference.materialize.make_experts), so the E the fuzzer
 # moves between (896, 512, 257, 256, ...) cost one draw, not one each

@@ -224,7 +224,8 @@ def production_points(base: str, space: Space) -> list:
 
     First the preset itself at both scalings, in both formats; then one point per step of the
     cover lists (`cover_values`: both sides of every declared E, top-k, r and I boundary in range;
-    E 256/257/512/513 when the backend declares none), the lists walked side by side so that a
+    E 256/257/512/513 when the backend declares none), the lists walked side by side (r and I
+    from their ends) so that a
     handful of points crosses every boundary, each point in one format (alternating) and one
     scaling (alternating). At the full preset r and I stay K3's."""
     cfg = preset(base)
@@ -235,8 +236,12 @@ def production_points(base: str, space: Space) -> list:
         covers["moe_intermediate"] = cover_values(space, "moe_intermediate", 32, 2 * cfg.moe_intermediate)
     points = [((("routed_scaling_factor", s),) if s != cfg.routed_scaling_factor else (), EXPERT_FORMATS)
               for s in SCALINGS]
-    for i in range(max(len(v) for v in covers.values())):
-        ov = {name: vals[i % len(vals)] for name, vals in covers.items() if vals}
+    n = max(len(v) for v in covers.values())
+    for i in range(n):
+        # r and I walk backwards: the widest experts go with the fewest (the small preset's
+        # experts are drawn on the host; 513 experts at r 544, I 288 would be 241 M numbers)
+        ov = {name: vals[(n - 1 - i if name in ("latent_dim", "moe_intermediate") else i) % len(vals)]
+              for name, vals in covers.items() if vals}
         ov["top_k"] = min(ov.get("top_k", cfg.top_k), ov["n_experts"])
         ov["routed_scaling_factor"] = SCALINGS[(i + 1) % len(SCALINGS)]
         try:

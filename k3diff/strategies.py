@@ -68,15 +68,17 @@ class Space:
     mix_share: int = 2             # ... one case in mix_share (2: half)
     weight_seeds: int = 3          # weight seeds 0 .. n-1 (1 where a weight set is huge)
     max_cache_rows: int = 0        # batch x MLA cache capacity at most (0: no cap): host draw cost
-    stage_max_batch: tuple = ()    # ((stage, largest batch), ...) where max_batch is too costly
+    stage_max_batch: tuple = ()    # ((stage or attention kind, largest batch), ...) where max_batch costs too much
     sweep: bool = False            # explicit boundary cases before the drawn ones (boundary_plan)
 
     def around(self, name: str) -> tuple:
         """The declared sizes of `name` (empty when the backend declared none)."""
         return dict(self.boundaries).get(name, ())
 
-    def batch_limit(self, stage: str) -> int:
-        return min(self.max_batch, dict(self.stage_max_batch).get(stage, self.max_batch))
+    def batch_limit(self, stage: str, kind: str | None = None) -> int:
+        """The largest batch of a `stage` case whose attention is `kind` (a KDA layer: "kda")."""
+        caps = dict(self.stage_max_batch)
+        return min([self.max_batch] + [caps[k] for k in (stage, kind) if k in caps])
 
     def cache_limit(self, batch: int, steps: int) -> int:
         """The longest cache length a row of a batch-`batch` MLA case may get."""
@@ -88,10 +90,10 @@ class Space:
 CPU_SPACE = Space()
 # small dims around the declared boundaries (E, top-k, r and I from the menu)
 SMALL_PROD = Space(preset="small", long_len=4200, production=True, weight_seeds=1,
-                   max_cache_rows=1 << 17, sweep=True)
+                   max_cache_rows=1 << 16, sweep=True)
 # K3's real dims: 2^16 cache rows (a 32k cache at batch 2, 256 rows at batch 256: 38 M numbers);
-# KDA's state is 1.6 M numbers a slot at 96 heads, so its batch stops at 64 (the batches past it
-# are crossed at small dims)
+# KDA's state is 1.7 M numbers a slot at 96 heads, so a KDA case (stage or layer) stops at batch 64
+# (107 M numbers; the batches past it are crossed at small dims)
 FULL_PROD = Space(preset="full", long_len=32768, production=True, weight_seeds=1,
                   max_cache_rows=1 << 16, stage_max_batch=(("kda", 64),), sweep=True)
 PRODUCTION = {"small": SMALL_PROD, "full": FULL_PROD}
@@ -150,8 +152,8 @@ def _favour(space: Space, name: str, base, lo: int, hi: int, ok=lambda n: True):
     return st.one_of(at, at, base)
 
 
-def batches(space: Space, stage: str | None = None):
-    top = space.batch_limit(stage) if stage else space.max_batch
+def batches(space: Space, stage: str | None = None, kind: str | None = None):
+    top = space.batch_limit(stage, kind) if stage else space.max_batch
     base = st.one_of(st.sampled_from([b for b in BOUNDARY_BATCHES if b <= top]), st.integers(1, top))
     return _favour(space, "batch", base, 1, top)
 
@@ -286,15 +288,15 @@ def cases(draw, stage: str, space: Space = CPU_SPACE):
                      if space.vary_dims and draw(st.booleans()) else ())
     probe = Case(stage=stage, preset=space.preset, overrides=overrides)
     cfg = probe.config()
-    batch = draw(batches(space, stage))
-    fields = dict(stage=stage, preset=space.preset, overrides=overrides, batch=batch,
-                  value_dist=draw(st.sampled_from(VALUE_DISTS)),
-                  weight_seed=draw(st.integers(0, space.weight_seeds - 1)),
-                  seed=draw(st.integers(0, 2**31 - 1)))
-    if stage == "layer":
+    fields = dict(stage=stage, preset=space.preset, overrides=overrides)
+    if stage == "layer":      # first: a KDA layer may take a smaller batch (stage_max_batch)
         fields["layer_idx"] = draw(st.one_of(st.sampled_from(_layer_indices(cfg)),
                                              st.integers(0, cfg.n_layers - 1)))
     kind = Case(**fields).attention_kind
+    batch = draw(batches(space, stage, kind))
+    fields.update(batch=batch, value_dist=draw(st.sampled_from(VALUE_DISTS)),
+                  weight_seed=draw(st.integers(0, space.weight_seeds - 1)),
+                  seed=draw(st.integers(0, 2**31 - 1)))
     if stage in ("moe", "layer"):
         fields["expert_format"] = draw(st.sampled_from(formats))
     if stage == "moe":
@@ -363,10 +365,12 @@ def _full_plan(stage: str, space: Space, rng: random.Random) -> list:
                           expert_format=formats[(i // 2) % len(formats)], seed=rng.randrange(2**31),
                           value_dist=VALUE_DISTS[i % len(VALUE_DISTS)])
             if stage == "moe":
-                fields["routing"] = ("high_ids", "natural")[i % 2] if "high_ids" in ROUTING_MODES else "natural"
+                fields["routing"] = ("high_ids", "natural")[i % 2]
             else:
                 fields["layer_idx"] = layers[i % len(layers)]
-                if Case(**fields).attention_kind == "mla":
+                kind = Case(**fields).attention_kind
+                fields["batch"] = min(fields["batch"], space.batch_limit(stage, kind))
+                if kind == "mla":
                     hi = space.cache_limit(fields["batch"], 1)
                     fit = [v for v in (63, 2047, 300) if v <= hi] or [hi]
                     fields["cache_lens"] = tuple(rng.choice(fit) for _ in range(fields["batch"]))

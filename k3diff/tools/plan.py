@@ -58,6 +58,19 @@ def dims_set(case) -> tuple:
             case.attention_kind)
 
 
+def host_numbers(case) -> int:
+    """Random numbers the host draws for a case's inputs (reference.materialize draws them on the
+    CPU at every preset; ~0.1 G a second on one core): the MLA cache, the KDA states, the layer's
+    blocks and the activations."""
+    cfg = case.config()
+    n = case.batch * cfg.hidden * (2 + cfg.n_blocks) * case.steps
+    if case.attention_kind == "mla":
+        n += case.batch * (max(case.cache_lens) + case.steps) * cfg.mla_cache_dim
+    if case.attention_kind == "kda":
+        n += case.n_slots * (cfg.kda_heads * cfg.kda_head_dim ** 2 + 3 * cfg.kda_proj * (cfg.conv_width - 1))
+    return n
+
+
 def main(argv=None) -> int:
     from k3diff import backends
     from k3diff.coverage import coverage_fields, coverage_lines, missed_boundaries
@@ -83,11 +96,12 @@ def main(argv=None) -> int:
         print(f"plan: {exc}", file=sys.stderr)
         return 2
     space = choose_space(args.device, args.preset, backend)
-    records, sets = [], Counter()
+    records, sets, host = [], Counter(), Counter()
     for stage in stages:
         for tag, case in drawn_cases(stage, space, args.seed, PROFILES[args.profile]):
             records.append({"stage": tag, "tie_flips": 0, **coverage_fields(case)})
             sets[dims_set(case)] += 1
+            host[stage] += host_numbers(case)
     print(f"plan of `pytest --k3diff --k3diff-profile {args.profile}` on {args.device}"
           f"{' --k3diff-preset ' + args.preset if args.preset else ''} --k3diff-seed {args.seed}, "
           f"boundaries of {args.backend}: {len(records)} cases")
@@ -96,7 +110,8 @@ def main(argv=None) -> int:
     for stage in stages:
         mine = Counter({k: v for k, v in sets.items() if k[0] == stage})
         full = sum(v for k, v in mine.items() if k[1] == "full")
-        print(f"{stage}: {sum(mine.values())} cases ({full} at full dims), {len(mine)} kernel dims sets")
+        print(f"{stage}: {sum(mine.values())} cases ({full} at full dims), {len(mine)} kernel dims sets, "
+              f"{host[stage] / 1e9:.2f} G input numbers drawn on the host")
     moe_sets = {(k[1], k[2], k[3]) for k in sets if k[3] is not None}
     attn_sets = {(k[1], k[4]) for k in sets if k[4] is not None}
     print(f"distinct kernel dims sets: {len(moe_sets)} MoE (dims x format), {len(attn_sets)} attention "

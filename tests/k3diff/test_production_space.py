@@ -40,6 +40,8 @@ def test_a_gpu_ci_run_crosses_every_boundary_with_real_dims_in_every_stage(prese
         if case.cache_lens:       # the host draws an MLA cache: batch x capacity stays capped
             cap = (FULL_PROD if case.preset == "full" else SMALL_PROD).max_cache_rows
             assert case.batch * (max(case.cache_lens) + case.steps) <= cap, case.label()
+        if case.preset == "full" and case.attention_kind == "kda":     # and KDA states at 96 heads
+            assert case.batch <= 64, case.label()
     assert missed_boundaries(records, space.boundaries) == []
     assert "never crossed: none" in "\n".join(coverage_lines(records, space.boundaries))
     assert min(full[s] for s in STAGES) >= (8 if preset == "full" else 5), full
@@ -197,3 +199,14 @@ def test_a_case_past_one_h200_is_refused_in_one_line(monkeypatch):
     with pytest.raises(sizing.CaseTooLarge) as exc:
         sizing.check_fits(big, "cpu")
     assert "\n" not in str(exc.value) and "GiB" in str(exc.value) and "mla full B=256" in str(exc.value)
+
+
+def test_the_plan_tool_prints_the_coverage_and_exits_1_on_a_missed_boundary(capsys):
+    from k3diff.tools import plan
+
+    assert plan.main(["--profile", "ci", "--stages", "kda", "--seed", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "never crossed: none" in out and "kda: " in out and "at full dims" in out
+    assert plan.main(["--profile", "quick", "--stages", "moe,layer", "--seed", "5"]) == 1
+    assert "never crossed: layer" in capsys.readouterr().out
+    assert plan.main(["--stages", "nope"]) == 2

@@ -71,14 +71,15 @@ def test_the_production_lane_runs_every_stage_at_the_full_preset_in_the_ci_profi
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
-def _fake_run(tmp_path, stage, summary, preset):
-    """A fake python3 on PATH: pytest prints `summary`, writes a one-case results file."""
+def _fake_run(tmp_path, stages, summary, preset):
+    """A fake python3 on PATH: pytest prints `summary`, writes a results file of one case a stage."""
     import json
 
     bin_ = tmp_path / "bin"
     bin_.mkdir(exist_ok=True)
-    rec = {"kind": "case", "stage": stage, "seconds": 1.0, "label": "x", "coverage": {"preset": preset}}
-    (tmp_path / "case.json").write_text(json.dumps(rec))
+    recs = [{"kind": "case", "stage": s, "seconds": 1.0, "label": "x", "coverage": {"preset": preset}}
+            for s in stages.split(",")]
+    (tmp_path / "case.json").write_text("".join(json.dumps(r) + "\n" for r in recs))
     real = subprocess.run(["bash", "-c", "command -v python3"], capture_output=True, text=True).stdout.strip()
     (bin_ / "python3").write_text(f"""#!/usr/bin/env bash
 if [ "$2" = "pytest" ]; then
@@ -100,3 +101,13 @@ def test_the_production_lane_is_red_when_a_boundary_or_the_real_dims_are_missing
     e = _fake_run(tmp_path, "kda", summary, preset)
     r = subprocess.run(["bash", str(PROD), "kda"], cwd=ROOT, env=e, capture_output=True, text=True, timeout=120)
     assert (r.returncode == 0) == ok, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("stages,ok", [("moe,mla,kda,layer", True), ("moe,mla,kda", False)],
+                         ids=["every stage at real dims", "layer forgotten"])
+def test_the_ci_timing_fails_a_run_without_real_dims_in_every_stage(tmp_path, stages, ok):
+    e = _fake_run(tmp_path, stages, "never crossed: none", "full")
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_ci_time.sh")], cwd=ROOT, env=e,
+                       capture_output=True, text=True, timeout=120)
+    assert (r.returncode == 0) == ok, r.stdout + r.stderr
+    assert "pytest exit 0 after" in r.stdout and "cases/s" in r.stdout

@@ -32,6 +32,7 @@ weight set per dims is drawn and cached.
 """
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, replace
 
@@ -224,15 +225,15 @@ def dims_around(draw, stage: str, base: str, space: Space = CPU_SPACE):
     return tuple(sorted(ov.items()))
 
 
-def production_points(base: str, space: Space) -> list:
-    """The MoE dims a production space draws for preset `base`: [(overrides, formats), ...].
+@functools.lru_cache(maxsize=64)
+def production_points(base: str, space: Space) -> tuple:
+    """The MoE dims a production space draws for preset `base`: ((overrides, formats), ...).
 
     First the preset itself at both scalings, in both formats; then one point per step of the
     cover lists (`cover_values`: both sides of every declared E, top-k, r and I boundary in range;
     E 256/257/512/513 when the backend declares none), the lists walked side by side (r and I
-    from their ends) so that a
-    handful of points crosses every boundary, each point in one format (alternating) and one
-    scaling (alternating). At the full preset r and I stay K3's."""
+    from their ends) so that a handful of points crosses every boundary, each point in one format
+    (alternating) and one scaling (alternating). At the full preset r and I stay K3's."""
     cfg = preset(base)
     covers = {"n_experts": cover_values(space, "n_experts", cfg.top_k, 1024) or list(PRODUCTION_EXPERTS),
               "top_k": cover_values(space, "top_k", 1, cfg.top_k)}
@@ -255,8 +256,8 @@ def production_points(base: str, space: Space) -> list:
             continue
         ov = tuple(sorted((k, v) for k, v in ov.items() if getattr(cfg, k) != v))
         points.append((ov, (EXPERT_FORMATS[i % len(EXPERT_FORMATS)],)))
-    return [(ov, tuple(f for f in fmts if f in space.expert_formats) or space.expert_formats)
-            for ov, fmts in points]
+    return tuple((ov, tuple(f for f in fmts if f in space.expert_formats) or space.expert_formats)
+                 for ov, fmts in points)        # a tuple: the cached value is shared
 
 
 @st.composite

@@ -19,7 +19,9 @@ from reference.config import ConfigError, K3Config, PRESETS, preset
 CASE_VERSION = 1
 SEED_LIMIT = 1 << 63
 
-ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie")
+# high_ids (issue 28): every token routes among the ids past the route kernels' 256-expert edges
+# and E - 1 (k3diff.routing.apply_routing); appended, so a seed's mode keeps its meaning
+ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie", "high_ids")
 VALUE_DISTS = ("plain", "outliers", "large", "tiny")
 EXPERT_FORMATS = ("bf16", "mxfp4")
 

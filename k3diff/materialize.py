@@ -4,7 +4,7 @@ Weights depend only on (dims, weight seed, expert format, where drawn) and are c
 count and by bytes: on a GPU up to 60% of it, the full-dims experts of both formats): drawing
 millions of numbers for every Hypothesis example would make the fuzzer crawl. The routed experts
 are cached apart from E: a set of E experts is a view of the first E of one draw
-(`_experts_for`). Inputs, caches and states are drawn fresh for every case from `case.seed`.
+(`_experts_for`), shared by the moe and the layer stage. Inputs, caches and states are drawn fresh for every case from `case.seed`.
 Routing modes are applied by `k3diff.routing.apply_routing` to copies of the small router
 tensors, never to the cached weights.
 """
@@ -19,7 +19,9 @@ from k3diff.routing import apply_routing
 from reference import materialize as ref_mat
 
 _WEIGHT_CACHE: OrderedDict = OrderedDict()
-_WEIGHT_CACHE_SIZE = 8
+# weight sets kept (the bytes budget below holds the big ones): a production space's ci run moves
+# between ~20 (MoE menu points x formats, attention kinds) and would re-draw most of them at 8
+_WEIGHT_CACHE_SIZE = 16
 # the routed experts' tensors, one draw per expert_key holding the most experts asked for so far:
 # an E-expert set is the first E of it (reference.materialize.make_experts), so the E the fuzzer
 # moves between (896, 512, 257, 256, ...) cost one draw, not one each
@@ -55,13 +57,21 @@ def weight_key(case: Case, device) -> tuple:
     return (case.stage, shapes, case.weight_seed, draw_on(case, device), str(device))
 
 
+def _expert_base(name: str) -> str:
+    """A layer's `mlp.experts.*` are drawn as the moe stage's `experts.*` (reference.materialize:
+    same seed, same bits), so both stages share one cached draw under the moe name."""
+    return name[len("mlp."):] if name.startswith("mlp.") else name
+
+
 def expert_key(case: Case, device) -> tuple:
-    """What the routed experts' bits depend on: their names and shapes per expert -- not E."""
+    """What the routed experts' bits depend on: their (moe-stage) names and shapes per expert --
+    not E, and not whether a moe or a layer case asks (a full-dims bf16 set is 59 GB: drawn twice,
+    the two would not fit the cache together and evict each other case by case)."""
     cfg = case.config()
     layer = _layer(case)
     names = ref_mat.expert_names(cfg, case.stage, case.expert_format, layer)
     shapes = ref_mat.weight_shapes(cfg, case.stage, case.expert_format, layer)
-    return (case.stage, tuple((n, tuple(shapes[n][0][1:]), str(shapes[n][1])) for n in names),
+    return (tuple((_expert_base(n), tuple(shapes[n][0][1:]), str(shapes[n][1])) for n in names),
             case.weight_seed, draw_on(case, device), str(device))
 
 
@@ -165,12 +175,14 @@ def _experts_for(case: Case, device) -> dict:
     if held is None or any(t.shape[0] < E for t in held.values()):
         _EXPERT_CACHE.pop(key, None)
         evict_weights(max(0, _cache_budget(device) - weight_bytes(case)))
-        held = _EXPERT_CACHE[key] = ref_mat.make_experts(
+        drawn = ref_mat.make_experts(
             cfg, case.stage, case.weight_seed, expert_format=case.expert_format,
             layer_idx=_layer(case), device=device,
             draw_on=draw_on(case, device))
+        held = _EXPERT_CACHE[key] = {_expert_base(n): t for n, t in drawn.items()}
     _EXPERT_CACHE.move_to_end(key)
-    return {n: t[:E] for n, t in held.items()}
+    names = ref_mat.expert_names(cfg, case.stage, case.expert_format, _layer(case))
+    return {n: held[_expert_base(n)][:E] for n in names}
 
 
 def inputs_for(case: Case, device, step: int = 0) -> dict:

@@ -43,8 +43,9 @@ def add_options(parser, profiles) -> None:
     group.addoption(DEVICE, default=None, metavar="DEV",
                     help="cpu or cuda (default: cuda when present; xdist workers take GPU worker%%count)")
     group.addoption(PRESET, default=None, choices=list(PRESETS),
-                    help="model dims to fuzz around (default: tiny on cpu, small on a GPU; full: the real K3 "
-                         "MoE dims mixed with small, see k3diff/strategies.py)")
+                    help="model dims to fuzz around (default: tiny on cpu; on a GPU small dims around the "
+                         "backend's boundaries with 1 case in 3 at K3's real dims; small: only the small dims; "
+                         "full: half at real dims; see k3diff/strategies.py)")
     group.addoption(MUTANTS, action="store_true", default=False,
                     help="run k3diff against each planted bug of k3diff.mutants and print the mutation score")
     group.addoption(REPORT, default=None, metavar="FILE",

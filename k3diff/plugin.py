@@ -458,7 +458,7 @@ def _record(case, verdict):
     from k3diff.coverage import coverage_fields
     from k3diff.results import record  # the results-file format lives in k3diff/results.py
 
-    return dict(record(case, verdict), **coverage_fields(case))
+    return dict(record(case, verdict), **coverage_fields(case, verdict))
 
 
 class _Collector:

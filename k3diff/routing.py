@@ -34,6 +34,9 @@ LAYER_NEAR_TIE_DELTA = 2e-2
 
 # selection-score boost that makes an expert win for every token (sigmoid scores lie in (0, 1))
 _HOT_BOOST = 4.0
+# the edges of the route kernels' 256-expert ranges (a thread scores experts tid, tid + 256, ...):
+# the `high_ids` mode aims past each, and k3diff.coverage counts the ids routed to either side
+HIGH_ID_EDGES = (256, 512)
 
 
 # ------------------------------------------------------------------ rules 1-3: ids as sets
@@ -136,6 +139,19 @@ def force_layer_near_ties(run_ref, is_moe_layer: bool, per: dict, verdict):
 
 # ------------------------------------------------------------------ how cases exercise routing
 
+def high_targets(E: int, k: int, g: torch.Generator) -> torch.Tensor:
+    """The experts the `high_ids` mode makes win: the last one (E - 1), the first past each of
+    HIGH_ID_EDGES below E, and random others from the first edge up (the upper half where E <=
+    256), 2k in all where there are that many: boosted alike, so each token still takes its own k
+    of them by its scores and the high ranges see many ids, not one fixed set."""
+    edges = [e for e in HIGH_ID_EDGES if e < E]
+    must = list(dict.fromkeys([E - 1] + edges))
+    lo = edges[0] if edges else E // 2
+    pool = [i for i in range(lo, E) if i not in must]
+    pick = torch.randperm(len(pool), generator=g)[: max(0, 2 * k - len(must))].tolist()
+    return torch.tensor(must + [pool[i] for i in pick], dtype=torch.int64)
+
+
 def apply_routing(case, cfg, weights: dict, inputs: dict):
     """Shape the router so each routing mode is exercised on every token (K3_SPEC §8, §10).
     Works on copies of the small router tensors, never on the cached weights."""
@@ -154,6 +170,8 @@ def apply_routing(case, cfg, weights: dict, inputs: dict):
     elif mode == "hot":
         hot = torch.randperm(E, generator=g)[:k]
         bias[hot] += _HOT_BOOST
+    elif mode == "high_ids":
+        bias[high_targets(E, k, g)] += _HOT_BOOST
     elif mode in ("forced", "dropped"):
         ids = torch.stack([torch.randperm(E, generator=g)[:k] for _ in range(T)]).to(torch.int32)
         # the edge ids 0 and E-1 always appear (overwriting a slot keeps rows distinct because

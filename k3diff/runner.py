@@ -23,6 +23,7 @@ from k3diff.budgets import budget_for
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
 from k3diff.controls import Controls, run_candidate
+from k3diff.coverage import routed_ranges
 from k3diff.distributed import bind_case
 from k3diff.host_memory import keep_freed_memory
 from k3diff.materialize import inputs_for, materialize
@@ -82,6 +83,8 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
             ref = routing.force_layer_near_ties(oracle, cfg.is_moe_layer(case.layer_idx), per, verdict)
         if ref is None:
             ref = oracle(per["ref"], "exact")
+        if step == 0:
+            verdict.routed = _routed(cfg, ref)
         base = oracle(per["base"], "faithful")
         try:
             cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
@@ -99,6 +102,12 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
             break
     verdict.seconds = time.perf_counter() - start
     return verdict
+
+
+def _routed(cfg, ref: dict) -> dict | None:
+    """The expert-id ranges the reference routed this case's tokens to (k3diff.coverage)."""
+    ids = ref.get("topk_ids", ref.get("mlp.topk_ids"))
+    return None if ids is None else routed_ranges(ids, cfg.n_experts)
 
 
 def _with_state(inputs: dict, carried: dict) -> dict:

@@ -18,26 +18,30 @@ class Stop(BaseException):
         self.verdict = verdict
 
 
-def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = True):
+def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = True, explicit=()):
     """Draw up to `examples` values of `strategy`, calling judge(value) -> verdict on each.
     Returns (failing verdict or None, number of values judged). With shrink, the verdict returned
-    is Hypothesis's minimal failing example (its final replay); without, the first failure."""
-    from hypothesis import HealthCheck, Phase, given, settings
+    is Hypothesis's minimal failing example (its final replay); without, the first failure.
+    `explicit` values are judged first, as Hypothesis's @example (not counted in `examples`, never
+    shrunk): a production space's boundary sweep (k3diff.strategies.boundary_plan)."""
+    from hypothesis import HealthCheck, Phase, example, given, settings
     from hypothesis import seed as hyp_seed
 
     state = {"count": 0, "failure": None}
     phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=False, print_blob=False,
-              phases=phases, suppress_health_check=list(HealthCheck))
-    @hyp_seed(seed)
-    @given(strategy)
     def one(value):
         state["count"] += 1
         verdict = judge(value)
         if not verdict.ok and not verdict.skipped:
             state["failure"] = verdict
             raise AssertionError(verdict.headline())
+
+    for value in reversed(list(explicit)):      # @example runs them in the order written
+        one = example(value)(one)
+    one = settings(max_examples=examples, deadline=None, database=None, derandomize=False,
+                   print_blob=False, phases=phases, suppress_health_check=list(HealthCheck))(
+        hyp_seed(seed)(given(strategy)(one)))
 
     try:
         one()

@@ -8,10 +8,12 @@ from __future__ import annotations
 import hashlib
 
 PROFILES = {
-    # examples per stage, split into this many test items (so xdist and shards can spread them)
-    "quick": {"examples": 8, "chunks": 2},
-    "ci": {"examples": 40, "chunks": 4},
-    "nightly": {"examples": 2000, "chunks": 32},
+    # examples per stage, split into this many test items (so xdist and shards can spread them);
+    # sweep: a production space's boundary cases too (k3diff.strategies.boundary_plan: ~20 a stage,
+    # every MoE menu point, so a cold kernel cache compiles every set: not for a quick run)
+    "quick": {"examples": 8, "chunks": 2, "sweep": False},
+    "ci": {"examples": 40, "chunks": 4, "sweep": True},
+    "nightly": {"examples": 2000, "chunks": 32, "sweep": True},
 }
 
 
@@ -135,8 +137,9 @@ def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_
 
 
 def choose_space(device: str, preset: str | None = None, backend=None):
-    """The strategy space: the preset named (tiny, small, full), else `small` dims on a GPU and
-    `tiny` on the CPU; with the backend's declared boundaries (k3diff.strategies.with_boundaries)."""
+    """The strategy space: the preset named (tiny, small, full), else on a GPU small dims with one
+    case in three at K3's real dims, and `tiny` on the CPU; with the backend's declared boundaries
+    (k3diff.strategies.with_boundaries)."""
     from k3diff.strategies import CPU_SPACE, GPU_SPACE, SPACES, with_boundaries
 
     if preset is None:
@@ -181,11 +184,14 @@ class Session:
         """Fuzz one chunk of a stage; the shrunk failing verdict (a crash or hang: the first, not
         shrunk, and the chunk ends there), or None."""
         from k3diff.search import find_failure, stop_on_fatal
-        from k3diff.strategies import cases
+        from k3diff.strategies import cases, chunk_plan
 
+        # a production space's boundary sweep, this chunk's share (k3diff.strategies.boundary_plan)
+        sweep = chunk_plan(stage, self.space, sub_seed(self.seed, stage, "sweep"), chunk,
+                           self.profile["chunks"]) if self.profile.get("sweep") else []
         verdict, _ = find_failure(cases(stage, self.space), stop_on_fatal(self.check, on_case),
                                   examples=max(1, self.profile["examples"] // self.profile["chunks"]),
-                                  seed=sub_seed(self.seed, stage, chunk))
+                                  seed=sub_seed(self.seed, stage, chunk), explicit=sweep)
         return verdict
 
     def fuzz_invariance(self, stage, on_case):

@@ -11,8 +11,13 @@
 #   4. the sanitizer lane: compute-sanitizer memcheck over the regression seeds of the moe stage;
 #   5. the same for the KDA step (scripts/gpu_check_kda.sh); 6. for the MLA step (gpu_check_mla.sh);
 #   7. for the layer stage (gpu_check_layer.sh); 8. the attention steps' side stream
-#      (gpu_check_side.sh: the stream modes' bits, tune_fork, the planted column-slice bugs).
-# Arguments: the steps to run (1-8; default all; 2 includes 2b, 3 includes 3b).
+#      (gpu_check_side.sh: the stream modes' bits, tune_fork, the planted column-slice bugs);
+#   9. the production-shape suites of every stage (gpu_check_prod.sh: `--k3diff-preset full
+#      --k3diff-profile ci` per stage; red when a suite fails, a declared boundary is never crossed
+#      or no case ran at K3's real dims).
+# The ci suites of steps 2, 5-7 run the default preset, which on a GPU judges one case in three
+# at K3's real dims (k3diff/strategies.py); step 9 judges half.
+# Arguments: the steps to run (1-9; default all; 2 includes 2b, 3 includes 3b).
 # scripts/gpu_check_all.sh runs the same steps as lanes side by side, one GPU each.
 set -uo pipefail
 ARGS="$*"
@@ -95,4 +100,9 @@ fi
 if run_step 8; then
   step "8. the attention steps' side stream (scripts/gpu_check_side.sh 1 3 5)"
   bash scripts/gpu_check_side.sh 1 3 5
+fi
+
+if run_step 9; then
+  step "9. the production-shape suites of every stage (scripts/gpu_check_prod.sh)"
+  bash scripts/gpu_check_prod.sh
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in ONE device call: the steps of gpu_check.sh (and more, below)
-# as lanes run side by side, one GPU each, each GPU taking the next lane as it frees (so on a
+# as lanes run side by side, one GPU each (prod_*: the production-shape suite of each stage,
+# gpu_check_prod.sh, so no preset is left out), each GPU taking the next lane as it frees (so on a
 # 4- or 8-GPU machine the whole check fits one call; on one GPU the lanes run one after another).
 # From the project root after `source .device/env.sh`:
 #   bash scripts/gpu_check_all.sh            # the default lanes (LANES below)
@@ -24,7 +25,11 @@ moe_memcheck=bash scripts/gpu_check.sh 4
 kda=bash scripts/gpu_check_kda.sh
 mla=bash scripts/gpu_check_mla.sh
 layer=bash scripts/gpu_check_layer.sh
-side=bash scripts/gpu_check_side.sh 1 3 5"
+side=bash scripts/gpu_check_side.sh 1 3 5
+prod_moe=bash scripts/gpu_check_prod.sh moe
+prod_mla=bash scripts/gpu_check_prod.sh mla
+prod_kda=bash scripts/gpu_check_prod.sh kda
+prod_layer=bash scripts/gpu_check_prod.sh layer"
 [ -n "${GPU_CHECK_LANES:-}" ] && LANES=$GPU_CHECK_LANES
 
 mapfile -t L < <(echo "$LANES" | sed '/^ *$/d')

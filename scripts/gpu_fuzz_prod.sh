@@ -10,8 +10,8 @@
 #            table names every declared boundary the run did not cross (also in $OUT/full_cases.jsonl);
 #   planted  a bug planted in a throwaway copy of the kernel that shows only when E > 256 (k_route:
 #            the second expert a thread scores, id tid + 256, is reported as tid + 255), hunted with
-#            `k3diff hunt --preset full` (and, for contrast, with the default small space, whose E=112
-#            never reaches that code);
+#            `k3diff hunt --preset full` (and with `--preset small`: before issue 28 its fixed E=112 never
+#            reached that code; its menu now draws E 256/257/512/513, so it should catch the bug too);
 #   bench    cases/s of the moe stage on cuda: small dims (current code vs c9944a8 on the same cases,
 #            verdicts compared bit for bit) and full dims (current code only: c9944a8 draws full-size
 #            weights on the CPU and clones them per case).
@@ -57,7 +57,7 @@ if want planted; then
   diff megakernel/k_route.py /tmp/planted/megakernel/k_route.py | tee "$OUT/planted.txt"
   (cd /tmp/planted && PYTHONPATH=/tmp/planted timeout ${T_HUNT:-120} python3 -m k3diff.cli hunt --backend $MK \
     --stage moe --examples 80 --seed $SEED --preset full 2>&1 | head -8 | tee -a "$OUT/planted.txt")
-  echo "--- for contrast, the default small space (E = 112):" | tee -a "$OUT/planted.txt"
+  echo "--- the small space (E around 256 and 512 since issue 28):" | tee -a "$OUT/planted.txt"
   (cd /tmp/planted && PYTHONPATH=/tmp/planted timeout 45 python3 -m k3diff.cli hunt --backend $MK \
     --stage moe --examples 30 --seed $SEED --preset small 2>&1 | head -4 | tee -a "$OUT/planted.txt")
   rm -rf /tmp/planted

@@ -8,6 +8,18 @@ where `ref` is the float64 oracle, `base` the faithful-bf16 torch pipeline (same
 precision as a kernel), and `atol` = atol_mult x the rounding-noise floor of the output dtype,
 measured as FlashAttention does, 2 * max|(ref + c - c) - ref| evaluated in that dtype, but with
 c = 0.3 * max|ref| so the floor follows the data's own magnitude, below 1 too (`divergence.noise_floor`).
+
+An accumulated tensor (a GEMV or GEMM output, attention scores and sums, a norm, the delta rule:
+the reference returns its contraction over absolute values A = Σ_k |a_k||b_k|) is judged element by
+element against
+
+    |cand - ref|_i <= rtol * max|base - ref| + atol + c * u * A_i
+
+with u = 2^-24 the unit roundoff of f32, the accumulation dtype of every K3 contraction (Higham's
+a-priori bound |fl(aᵀb) - aᵀb| <= γ_K |a|ᵀ|b|, γ_K ≈ K u; a correct kernel stays at a small
+multiple of u·A whatever its summation order, while the floor above follows max|ref|, about √K
+times smaller than A on random data). c (`accum`) is measured, never guessed: each row gives the
+figure. The baseline and noise terms are kept, so no verdict of a tensor without A changes.
 """
 from __future__ import annotations
 
@@ -17,15 +29,32 @@ from dataclasses import dataclass
 # `k3diff.routing`.
 
 
+U_ACCUM = 2.0 ** -24     # unit roundoff of f32, the accumulation dtype of every contraction in K3
+
+# c of an accumulated tensor whose row does not say otherwise. Measured, in units of u·Σ|a||b|
+# (max over elements, full K3 dims on one H200 unless said; shared/probes/router_accuracy.py and
+# accumulation_orders.py, and `k3diff mutants` / `python -m k3diff.tools.margins` here): the
+# megakernel's tensor-core router GEMV 2.0-2.95 (batch 1, 8, 64), its CUDA-core GEMV 0.12-0.19,
+# cuBLAS f32 0.12-0.31, cuBLAS TF32 on bf16-valued inputs up to 1.15, a sequential f32 sum in
+# 16-wide chunks 0.87-1.21; on the CPU the false-alarm controls (k3diff/false_alarms.py) at tiny
+# dims stay below C_ACCUM_CPU_MAX. 8 is 2.7x the least accurate correct order measured (2.95),
+# while the bugs it must still catch sit orders of magnitude above: a dropped 16-wide chunk of
+# K = 7168 is ~9000 units at full dims (~1100x this floor), an f32 output rounded to bf16 2^15·|y|/A
+# units (~100-1000x), a wrong weight row ~2^24/√K (~10^4x).
+C_ACCUM = 8.0
+
+
 @dataclass(frozen=True)
 class Budget:
     rtol: float          # multiple of the baseline's own error
     atol_mult: float     # multiple of the dtype's rounding-noise floor
     reason: str
     bitwise: bool = False
+    accum: float = C_ACCUM   # c of the floor c·u·Σ|a||b| (only where the reference gives Σ|a||b|)
 
 
-DEFAULT = Budget(2.0, 1.0, "DESIGN.md default: within twice the bf16 baseline's error plus rounding noise")
+DEFAULT = Budget(2.0, 1.0, "DESIGN.md default: within twice the bf16 baseline's error plus rounding noise; "
+                 f"accumulated tensors also c = {C_ACCUM:g} x u·Σ|a||b| element-wise (C_ACCUM: measured)")
 
 # (stage, tensor) -> budget; stage "*" applies to every stage
 TABLE: dict[tuple[str, str], Budget] = {
@@ -64,11 +93,14 @@ def budget_for(stage: str, tensor: str) -> Budget:
 
 def describe() -> list[tuple[str, str, str]]:
     """(where, rule, reason) rows, for the README and `k3diff budgets`."""
-    rows = [("default", f"rtol {DEFAULT.rtol:g} x baseline + {DEFAULT.atol_mult:g} x noise", DEFAULT.reason)]
+    rows = [("default", _rule(DEFAULT), DEFAULT.reason)]
     for (stage, tensor), b in TABLE.items():
-        rule = "bitwise" if b.bitwise else f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise"
-        rows.append((f"{stage}/{tensor}", rule, b.reason))
+        rows.append((f"{stage}/{tensor}", "bitwise" if b.bitwise else _rule(b), b.reason))
     return rows
+
+
+def _rule(b: Budget) -> str:
+    return f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise + {b.accum:g} u·Σ|ab|"
 
 
 def pct(ratio) -> str:

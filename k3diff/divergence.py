@@ -42,8 +42,8 @@ class TensorReport:
     ref_value: float = 0.0
     note: str = ""
     # max over elements of |cand - ref| / (u * sum|a||b|): the error in units of the accumulation's own
-    # a-priori bound (u = 2^-24); None when the tensor is not an accumulation, or is stored in bf16
-    # (then its own rounding, 2^15·|y|/A units, says more than any accumulation could)
+    # a-priori bound (u = 2^-24); None when the tensor is not an accumulation or its class would not
+    # measure the accumulation (k3diff.budgets.Budget.classed: bf16 storage, rounded inputs)
     accuracy: float | None = None
     # on a failing tensor only: |cand - ref| max-pooled to at most 64x64 (rows: tokens), for reports;
     # never in to_dict(), so verdicts and seed files stay as they were
@@ -264,18 +264,19 @@ def measure_numeric(items, dtype) -> list[Pending]:
     if bound_el is not None:
         scalars += [bound_el[pick], rows(acc).amax(1), over]
     scalars = torch.stack(scalars, dim=1)                                  # [k, 11 or 14]
-    # the class is reported where the tensor is stored as it was accumulated (f32); a bf16-stored
-    # tensor's error is its own rounding, 2^15·|y|/A units and more, whatever the accumulation did
-    classed = dtype == torch.float32
+    # the class is reported where it measures the accumulation itself (Budget.classed: operands the
+    # reference shares, stored in f32); a bf16-stored tensor's error is its own rounding, 2^15·|y|/A
+    # units and more, whatever the accumulation did
+    classed = [dtype == torch.float32 and it[5].classed for it in items]
     out = []
     for j, (stage, name, cand, ref, _, budget, _, _) in enumerate(items):
         lo, n = sum(sizes[:j]), sizes[j]
         piece = lambda v, lo=lo, n=n, shape=cand.shape: v[lo:lo + n].view(shape)   # noqa: E731
         out.append(Pending(scalars[j], lambda values, stage=stage, name=name, budget=budget, shape=cand.shape,
-                           piece=piece, accumulated=has_abs[j]: numeric_report(
+                           piece=piece, accumulated=has_abs[j], cls=classed[j]: numeric_report(
                                stage, name, budget, shape, values, lambda: piece(err),
                                lambda: non_finite_report(stage, name, piece(c), piece(r), piece(bad)),
-                               accumulated, classed)))
+                               accumulated, cls)))
     return out
 
 

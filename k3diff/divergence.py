@@ -208,6 +208,9 @@ def measure_numeric(items, dtype) -> list[Pending]:
     r = flat([it[3] for it in items])
     b = flat([it[4] if it[4] is not None else it[3] for it in items])    # no baseline: its error is 0
     has_abs = [it[7] is not None for it in items]
+    for it in items:
+        if it[7] is not None and it[7].shape != it[3].shape:
+            raise ValueError(f"{it[0]}/{it[1]}: Σ|a||b| has shape {tuple(it[7].shape)}, the tensor {tuple(it[3].shape)}")
     counts = torch.tensor(sizes, device=dev)
     start = torch.cumsum(counts, 0) - counts
     if k == 1:                           # one tensor: its row is the tensor itself

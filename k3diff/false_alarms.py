@@ -65,6 +65,9 @@ class Control:
     swap: object                          # Swap, Patch or Together: what differs while it runs
     tamper: Callable | None = None        # (backend, stage, inputs_before, inputs, out) after run
     cuda_only: bool = False               # e.g. TF32: selected when CUDA is present
+    # the stages whose numbers the swap reaches; on the others the control is torch-blocked bit
+    # for bit, so fuzzing them would judge torch-blocked again
+    stages: tuple = STAGES
     weights = None                        # (MutantBackend reads it: controls never change weights)
 
 
@@ -104,9 +107,10 @@ CONTROLS = [
             _gemm(bv.gemm_tf32), cuda_only=True),
     Control("fma", "fma", "combine and delta rule with one FMA per multiply-add",
             Together((Swap(blocked_moe, "combine", lambda o: bv.combine_fma),
-                      Swap(blocked_attn, "delta_rule", lambda o: bv.delta_rule_fma)))),
+                      Swap(blocked_attn, "delta_rule", lambda o: bv.delta_rule_fma))),
+            stages=("moe", "kda", "layer")),
     Control("mul_then_add", "fma", "delta rule with each product rounded to f32 before its sum",
-            Swap(blocked_attn, "delta_rule", lambda o: bv.delta_rule_mul_add)),
+            Swap(blocked_attn, "delta_rule", lambda o: bv.delta_rule_mul_add), stages=("kda", "layer")),
     Control("approx_exp", "special", "exp and sigmoid at __expf's documented 2 + |1.173x| ulps",
             Together((Swap(blocked_ops, "exp", lambda o: bv.exp_approx),
                       Swap(blocked_ops, "sigmoid", lambda o: bv.sigmoid_approx)))),
@@ -116,13 +120,13 @@ CONTROLS = [
             _gemm(bv.gemm_ftz), tamper=_flush_outputs),
     Control("two_pass_softmax", "softmax", "MLA attention and AttnRes with a two-pass softmax (no online merge)",
             Together((Swap(blocked_attn, "_attend", lambda o: bv.attend_two_pass),
-                      Swap(blocked, "attn_res", lambda o: bv.attn_res_two_pass)))),
+                      Swap(blocked, "attn_res", lambda o: bv.attn_res_two_pass))), stages=("mla", "layer")),
     Control("split_kv_16", "split-kv", "MLA split-KV partials of 16 cache rows (default 64)",
-            Patch(blocked_attn, "KV_CHUNK", 16)),
+            Patch(blocked_attn, "KV_CHUNK", 16), stages=("mla", "layer")),
     Control("split_kv_48", "split-kv", "MLA split-KV partials of 48 cache rows (not a power of two)",
-            Patch(blocked_attn, "KV_CHUNK", 48)),
+            Patch(blocked_attn, "KV_CHUNK", 48), stages=("mla", "layer")),
     Control("combine_reversed", "order", "the MoE combine's f32 sum over slots in reverse order",
-            Swap(blocked_moe, "combine", lambda o: bv.combine_reversed)),
+            Swap(blocked_moe, "combine", lambda o: bv.combine_reversed), stages=("moe", "layer")),
 ]
 BY_NAME = {c.name: c for c in CONTROLS}
 
@@ -145,8 +149,9 @@ class ControlResult:
 
 
 def check(control: Control, *, examples_per_stage: int, seed: int, space, device="cpu") -> ControlResult:
-    """Fuzz one control over every stage; it passes when no case fails (a failure is a false alarm)."""
-    verdict, count, seconds, stage = first_failure(ControlBackend(control), STAGES,
+    """Fuzz one control over the stages it reaches; it passes when no case fails (a failure is a
+    false alarm)."""
+    verdict, count, seconds, stage = first_failure(ControlBackend(control), control.stages,
                                                    examples_per_stage=examples_per_stage, seed=seed,
                                                    space=space, device=device)
     if verdict is None:

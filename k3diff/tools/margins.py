@@ -77,6 +77,8 @@ def rows(columns: dict) -> list[str]:
     lines = [head]
     for stage, tensors in TENSORS.items():
         for t in tensors:
+            if all((stage, t) not in col for col in columns.values()):
+                continue
             cells = []
             for n in names:
                 v = columns[n].get((stage, t))
@@ -97,11 +99,18 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
     p.add_argument("--batch", default="1,8,64", help="batch sizes, comma-separated")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stages", default="moe,mla,kda", help="stages to measure, comma-separated")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="planted variants to measure ('' for none)")
     args = p.parse_args(argv)
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    stage_cases = cases(args.preset, [int(b) for b in args.batch.split(",") if b], args.seed)
+    stages = [t for t in args.stages.split(",") if t]
+    unknown = [t for t in stages if t not in TENSORS]
+    if unknown:
+        raise SystemExit(f"margins: unknown stage {unknown[0]!r} (stages: {', '.join(TENSORS)})")
+    stage_cases = {k: v for k, v in cases(args.preset, [int(b) for b in args.batch.split(",") if b],
+                                          args.seed).items() if k in stages}
     candidate = backends.load(args.backend)
     why = getattr(candidate, "available", lambda: None)()
     if why:
@@ -109,7 +118,9 @@ def main(argv=None) -> int:
     columns = {f"{args.backend} (correct)": measure(candidate, stage_cases, device)}
     if args.backend != "torch-blocked":
         columns["torch-blocked (correct)"] = measure(TorchBlockedBackend(), stage_cases, device)
-    for name in VARIANTS:
+    for name in [v for v in args.variants.split(",") if v]:
+        if name not in BY_NAME:
+            raise SystemExit(f"margins: unknown variant {name!r} (k3diff/mutants.py names)")
         m = BY_NAME[name]
         columns[name] = measure(MutantBackend(m), {s: c for s, c in stage_cases.items() if s in m.stages}, device)
     print(f"margins at preset {args.preset} on {device}, batches {args.batch}: share of budget (max over "

@@ -102,3 +102,14 @@ def test_near_tie_delta_follows_the_logits_bound():
     delta = torch.tensor([1e-3, 1e-3])
     assert compare_routing(cand, refi, torch.tensor([0.5, 5e-4]), delta).ok
     assert not compare_routing(cand, refi, torch.tensor([0.5, 2e-3]), delta).ok
+
+
+def test_layer_delta_follows_each_tokens_own_baseline_noise():
+    ref = torch.zeros(2, 8, dtype=torch.float64)
+    base = ref.clone()
+    base[1, 3] = 1e-3                                     # x_mlp noise on token 1 only
+    whole = near_tie_delta(ref, base, None, None)
+    own = near_tie_delta(ref, base, None, None, per_token=True)
+    assert float(whole[0]) == pytest.approx(float(whole[1])) and float(own[0]) < float(own[1]) / 100
+    # σ'(0) = 1/4, rtol 4, two scores: the noisy token's δ is about 2 x its deviation
+    assert float(own[1]) == pytest.approx(2 * 1e-3, rel=0.05)

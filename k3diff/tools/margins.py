@@ -7,7 +7,8 @@ variant) and KDA's state and readout, one row per tensor: the share of budget (m
 > 100% fails) and accuracy class (error in units of u·Σ|a||b|, f32 accumulations only) a correct
 candidate uses, the torch-blocked candidate beside it, and the share each planted variant uses:
 f32 outputs rounded to bf16, every GEMM one 16-wide K chunk short, MLA's scores one chunk short,
-KDA's delta rule one chunk short (k3diff/mutants.py; those run on torch-blocked on the same device).
+KDA's delta rule one chunk short (k3diff/mutants.py; those run on torch-blocked on the same device),
+and with --controls the correct variants of k3diff/false_alarms.py (another summation order, TF32...).
 A correct candidate's share is the false-alarm margin; a variant's share over 100% is how far past
 the bound a bug lands. MoE cases route with forced ids, so an expert output's share measures the
 experts, not a routing difference the logits caused.
@@ -71,20 +72,23 @@ def _fmt_share(v):
 
 
 def rows(columns: dict) -> list[str]:
-    """The table: one row per tensor, a share (and accuracy, where there is one) per column."""
-    names = list(columns)
-    head = f"{'tensor':22}" + "".join(f"{n[:26]:>28}" for n in names)
-    lines = [head]
+    """One block per stage: a line per candidate or variant, a cell per tensor (share, and the
+    accuracy class where there is one)."""
+    lines = []
     for stage, tensors in TENSORS.items():
-        for t in tensors:
-            if all((stage, t) not in col for col in columns.values()):
+        present = [t for t in tensors if any((stage, t) in col for col in columns.values())]
+        if not present:
+            continue
+        lines.append(f"{stage:32}" + "".join(f"{t:>26}" for t in present))
+        for name, col in columns.items():
+            if not any((stage, t) in col for t in present):
                 continue
             cells = []
-            for n in names:
-                v = columns[n].get((stage, t))
+            for t in present:
+                v = col.get((stage, t))
                 acc = "" if v is None or v[1] is None else f" acc {v[1]:.3g}"
-                cells.append(f"{_fmt_share(v) + acc:>28}")
-            lines.append(f"{stage + '/' + t:22}" + "".join(cells))
+                cells.append(f"{_fmt_share(v) + acc:>26}")
+            lines.append(f"  {name[:30]:30}" + "".join(cells))
     return lines
 
 
@@ -101,6 +105,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stages", default="moe,mla,kda", help="stages to measure, comma-separated")
     p.add_argument("--variants", default=",".join(VARIANTS), help="planted variants to measure ('' for none)")
+    p.add_argument("--controls", default="", metavar="all|NAME[,NAME]",
+                   help="false-alarm controls (correct variants, k3diff/false_alarms.py) to measure too")
     args = p.parse_args(argv)
     import torch
 
@@ -118,6 +124,13 @@ def main(argv=None) -> int:
     columns = {f"{args.backend} (correct)": measure(candidate, stage_cases, device)}
     if args.backend != "torch-blocked":
         columns["torch-blocked (correct)"] = measure(TorchBlockedBackend(), stage_cases, device)
+    from k3diff import false_alarms
+
+    chosen = false_alarms.selected(device) if args.controls == "all" else [
+        false_alarms.BY_NAME[n] for n in args.controls.split(",") if n]
+    for c in chosen:
+        columns[c.name] = measure(false_alarms.ControlBackend(c),
+                                  {s: v for s, v in stage_cases.items() if s in c.stages}, device)
     for name in [v for v in args.variants.split(",") if v]:
         if name not in BY_NAME:
             raise SystemExit(f"margins: unknown variant {name!r} (k3diff/mutants.py names)")

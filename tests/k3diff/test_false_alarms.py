@@ -63,9 +63,11 @@ def test_pairwise_sum_is_a_tree():
 def test_margins_tool_runs_at_tiny_dims(capsys):
     from k3diff.tools import margins
 
-    assert margins.main(["--preset", "tiny", "--device", "cpu", "--batch", "3"]) == 0
+    assert margins.main(["--preset", "tiny", "--device", "cpu", "--batch", "3", "--controls", "combine_reversed"]) == 0
     out = capsys.readouterr().out
-    assert "moe/router_logits" in out and "kda/recurrent_state" in out and "gemm_one_chunk_short" in out
-    row = next(line for line in out.splitlines() if line.startswith("moe/router_logits"))
-    cells = row.split()
-    assert "acc" in row and cells[1].endswith("%"), row          # the correct candidate passes
+    assert "router_logits" in out and "recurrent_state" in out and "combine_reversed" in out
+    moe = out[out.index("\nmoe"):out.index("\nmla")]
+    correct = next(line for line in moe.splitlines() if "torch-blocked (correct)" in line)
+    short = next(line for line in moe.splitlines() if "gemm_one_chunk_short" in line)
+    assert "acc" in correct and correct.split()[2].endswith("%"), correct   # the correct one passes
+    assert short.split()[1].endswith("x"), short                             # the bug lands far past

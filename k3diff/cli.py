@@ -77,6 +77,10 @@ def _parser():
     m.add_argument("--examples", type=at_least_one, default=40, help="examples per stage (the ci profile's budget)")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--only", default=None, metavar="NAME[,NAME]", help="these planted bugs only (names: the table's first column)")
+    m.add_argument("--controls", default="all", metavar="all|none|NAME[,NAME]",
+                   help="the false-alarm controls (correct variants, k3diff/false_alarms.py) to run after the bugs")
+    m.add_argument("--control-examples", type=int, default=10, help="examples per stage for each control")
+    m.add_argument("--device", default="cpu", help="cpu, or cuda: the GPU space and the CUDA-only controls (TF32)")
     # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
     from k3diff.report import add_arguments
     add_arguments(sub.add_parser("report", help="HTML report of results files (shards merged), or --compare BASE NEW"))
@@ -247,10 +251,31 @@ def _mutants(args) -> int:
         if unknown:
             raise UsageProblem(f"unknown mutant {unknown[0]!r} (known: {', '.join(sorted(BY_NAME))})")
         chosen = [BY_NAME[n] for n in names]
-    results = [hunt(m, examples_per_stage=args.examples, seed=args.seed, space=choose_space("cpu"))
-               for m in chosen]
+    results = [hunt(m, examples_per_stage=args.examples, seed=args.seed, space=choose_space(args.device),
+                    device=args.device) for m in chosen]
     print("\n".join(table(results)))
-    return 0 if all(r.caught for r in results) else 1
+    passed = _controls(args)
+    return 0 if all(r.caught for r in results) and passed else 1
+
+
+def _controls(args) -> bool:
+    """The false-alarm controls after the bugs: every correct variant must pass every stage."""
+    from k3diff import false_alarms
+    from k3diff.session import UsageProblem, choose_space
+
+    if args.controls == "none":
+        return True
+    chosen = false_alarms.selected(args.device)
+    if args.controls != "all":
+        names = [n for n in args.controls.split(",") if n]
+        unknown = [n for n in names if n not in false_alarms.BY_NAME]
+        if unknown:
+            raise UsageProblem(f"unknown control {unknown[0]!r} (known: {', '.join(sorted(false_alarms.BY_NAME))})")
+        chosen = [false_alarms.BY_NAME[n] for n in names]
+    results = [false_alarms.check(c, examples_per_stage=args.control_examples, seed=args.seed,
+                                  space=choose_space(args.device), device=args.device) for c in chosen]
+    print("\n".join(false_alarms.table(results)))
+    return all(r.passed for r in results)
 
 
 def main(argv=None) -> int:

@@ -4,6 +4,15 @@ The verdict rule and its budgets live in `k3diff.budgets`; this module measures 
 Besides the pass/fail bound it reports DeepGEMM's similarity `1 - 2*sum(xy)/sum(x^2+y^2)`, the worst
 error in ULPs of the output dtype, and the share of elements outside the element-wise form of the
 rule, so a reviewer sees how far from the line a result is, not only which side.
+
+An accumulated tensor (a GEMV, the attention sums, a norm, the delta rule) comes with the
+reference's contraction over absolute values A = Σ_k |a_k||b_k| (reference/numerics.py,
+"magnitudes"); its bound then grows element by element by c·u·A (Higham's a-priori bound, u the
+f32 unit roundoff, c per tensor in k3diff.budgets), and the report carries its accuracy class,
+max |cand − ref| / (u·A) over the elements, so accuracy is visible while a result passes.
+
+One implementation measures every tensor (`measure_numeric`, many tensors of one dtype at once);
+the one-tensor `measure` is that with one tensor, so the rule exists once.
 """
 from __future__ import annotations
 
@@ -11,7 +20,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from k3diff.budgets import Budget
+from k3diff.budgets import U_ACCUM, Budget
 
 _MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
 
@@ -32,6 +41,10 @@ class TensorReport:
     cand_value: float = 0.0
     ref_value: float = 0.0
     note: str = ""
+    # max over elements of |cand - ref| / (u * sum|a||b|): the error in units of the accumulation's own
+    # a-priori bound (u = 2^-24); None when the tensor is not an accumulation or its class would not
+    # measure the accumulation (k3diff.budgets.Budget.classed: bf16 storage, rounded inputs)
+    accuracy: float | None = None
     # on a failing tensor only: |cand - ref| max-pooled to at most 64x64 (rows: tokens), for reports;
     # never in to_dict(), so verdicts and seed files stay as they were
     error_map: list | None = field(default=None, repr=False, compare=False)
@@ -46,8 +59,9 @@ class TensorReport:
         loc = f" at token {self.where[0]} index {list(self.where[1:])}" if self.where else ""
         if self.note:
             return f"{status} {self.stage}/{self.tensor}: {self.note}{loc}"
+        acc = "" if self.accuracy is None else f", accuracy {self.accuracy:.3g} u·Σ|ab|"
         return (f"{status} {self.stage}/{self.tensor}: max|err| {self.max_err:.3g} vs bound {self.bound:.3g} "
-                f"(baseline {self.base_err:.3g}, atol {self.atol:.3g}){loc}; "
+                f"(baseline {self.base_err:.3g}, atol {self.atol:.3g}{acc}){loc}; "
                 f"cand {self.cand_value:.6g} ref {self.ref_value:.6g}; {self.worst_ulps:.1f} ulp; "
                 f"sim {self.similarity:.2e}; {100 * self.frac_outside:.3f}% outside")
 
@@ -124,10 +138,11 @@ def _unravel(flat: int, shape) -> tuple:
 
 
 def compare(stage: str, name: str, cand: torch.Tensor, ref: torch.Tensor, base: torch.Tensor | None,
-            budget: Budget, dtype: torch.dtype | None = None) -> TensorReport:
-    """Apply the error rule to one tensor. `dtype` is the candidate's storage dtype. (Many tensors
-    at once: `k3diff.comparisons.compare_many`, the same verdicts.)"""
-    m = measure(stage, name, cand, ref, base, budget, dtype)
+            budget: Budget, dtype: torch.dtype | None = None, absdot: torch.Tensor | None = None) -> TensorReport:
+    """Apply the error rule to one tensor. `dtype` is the candidate's storage dtype; `absdot` the
+    reference's Σ|a||b| of an accumulated tensor (None: not one). (Many tensors at once:
+    `k3diff.comparisons.compare_many`, the same verdicts.)"""
+    m = measure(stage, name, cand, ref, base, budget, dtype, absdot)
     if isinstance(m, Pending):
         m.values = m.scalars.tolist()
         return m.finish()
@@ -154,8 +169,9 @@ def settled(stage, name, cand, ref, budget: Budget) -> TensorReport | None:
     return None
 
 
-def measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
-    """A finished TensorReport where nothing needs measuring, else a Pending."""
+def measure(stage, name, cand, ref, base, budget: Budget, dtype=None, absdot=None):
+    """A finished TensorReport where nothing needs measuring, else a Pending: a bitwise check, or
+    `measure_numeric` of this one tensor."""
     dtype = dtype or cand.dtype
     done = settled(stage, name, cand, ref, budget)
     if done is not None:
@@ -166,55 +182,132 @@ def measure(stage, name, cand, ref, base, budget: Budget, dtype=None):
         differ = (_bits(cand) != _bits(ref)).sum().to(torch.float64).reshape(1)
         return Pending(differ, lambda v: (TensorReport(stage, name, True, note="bitwise equal") if v[0] == 0
                                           else _bitwise(stage, name, cand, ref)))
-    c = cand.to(torch.float64)
-    r = ref.to(torch.float64)
-    # a non-finite candidate value where the reference is finite fails at once: it is either a
-    # NaN the kernel made or a NaN-poisoned element it never wrote (counted with the other numbers,
-    # the report's details only then)
+    if not dtype.is_floating_point:
+        absdot = None
+    return measure_numeric([(stage, name, cand, ref, base, budget, dtype, absdot)], dtype)[0]
+
+
+def measure_numeric(items, dtype) -> list[Pending]:
+    """The error rule's numbers for several non-empty tensors of one storage dtype and device, each
+    (stage, name, cand, ref, base, budget, dtype, absdot): their values concatenated, every
+    element-wise step done once, each reduction per tensor as a row of a zero-padded
+    [tensors, longest] matrix (zero is neutral for every reduction here: the maxima are of
+    non-negative values, and the first maximum of a row is the tensor's own).
+
+    Per element i of a tensor the bound is rtol·max|base − ref| + atol + c·u·A_i, with A the
+    reference's Σ|a||b| (0 where the tensor is not an accumulation, c = budget.accum); the report
+    names the element that used the largest share of its bound (for a tensor without A: the
+    largest error, as the bound is one number)."""
+    k = len(items)
+    dev = items[0][2].device
+    sizes = [it[2].numel() for it in items]
+    longest = max(sizes)
+    flat = lambda ts: torch.cat([t.reshape(-1).to(torch.float64) for t in ts]) if k > 1 else \
+        ts[0].reshape(-1).to(torch.float64)                                  # noqa: E731
+    c = flat([it[2] for it in items])
+    r = flat([it[3] for it in items])
+    b = flat([it[4] if it[4] is not None else it[3] for it in items])    # no baseline: its error is 0
+    has_abs = [it[7] is not None for it in items]
+    for it in items:
+        if it[7] is not None and it[7].shape != it[3].shape:
+            raise ValueError(f"{it[0]}/{it[1]}: Σ|a||b| has shape {tuple(it[7].shape)}, the tensor {tuple(it[3].shape)}")
+    counts = torch.tensor(sizes, device=dev)
+    start = torch.cumsum(counts, 0) - counts
+    if k == 1:                           # one tensor: its row is the tensor itself
+        row = torch.zeros((), dtype=torch.int64, device=dev)
+        rows = lambda v: v.view(1, -1)                                       # noqa: E731
+    else:
+        # each element's tensor (output_size: no host sync to learn the length)
+        row = torch.repeat_interleave(torch.arange(k, device=dev), counts, output_size=sum(sizes))
+        at = row * longest + (torch.arange(c.numel(), device=dev) - start[row])
+
+        def rows(v):
+            out = torch.zeros((k * longest,), dtype=v.dtype, device=dev)
+            out[at] = v
+            return out.view(k, longest)
+
     finite = torch.isfinite(r)
     bad = ~torch.isfinite(c) & finite
     r0 = torch.where(finite, r, 0.0)
     c0 = torch.where(finite, c, 0.0)
     err = (c0 - r0).abs()
-    if base is not None:
-        b0 = torch.where(finite, base.to(torch.float64), 0.0)
-        b0 = torch.nan_to_num(b0, nan=0.0)
-        base_err_el = (b0 - r0).abs()
+    base_err_el = (torch.nan_to_num(torch.where(finite, b, 0.0), nan=0.0) - r0).abs()
+    per_tensor_max = lambda v: rows(v).amax(1)                             # noqa: E731
+    f64 = dict(dtype=torch.float64, device=dev)
+    if dtype.is_floating_point:
+        rounded, top = noise_floor_parts(r0, dtype, per_tensor_max)
+        floor = noise_floor_from(rounded, top, dtype, per_tensor_max, lambda v: v[row])
+        ulps = err / ulp(r0, dtype)
+    else:                                # integers: no rounding noise, errors in units of 1
+        floor, ulps = torch.zeros(k, **f64), err
+    atol = torch.tensor([it[5].atol_mult for it in items], **f64) * floor
+    rtol = torch.tensor([it[5].rtol for it in items], **f64)
+    base_err = rows(base_err_el).amax(1)
+    outside_at = atol[row] + rtol[row] * base_err_el
+    scalars = [rows(bad.to(torch.float64)).sum(1), base_err, atol]
+    if any(has_abs):
+        A = flat([it[7] if it[7] is not None else torch.zeros_like(it[3], dtype=torch.float64) for it in items])
+        A = torch.where(finite, torch.nan_to_num(A, nan=0.0), 0.0)
+        cu = torch.tensor([it[5].accum * U_ACCUM if h else 0.0 for it, h in zip(items, has_abs)], **f64)[row]
+        bound_el = (rtol * base_err + atol)[row] + cu * A
+        key = torch.where(torch.tensor(has_abs, device=dev)[row], err / bound_el, err)
+        # units of u·A; an exact zero of the reference (A = 0) may only be met exactly
+        acc = torch.where(A > 0, err / (U_ACCUM * A), torch.where(err > 0, float("inf"), 0.0))
+        outside_at = outside_at + cu * A
+        over = rows((err > bound_el).to(torch.float64)).sum(1)
     else:
-        base_err_el = torch.zeros_like(r0)
-    # every number of the report computed where the tensors live, read back with the others
-    zero = torch.zeros((), dtype=torch.float64, device=r0.device)
-    base_err = base_err_el.max()
-    atol = budget.atol_mult * _noise_floor(r0, dtype) if dtype.is_floating_point else zero
-    flat = err.flatten().argmax()
-    ulps = (err / ulp(r0, dtype)).max() if dtype.is_floating_point else err.max()
-    outside = err > (atol + budget.rtol * base_err_el)
-    scalars = torch.stack([
-        bad.sum().to(torch.float64), base_err, atol, flat.to(torch.float64), err.flatten()[flat],
-        (c0 * c0 + r0 * r0).sum(), (c0 * r0).sum(), ulps, outside.double().mean(), c0.flatten()[flat],
-        r0.flatten()[flat]])
-    return Pending(scalars, lambda values: numeric_report(stage, name, budget, c.shape, values, lambda: err,
-                                                          lambda: non_finite_report(stage, name, c, r, bad)))
+        bound_el, key, acc, over = None, err, None, None
+    key_rows = rows(key)
+    flat_idx = key_rows.argmax(1)                                          # the first maximum, as argmax
+    pick = start + flat_idx
+    outside = err > outside_at
+    scalars += [flat_idx.to(torch.float64), err[pick], rows(c0 * c0 + r0 * r0).sum(1), rows(c0 * r0).sum(1),
+                rows(ulps).amax(1), rows(outside.to(torch.float64)).sum(1) / counts,
+                c0[pick], r0[pick]]
+    if bound_el is not None:
+        scalars += [bound_el[pick], rows(acc).amax(1), over]
+    scalars = torch.stack(scalars, dim=1)                                  # [k, 11 or 14]
+    # the class is reported where it measures the accumulation itself (Budget.classed: operands the
+    # reference shares, stored in f32); a bf16-stored tensor's error is its own rounding, 2^15·|y|/A
+    # units and more, whatever the accumulation did
+    classed = [dtype == torch.float32 and it[5].classed for it in items]
+    out = []
+    for j, (stage, name, cand, ref, _, budget, _, _) in enumerate(items):
+        lo, n = sum(sizes[:j]), sizes[j]
+        piece = lambda v, lo=lo, n=n, shape=cand.shape: v[lo:lo + n].view(shape)   # noqa: E731
+        out.append(Pending(scalars[j], lambda values, stage=stage, name=name, budget=budget, shape=cand.shape,
+                           piece=piece, accumulated=has_abs[j], cls=classed[j]: numeric_report(
+                               stage, name, budget, shape, values, lambda: piece(err),
+                               lambda: non_finite_report(stage, name, piece(c), piece(r), piece(bad)),
+                               accumulated, cls)))
+    return out
 
 
-def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite) -> TensorReport:
+def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite, accumulated=False,
+                   classed=False) -> TensorReport:
     """The error rule's verdict from a comparison's numbers, in this order: the count of non-finite
-    candidate values where the reference is finite, max baseline error, atol, the worst element's
-    flat index, its error, sum(c^2 + r^2), sum(c r), worst ulps, share outside, the worst
-    element's candidate and reference values. `err()` gives the |cand - ref| tensor for a
-    failure's error map, `non_finite()` the report of a candidate with non-finite values where
-    the reference is finite."""
-    n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values
+    candidate values where the reference is finite, max baseline error, atol, the reported
+    element's flat index, its error, sum(c^2 + r^2), sum(c r), worst ulps, share outside, the
+    reported element's candidate and reference values; for an accumulated tensor then the bound at
+    that element, the accuracy class and the count of elements over their bound. `err()` gives the
+    |cand - ref| tensor for a failure's error map, `non_finite()` the report of a candidate with
+    non-finite values where the reference is finite."""
+    n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values[:11]
     if n_bad:
         return non_finite()
     flat = int(flat)
-    bound = budget.rtol * base_err + atol
     similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
-    ok = max_err <= bound
+    if accumulated:
+        bound, accuracy, over = values[11:14]
+        accuracy = accuracy if classed else None
+        ok = over == 0
+    else:
+        bound, accuracy = budget.rtol * base_err + atol, None
+        ok = max_err <= bound
     return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
                         atol=atol, similarity=similarity, worst_ulps=ulps,
                         frac_outside=frac, where=_unravel(flat, shape),
-                        cand_value=cand_value, ref_value=ref_value,
+                        cand_value=cand_value, ref_value=ref_value, accuracy=accuracy,
                         error_map=None if ok else error_map(err()))
 
 

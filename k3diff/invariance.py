@@ -61,7 +61,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
                             provides, controls, verdict)
     alone_inputs = _row(inputs, p)
     alone = run_candidate(candidate, case.stage, cfg, prepared, weights, alone_inputs, provides, controls, verdict)
-    ref = run_reference(case.stage, cfg, weights, _row(inputs, p), "exact")
+    ref = run_reference(case.stage, cfg, weights, _row(inputs, p), "exact", magnitudes=True)
     base = run_reference(case.stage, cfg, weights, _row(inputs, p), "faithful")
     strict = bool(getattr(candidate, "batch_invariant", False))
     items = []
@@ -76,7 +76,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
             if spec.name == "topk_weights":
                 continue  # slot order may differ; routing is judged as sets in check_case
             items.append((case.stage, f"{spec.name}.alone", lone, ref[spec.name], base[spec.name],
-                          budgets.budget_for(case.stage, spec.name), spec.dtype))
+                          budgets.budget_for(case.stage, spec.name), spec.dtype, ref.get("abs." + spec.name)))
             spread = (lone.double() - inside.double()).abs()
             spread = float(torch.nan_to_num(spread, nan=float("inf")).max()) if spread.numel() else 0.0
             if spread:
@@ -91,7 +91,8 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
                 verdict.reports.append(TensorReport(case.stage, "topk_ids.alone_vs_batched", False,
                                                     note="the token chose other experts alone than in the batch"))
         elif "forced_ids" not in inputs:
-            verdict.routing = routing.compare_routing(alone["topk_ids"], ref["topk_ids"], ref.get("sel_gap"),
-                                                      routing.NEAR_TIE_DELTA)
+            delta = routing.near_tie_delta(ref["router_logits"], base.get("router_logits"),
+                                           ref.get("abs.router_logits"), weights.get("router.bias"), cfg.n_group)
+            verdict.routing = routing.compare_routing(alone["topk_ids"], ref["topk_ids"], ref.get("sel_gap"), delta)
     verdict.seconds = time.perf_counter() - start
     return verdict

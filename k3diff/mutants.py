@@ -225,7 +225,42 @@ def _attn_res_no_block_write(orig):
     return attn_res
 
 
+CHUNK = 16          # one MMA step / warp slice of K: the "one chunk short" bugs drop the first one
+
+
+def _gemm_one_chunk_short(orig):
+    # every GEMM starts its K loop one 16-wide chunk late
+    return lambda x, w, splits=blocked_ops.SPLIT_K: orig(x[..., CHUNK:], w[:, CHUNK:], splits)
+
+
+def _scores_one_chunk_short(orig):
+    # the attention scores' contraction over R + rope skips its first 16 dims
+    def attend(Q, rows, n, R, scale):
+        Q = torch.cat([torch.zeros_like(Q[..., :CHUNK]), Q[..., CHUNK:]], dim=-1)
+        return orig(Q, rows, n, R, scale)
+    return attend
+
+
+def _delta_rule_one_chunk_short(orig):
+    # the delta rule's prediction e = S k skips the first 16 key dims (the update itself is whole)
+    def rule(S, gk, q, k, v, beta):
+        S = S * blocked_ops.exp(gk).unsqueeze(2)
+        short = torch.cat([torch.zeros_like(k[..., :CHUNK]), k[..., CHUNK:]], dim=-1)
+        e = (S @ short.unsqueeze(-1)).squeeze(-1)
+        S = S + (beta.unsqueeze(-1) * (v - e)).unsqueeze(-1) * k.unsqueeze(2)
+        return S, (S @ q.unsqueeze(-1)).squeeze(-1)
+    return rule
+
+
 # ------------------------------------------------------------------ tampering with what it writes
+
+def _f32_rounded_to_bf16(backend, stage, before, inputs, out):
+    """Every f32 output and f32 state stored through bf16 (2^-9 relative): an accumulator spilled
+    in the wrong dtype."""
+    for t in list(out.values()) + [inputs[k] for k in before]:
+        if t.dtype == torch.float32:
+            t.copy_(t.to(torch.bfloat16).to(torch.float32))
+
 
 def _conv_state_not_shifted(backend, stage, before, inputs, out):
     if "conv_state" in before:
@@ -345,6 +380,18 @@ MUTANTS = [
            tamper=_on_small(torch.neg), case_filter=_tiny_cases),
     Mutant("half_scale_output", "numerics", ("moe", "mla", "kda", "layer"), "final output scaled by 0.5",
            tamper=_half_scale),
+    Mutant("gemm_one_chunk_short", "numerics", ("moe", "mla", "kda", "layer"),
+           f"every GEMM skips its first {CHUNK}-wide chunk of K",
+           swap=Swap(blocked_ops, "gemm", _gemm_one_chunk_short)),
+    Mutant("f32_outputs_rounded_to_bf16", "numerics", ("moe", "kda"),
+           "f32 outputs and states (router logits, KDA core and state) rounded to bf16",
+           tamper=_f32_rounded_to_bf16),
+    Mutant("mla_scores_one_chunk_short", "mla", ("mla",),
+           f"attention scores skip the first {CHUNK} dims of their contraction",
+           swap=Swap(blocked_attn, "_attend", _scores_one_chunk_short)),
+    Mutant("kda_delta_rule_one_chunk_short", "kda", ("kda",),
+           f"the delta rule's prediction S k skips the first {CHUNK} key dims",
+           swap=Swap(blocked_attn, "delta_rule", _delta_rule_one_chunk_short)),
     Mutant("writes_nan_to_unused_slot", "anti-cheat", ("kda",),
            "writes a canonical NaN into every KDA state slot no row owns",
            tamper=_nan_into_unused_slots),

@@ -49,10 +49,10 @@ def _num(x, digits=6):
 
 
 def _tensor(rep) -> dict:
+    # accuracy: the accumulation's error in units of u·Σ|a||b| (None: not an f32 accumulation)
     return {"tensor": rep.tensor, "ok": rep.ok, "ratio": _num(rep.ratio), "max_err": _num(rep.max_err),
             "bound": _num(rep.bound), "similarity": _num(rep.similarity), "ulps": _num(rep.worst_ulps),
-            # error in units of u*sum|a||b| (the tensor's accuracy class), where the error rule gives it
-            "accuracy": _num(getattr(rep, "accuracy", None))}
+            "accuracy": _num(getattr(rep, "accuracy", None), 4)}
 
 
 def _error_map(verdict) -> dict | None:

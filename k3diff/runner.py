@@ -72,27 +72,33 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     bind_case(candidate, case)                  # a distributed candidate runs the case's layout
     prepared = prepared_for(candidate, cfg, stage, weights)
     provides = set(candidate.provides(stage))
-    oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode)  # noqa: E731
+    # the exact run also carries each accumulated output's Σ|a||b| (the error rule's floor)
+    oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode, magnitudes=True)  # noqa: E731
     state = {"ref": {}, "base": {}, "cand": {}}
     for step in range(case.steps):
         step_inputs = inputs if step == 0 else _next_step_inputs(case, device, step)
         per = {role: _with_state(step_inputs, state[role]) for role in state}
-        # the layer's routing probe is the exact reference run itself (forced onto its own ids or not)
-        ref = None
+        # the layer's routing probe is the exact reference run itself (forced onto its own ids or
+        # not), and the baseline it sizes the layer's near-tie δ with
+        ref = base = None
         if stage == "layer":
-            ref = routing.force_layer_near_ties(oracle, cfg.is_moe_layer(case.layer_idx), per, verdict)
+            both = routing.force_layer_near_ties(oracle, cfg.is_moe_layer(case.layer_idx), per, verdict,
+                                                 weights.get("mlp.router.bias"), cfg.n_group)
+            ref, base = both if both is not None else (None, None)
         if ref is None:
             ref = oracle(per["ref"], "exact")
         if step == 0:
             verdict.routed = _routed(cfg, ref)
-        base = oracle(per["base"], "faithful")
+        if base is None:
+            base = oracle(per["base"], "faithful")
         try:
             cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
         except Exception as exc:  # the candidate crashed: a failure with its message, not a lost run
             verdict.error = getattr(exc, "verdict_error", None) or f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             break
         if stage == "moe" and "topk_ids" in provides:
-            ref, base = routing.judge_moe_routing(oracle, per, ref, base, cand, verdict)
+            ref, base = routing.judge_moe_routing(oracle, per, ref, base, cand, verdict,
+                                                  weights.get("router.bias"), cfg.n_group)
         tag = (lambda n: n) if case.steps == 1 else (lambda n, s=step: f"{n}@step{s}")
         verdict.reports += _output_reports(stage, tag, per["cand"], ref, base, cand, provides)
         verdict.reports += state_reports(case, tag, per["cand"], ref, base, cand)
@@ -139,5 +145,6 @@ def _output_reports(stage, tag, cand_inputs, ref, base, cand, provides) -> list:
             c = routing.align_by_id(cand["topk_ids"], c)
             r = routing.align_by_id(routing.expected_ids(cand_inputs, ref), r)
             b = None if b is None else routing.align_by_id(routing.expected_ids(cand_inputs, base), b)
-        items.append((stage, tag(spec.name), c, r, b, budget_for(stage, spec.name), spec.dtype))
+        items.append((stage, tag(spec.name), c, r, b, budget_for(stage, spec.name), spec.dtype,
+                      ref.get("abs." + spec.name)))
     return compare_many(items)

@@ -34,7 +34,8 @@ def mla_cache(stage, tag, cand_inputs, ref, base, cand):
     new_c, new_r, new_b = cand["kv_cache"][rows, lens], ref["kv_cache"][rows, lens], base["kv_cache"][rows, lens]
     before, after = cand["_before"]["kv_cache"], cand["kv_cache"].clone()
     after[rows, lens] = before[rows, lens]
-    return [(stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"), torch.bfloat16),
+    return [(stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"), torch.bfloat16,
+             ref.get("abs.kv_cache.new")),
             (stage, tag("kv_cache.untouched"), after, before, None, budget_for(stage, "kv_cache.untouched"))]
 
 
@@ -52,9 +53,11 @@ def kda_state(stage, tag, cand_inputs, ref, base, cand):
         (stage, tag("conv_state.untouched"), after_conv[untouched], before_conv[untouched], None,
          budget_for(stage, "kv_cache.untouched")),
         (stage, tag("conv_state.new"), after_conv[live, :, -1], ref["conv_state"][live, :, -1],
-         base["conv_state"][live, :, -1], budget_for(stage, "conv_state.new"), torch.bfloat16),
+         base["conv_state"][live, :, -1], budget_for(stage, "conv_state.new"), torch.bfloat16,
+         _at(ref.get("abs.conv_state.new"), live)),
         (stage, tag("recurrent_state"), cand["recurrent_state"][live], ref["recurrent_state"][live],
-         base["recurrent_state"][live], budget_for(stage, "recurrent_state"), torch.float32),
+         base["recurrent_state"][live], budget_for(stage, "recurrent_state"), torch.float32,
+         _at(ref.get("abs.recurrent_state"), live)),
         (stage, tag("recurrent_state.untouched"), cand["recurrent_state"][untouched],
          cand["_before"]["recurrent_state"][untouched], None, budget_for(stage, "kv_cache.untouched")),
     ]
@@ -65,6 +68,11 @@ def kda_state(stage, tag, cand_inputs, ref, base, cand):
         out.append((stage, tag(f"{attn}.null_rows"), rows, torch.zeros_like(rows), None,
                     budget_for(stage, "out.null_rows")))
     return out
+
+
+def _at(magnitude, rows):
+    """The reference's Σ|a||b| of a state (by slot) at `rows`; None where the reference gave none."""
+    return None if magnitude is None else magnitude[rows.to(magnitude.device)]
 
 
 def layer_residual(case, stage, tag, ref, base, cand):

@@ -90,7 +90,8 @@ def summary_lines(results, failures=()):
                ("cases/s", ">8", _rate),
                ("ties", ">5", lambda rs: sum(r["tie_flips"] for r in rs)),
                ("forced", ">6", lambda rs: sum(1 for r in rs if r["forced"])),
-               ("worst (tensor, % of budget)", "", _worst)]
+               ("worst (tensor, % of budget)", "", _worst),
+               ("accuracy (tensor, u·Σ|ab|)", "", _accuracy)]
     lines = [" ".join(f"{name:{fmt}}" for name, fmt, _ in columns)]
     for stage in sorted(by_stage):
         lines.append(" ".join(f"{fn(by_stage[stage]):{fmt}}" for _, fmt, fn in columns))
@@ -100,6 +101,15 @@ def summary_lines(results, failures=()):
 def _rate(rs):
     secs = sum(r["seconds"] for r in rs)
     return f"{len(rs) / secs if secs > 0 else float('inf'):.1f}"
+
+
+def _accuracy(rs):
+    """The least accurate f32 accumulation of a stage: its error in units of u·Σ|a||b| (k3diff.budgets)."""
+    classed = [(t["accuracy"], t["tensor"]) for r in rs for t in r.get("tensors", ()) if t.get("accuracy") is not None]
+    if not classed:
+        return "-"
+    acc, tensor = max(classed)
+    return f"{tensor} {acc:.3g}"
 
 
 def _worst(rs):

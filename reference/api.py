@@ -8,6 +8,11 @@ moe -> sel_gap [T] float64 (always float64); layer -> the attention and MLP inte
 "attn.<name>" / "mlp.<name>". Inputs and weights are never modified (every stage works on private
 copies). It runs on the inputs' device (weights are moved there if needed).
 
+`mode` is "exact", "faithful" or a Numerics; Numerics("exact", magnitudes=True) also returns, for
+each accumulated output, its contraction over absolute values as "abs.<name>" (float64; the
+state rules' "abs.kv_cache.new", "abs.conv_state.new" [S, 3P] by slot, "abs.recurrent_state"), for
+k3diff's accumulation floor; every other output is bit for bit the same as without.
+
 Dtypes: exact mode returns float64 for every float tensor; faithful mode returns the contract
 dtype (bf16 or f32). Integer tensors (topk_ids int32) are returned as such.
 """

@@ -15,6 +15,13 @@ f32 into the gated norm, as in the fused decode kernel (§4.5): the contract sto
 baseline that rounded it (vLLM's unfused path, §7) would sometimes land closer to the exact value
 by luck than a kernel that keeps f32 — calibrating the error rule against luck.
 A_log is per head: the first H entries of the stored vector (§1.3 [CONFLICT] resolved as vLLM).
+
+With `num.magnitudes` ("abs." outputs, numerics.py), the delta rule's bound carried through its
+own formulas on absolute values: S' = S·exp(g) (|S'|), e = S'k̂ (|S'||k̂|), u = β(v − e)
+(|β|(|v| + |S'||k̂|)), S_new = S' + u k̂ᵀ (|S'| + |u|_abs |k̂|ᵀ) as "abs.recurrent_state" [S, H, D, D]
+at the live slots, and the readout core = S_new q̂ (|S_new|_abs |q̂|); the GEMVs their |x||W|^T (the
+new conv column q|k|v as "abs.conv_state.new" [S, 3P], by slot); the gated norm |normed|. The
+short conv (four taps), the gates and beta have none.
 """
 from __future__ import annotations
 
@@ -72,6 +79,11 @@ def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor
     S = S + u.unsqueeze(-1) * kh.unsqueeze(-2)
     core = (S * qh.unsqueeze(-2)).sum(-1)                                  # o kept f32 (fused path)
     rec_new[slots] = S
+    if num.magnitudes:
+        S_dec = recurrent_state.to(x.device)[slots].to(torch.float64).abs() * torch.exp(decay).unsqueeze(-2)
+        mag_u = beta.abs().unsqueeze(-1) * (v.abs() + (S_dec * kh.abs().unsqueeze(-2)).sum(-1))
+        mag_S = S_dec + mag_u.unsqueeze(-1) * kh.abs().unsqueeze(-2)
+        mag_core = (mag_S * qh.abs().unsqueeze(-2)).sum(-1)
 
     inv = torch.rsqrt(core.pow(2).mean(-1, keepdim=True) + cfg.rms_eps)
     normed = num.round(core * inv * weights["o_norm.weight"].to(num.dtype) * torch.sigmoid(g2.view(n, H, D)))
@@ -83,6 +95,15 @@ def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor
         z[rows] = t
         return z
 
-    return {"out": full(out), "conv_out": full(conv_out), "decay": full(decay), "beta": full(beta),
-            "core": full(core), "normed": full(normed), "conv_state": conv_new,
-            "recurrent_state": rec_new}
+    res = {"out": full(out), "conv_out": full(conv_out), "decay": full(decay), "beta": full(beta),
+           "core": full(core), "normed": full(normed), "conv_state": conv_new,
+           "recurrent_state": rec_new}
+    if num.magnitudes:
+        mag_rec = torch.zeros_like(rec_new)
+        mag_rec[slots] = mag_S
+        mag_conv = torch.zeros(conv_new.shape[:2], dtype=torch.float64, device=x.device)
+        mag_conv[slots] = torch.cat([num.abs_linear(xv, weights[f"{c}_proj.weight"]) for c in "qkv"], -1)
+        res.update({"abs.out": full(num.abs_linear(normed, weights["o_proj.weight"])),
+                    "abs.core": full(mag_core), "abs.normed": full(normed.abs()),
+                    "abs.recurrent_state": mag_rec, "abs.conv_state.new": mag_conv})
+    return res

@@ -65,6 +65,17 @@ def layer(inputs: dict, weights: dict, cfg, num: Numerics) -> dict:
 
     res = {"delta": mlp["out"], "x_attn": x_attn, "attn_out": a, "x_mlp": x_mlp,
            "prefix": prefix, "blocks": blocks, **state}
-    res.update({f"attn.{k}": v for k, v in att.items() if k != "out"})
-    res.update({f"mlp.{k}": v for k, v in mlp.items() if k != "out"})
+    # the state magnitudes keep the state rules' names (abs.kv_cache.new, abs.recurrent_state, ...)
+    res.update({k: att.pop(k) for k in ("abs.kv_cache.new", "abs.conv_state.new", "abs.recurrent_state")
+                if k in att})
+    res.update({_inner("attn", k): v for k, v in att.items() if k != "out"})
+    res.update({_inner("mlp", k): v for k, v in mlp.items() if k != "out"})
+    if num.magnitudes:   # the layer's tensors by their layer names; the AttnRes outputs are norms
+        res.update({"abs.delta": mlp["abs.out"], "abs.attn_out": att["abs.out"], "abs.x_attn": x_attn.abs(),
+                    "abs.x_mlp": x_mlp.abs()})
     return res
+
+
+def _inner(part: str, name: str) -> str:
+    """A sub-block's tensor under the layer's name for it: attn.q_c, and abs.attn.q_c for its magnitude."""
+    return f"abs.{part}.{name[4:]}" if name.startswith("abs.") else f"{part}.{name}"

@@ -10,6 +10,14 @@ batched together, nothing is padded): rows beyond L_b are never read (the materi
 with NaN to prove it), and ragged lengths need no masking tricks. Scores, softmax and the P·C sum
 are f32 (f64 exact); lat and o are rounded. The output gate comes from the layer input x, not
 from the attention output.
+
+With `num.magnitudes` ("abs." outputs, numerics.py): the GEMVs and the per-head absorptions their
+|a||b| contraction; the norms |output|; the attention latent lat = Σ_t p_t C_t the bound of its two
+accumulations, Σ_t p_t|C_t| (the P·C sum, p >= 0) plus Σ_t p_t A_t (|C_t| + |lat|), where
+A_t = scale·|q|·|C_t| bounds the score z_t's own accumulation and δlat = Σ_t p_t δz_t (C_t − lat)
+carries a score error into the latent (|C_t − lat| bounded by |C_t| + |lat| to stay two matmuls);
+the new cache row (kv_c | k_pe) as "abs.kv_cache.new" [T, R+rope]. The gate (an element-wise
+product) has none.
 """
 from __future__ import annotations
 
@@ -45,6 +53,7 @@ def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weigh
     lens = cache_lens.to(torch.int64)
     cache[torch.arange(T, device=x.device), lens] = torch.cat([kv_c, k_pe], dim=-1).to(cache.dtype)
     lat = torch.empty(T, H, R, dtype=num.dtype, device=x.device)
+    mag_lat = torch.empty(T, H, R, dtype=torch.float64, device=x.device) if num.magnitudes else None
     # sequences of one length attend together: each softmax still runs over exactly its L+1 rows
     # (the same reductions as one sequence at a time, so the same bits), one step per length.
     # The GEMM operands are widened to float64 once and the products cast back as num.mm does
@@ -60,11 +69,24 @@ def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weigh
         z = scale * (query[seqs] @ rows.transpose(1, 2)).to(num.dtype)     # [G, H, L+1]
         p = torch.softmax(z, dim=-1)
         lat[seqs] = (p.to(torch.float64) @ rows[..., :R]).to(num.dtype)
+        if mag_lat is not None:
+            c_abs = rows[..., :R].abs()
+            pa = p * (scale * (query[seqs].abs() @ rows.abs().transpose(1, 2)))     # p_t A_t
+            mag_lat[seqs] = p @ c_abs + pa @ c_abs + pa.sum(-1, keepdim=True) * lat[seqs].abs()
     lat = num.round(lat)
     o = num.round(torch.einsum("thr,hvr->thv", lat.double(), w_uv).to(num.dtype))   # [T, H, v]
 
     gz = num.round(num.linear(x, weights["g.weight"]))
     gated = num.round(o.reshape(T, H * vd) * torch.sigmoid(gz))           # one rounding [INFERRED]
     out = num.round(num.linear(gated, weights["o.weight"]))
-    return {"out": out, "q_c": q_c, "kv_c": kv_c, "k_pe": k_pe, "ql": ql, "attn_latent": lat,
-            "attn_out": o, "gated": gated, "kv_cache": cache}
+    res = {"out": out, "q_c": q_c, "kv_c": kv_c, "k_pe": k_pe, "ql": ql, "attn_latent": lat,
+           "attn_out": o, "gated": gated, "kv_cache": cache}
+    if num.magnitudes:
+        mag_kpe = num.abs_linear(x, weights["kv_a.weight"][R:])
+        res.update({"abs.out": num.abs_linear(gated, weights["o.weight"]), "abs.q_c": q_c.abs(),
+                    "abs.kv_c": kv_c.abs(), "abs.k_pe": mag_kpe,
+                    "abs.ql": torch.einsum("thp,hpr->thr", q_nope.double().abs(), w_uk.abs()),
+                    "abs.attn_latent": mag_lat,
+                    "abs.attn_out": torch.einsum("thr,hvr->thv", lat.double().abs(), w_uv.abs()),
+                    "abs.kv_cache.new": torch.cat([kv_c.abs(), mag_kpe], dim=-1)})
+    return res

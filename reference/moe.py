@@ -13,6 +13,11 @@ over its tokens (padded per expert; the padding rows are computed and discarded)
 slot) result is the same product as one GEMM per expert: the batching only saves launches.
 
 Faithful mode rounds act and y_j to bf16 [INFERRED, §5.6/§7]; exact mode rounds nothing.
+
+With `num.magnitudes`, each accumulated output also comes as "abs.<name>" (numerics.py): a GEMV's
+|x||W|^T; the combine's Σ_j |w_j||y_j|; a norm's |output| (its sum of squares has condition 1, so
+the relative accumulation error of the norm is that of a positive sum); the final add the sum of its
+two terms' magnitudes. topk_weights (ratios of sigmoids) is not an accumulation and has none.
 """
 from __future__ import annotations
 
@@ -54,17 +59,19 @@ def experts(weights: dict, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def situ_mlp(x: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor, cfg, num: Numerics):
-    """Shared experts / dense MLP: bf16(bf16(SiTU(bf16(x W_gu^T))) W_down^T). Returns (out, act)."""
+    """Shared experts / dense MLP: bf16(bf16(SiTU(bf16(x W_gu^T))) W_down^T). Returns (out, act,
+    |act||W_down|^T or None without magnitudes)."""
     gu = num.round(num.linear(x, gate_up))
     act = num.round(situ(gu, cfg))
-    return num.round(num.linear(act, down)), act
+    mag = num.abs_linear(act, down) if num.magnitudes else None
+    return num.round(num.linear(act, down)), act, mag
 
 
 def routed_experts(hl: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, weights: dict, cfg,
                    num: Numerics) -> torch.Tensor:
     """Expert-grouped evaluation: every token routed to expert e is processed in one GEMM, each
     (token, slot) result y_j lands in Y[t, j]; dropped slots (-1) stay 0. Returns the f32/f64
-    weighted sum over slots (not yet rounded)."""
+    weighted sum over slots (not yet rounded), and with magnitudes Σ_j |w_j||y_j| (else None)."""
     T, k = ids.shape
     r = hl.shape[-1]
     Y = torch.zeros(T, k, r, dtype=num.dtype, device=hl.device)
@@ -92,7 +99,9 @@ def routed_experts(hl: torch.Tensor, ids: torch.Tensor, w: torch.Tensor, weights
             act = num.round(situ(num.mm(H, w13.transpose(1, 2)), cfg))  # act → bf16 [INFERRED]
             y = num.round(num.mm(act, w2.transpose(1, 2)))             # y_j → bf16 [INFERRED]
             Y[t_idx[sel], j_idx[sel]] = y[s, rw]
-    return (Y * w.to(num.dtype).unsqueeze(-1)).sum(dim=1)
+    w = w.to(num.dtype).unsqueeze(-1)
+    mag = (Y.abs() * w.abs()).sum(dim=1) if num.magnitudes else None
+    return (Y * w).sum(dim=1), mag
 
 
 def latent_moe(x: torch.Tensor, weights: dict, cfg, num: Numerics,
@@ -101,17 +110,28 @@ def latent_moe(x: torch.Tensor, weights: dict, cfg, num: Numerics,
     logits = num.linear(x, weights["router.weight"])                  # f32/f64, never rounded
     r = route(logits, weights["router.bias"], cfg, num, forced_ids)
     hl = num.round(num.linear(x, weights["down.weight"]))
-    yc = num.round(routed_experts(hl, r["topk_ids"], r["topk_weights"], weights, cfg, num))
+    combined, mag_yc = routed_experts(hl, r["topk_ids"], r["topk_weights"], weights, cfg, num)
+    yc = num.round(combined)
     yn = num.rmsnorm(yc, weights["latent_norm.weight"], cfg.rms_eps)
     yu = num.round(num.linear(yn, weights["up.weight"]))
-    ys, _ = situ_mlp(x, weights["shared.gate_up"], weights["shared.down"], cfg, num)
+    ys, _, mag_ys = situ_mlp(x, weights["shared.gate_up"], weights["shared.down"], cfg, num)
     out = num.round(yu + ys)
-    return {"out": out, "router_logits": logits, "topk_ids": r["topk_ids"],
-            "topk_weights": r["topk_weights"], "latent": hl, "combined": yc, "latent_normed": yn,
-            "routed_out": yu, "shared_out": ys, "sel_gap": r["sel_gap"]}
+    res = {"out": out, "router_logits": logits, "topk_ids": r["topk_ids"],
+           "topk_weights": r["topk_weights"], "latent": hl, "combined": yc, "latent_normed": yn,
+           "routed_out": yu, "shared_out": ys, "sel_gap": r["sel_gap"]}
+    if num.magnitudes:
+        mag_yu = num.abs_linear(yn, weights["up.weight"])
+        res.update({"abs.router_logits": num.abs_linear(x, weights["router.weight"]),
+                    "abs.latent": num.abs_linear(x, weights["down.weight"]), "abs.combined": mag_yc,
+                    "abs.latent_normed": yn.abs(), "abs.routed_out": mag_yu, "abs.shared_out": mag_ys,
+                    "abs.out": mag_yu + mag_ys})
+    return res
 
 
 def dense_mlp(x: torch.Tensor, weights: dict, cfg, num: Numerics) -> dict:
     """Layer 0's dense SiTU MLP (§5.5)."""
-    out, act = situ_mlp(x, weights["dense.gate_up"], weights["dense.down"], cfg, num)
-    return {"out": out, "dense_act": act}
+    out, act, mag = situ_mlp(x, weights["dense.gate_up"], weights["dense.down"], cfg, num)
+    res = {"out": out, "dense_act": act}
+    if num.magnitudes:
+        res["abs.out"] = mag
+    return res

@@ -20,6 +20,12 @@ RMSNorm choice (K3_SPEC §7 note): everywhere, a SINGLE rounding
 what the AttnRes and FLA gated-norm kernels do; vLLM's generic CUDA RMSNorm rounds twice
 (``bf16(bf16(x*rinv)*w)``), a difference that §8's tolerances cover.
 
+Magnitudes (``Numerics("exact", magnitudes=True)``, exact mode only): beside every accumulated
+output ``name`` the stage also returns ``"abs." + name``, the same contraction over absolute values
+(Σ_k |a_k||b_k| in float64, the quantity in Higham's a-priori bound |fl(aᵀb) − aᵀb| ≤ γ_K·|a|ᵀ|b|),
+so a checker can allow a correct kernel the accumulation error its own computation permits. They
+are extra products computed beside the existing ones: no existing output changes by a bit.
+
 Outputs: in exact mode every float output is returned as float64 (the comparison code casts); in
 faithful mode outputs carry the dtype the contract (k3diff/stages.py) specifies, bf16 or f32.
 """
@@ -35,10 +41,13 @@ MODES = ("exact", "faithful")
 @dataclass(frozen=True)
 class Numerics:
     mode: str = "exact"
+    magnitudes: bool = False       # also return the "abs." contractions (see the module docstring)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.magnitudes and self.mode != "exact":
+            raise ValueError("magnitudes are computed in exact mode only (they are a float64 bound)")
 
     @property
     def exact(self) -> bool:
@@ -67,6 +76,14 @@ class Numerics:
     def mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """a @ b (any batch dims) with the same float64-accumulate-then-cast rule as `linear`."""
         return (a.to(torch.float64) @ b.to(torch.float64)).to(self.dtype)
+
+    def abs_linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """|x| |W|^T in float64: the contraction over absolute values beside `linear`."""
+        return x.to(torch.float64).abs() @ w.to(torch.float64).abs().T
+
+    def abs_mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """|a| @ |b| in float64, beside `mm`."""
+        return a.to(torch.float64).abs() @ b.to(torch.float64).abs()
 
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         """RMSNorm with one rounding at the end (the documented choice for every norm)."""

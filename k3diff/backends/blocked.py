@@ -18,7 +18,7 @@ from k3diff.backends.base import Backend
 
 from .blocked_attn import prepare_kda, prepare_mla, run_kda, run_mla
 from .blocked_moe import _get, glu_mlp, prepare_dense, prepare_moe, run_moe
-from .blocked_ops import F32, bf16, exact_f32_matmul, rms_scale
+from .blocked_ops import F32, bf16, exact_f32_matmul, exp, rms_scale
 
 
 def attn_res(prefix, delta, blocks, w_norm, w_proj, w_out, n: int, write_idx: int, eps: float,
@@ -41,7 +41,7 @@ def attn_res(prefix, delta, blocks, w_norm, w_proj, w_out, n: int, write_idx: in
                 run_max, run_sum, acc = logit, torch.ones_like(logit), vj
                 continue
             new_max = torch.maximum(run_max, logit)
-            old_f, new_f = torch.exp(run_max - new_max), torch.exp(logit - new_max)
+            old_f, new_f = exp(run_max - new_max), exp(logit - new_max)
             run_sum = run_sum * old_f + new_f
             acc = acc * old_f + vj * new_f                       # mix over un-normalised values
             run_max = new_max

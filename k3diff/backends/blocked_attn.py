@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from .blocked_moe import _get
-from .blocked_ops import F32, KV_CHUNK, bf16, gemm, rms_scale, rmsnorm_bf16
+from .blocked_ops import F32, KV_CHUNK, bf16, exp, gemm, rms_scale, rmsnorm_bf16, sigmoid
 
 
 # ================================================================ MLA
@@ -45,12 +45,12 @@ def _attend(Q: torch.Tensor, rows: torch.Tensor, n: torch.Tensor, R: int, scale:
     # per-chunk online-softmax partials; an empty chunk (m_c = -inf) gets p = 0 and weight 0 in
     # the merge instead of NaN (exp(-inf - -inf)): an empty split must not poison the merge
     m_c = z.amax(dim=-1)                                             # [G, chunks, H]
-    p = torch.exp(z - torch.where(m_c == float("-inf"), 0.0, m_c).unsqueeze(-1))
+    p = exp(z - torch.where(m_c == float("-inf"), 0.0, m_c).unsqueeze(-1))
     l_c = p.sum(dim=-1)                                              # [G, chunks, H]
     acc_c = torch.einsum("gnht,gntr->gnhr", p, kv[..., :R])          # [G, chunks, H, R] unnormalised
     # log-sum-exp merge of the partials
     m = m_c.amax(dim=1)
-    alpha = torch.exp(m_c - m.unsqueeze(1))
+    alpha = exp(m_c - m.unsqueeze(1))
     l = (l_c * alpha).sum(dim=1)
     acc = (acc_c * alpha.unsqueeze(-1)).sum(dim=1)
     return acc / l.unsqueeze(-1)
@@ -86,7 +86,7 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
         lat[seqs] = bf16(_attend(Q[seqs], kv_cache[seqs, :c * KV_CHUNK], n[seqs], R, scale))
 
     o = bf16(torch.bmm(lat.transpose(0, 1).to(F32), p["w_uv_t"].to(F32))).transpose(0, 1)  # [T,H,v]
-    gated = bf16(o.reshape(T, H * v).to(F32) * torch.sigmoid(gz.to(F32)))
+    gated = bf16(o.reshape(T, H * v).to(F32) * sigmoid(gz.to(F32)))
     out = bf16(gemm(gated, p["o"]))
     return {"out": out, "q_c": q_c, "kv_c": kv_c, "k_pe": k_pe, "ql": ql, "attn_latent": lat,
             "attn_out": o, "gated": gated}
@@ -96,7 +96,7 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
 def delta_rule(S: torch.Tensor, gk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                beta: torch.Tensor):
     """One gated delta-rule step, state S[v][k] per head, all f32. Returns (S_new, readout)."""
-    S = S * torch.exp(gk).unsqueeze(2)                       # decay along the key axis
+    S = S * exp(gk).unsqueeze(2)                             # decay along the key axis
     e = (S @ k.unsqueeze(-1)).squeeze(-1)                    # [n, H, V]
     u = beta.unsqueeze(-1) * (v - e)
     S = S + u.unsqueeze(-1) * k.unsqueeze(2)
@@ -155,9 +155,9 @@ def run_kda(cfg, p: dict, x: torch.Tensor, conv_state: torch.Tensor, rec_state: 
     q, k, v = (y[:, i * P:(i + 1) * P].to(F32).view(n, H, D) for i in range(3))
 
     # gates (f32): bounded decay log-gate per channel, beta per head
-    a_h = torch.exp(p["A_log"][:H].to(F32)).view(1, H, 1)
-    gk = cfg.gate_lower_bound * torch.sigmoid(a_h * (graw.to(F32).view(n, H, D) + p["dt_bias"].to(F32).view(1, H, D)))
-    beta = torch.sigmoid(b_raw.to(F32))
+    a_h = exp(p["A_log"][:H].to(F32)).view(1, H, 1)
+    gk = cfg.gate_lower_bound * sigmoid(a_h * (graw.to(F32).view(n, H, D) + p["dt_bias"].to(F32).view(1, H, D)))
+    beta = sigmoid(b_raw.to(F32))
 
     # L2 norms with eps inside the sum; q scaled by D^-1/2 after normalising
     q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6) * (D ** -0.5)
@@ -167,7 +167,7 @@ def run_kda(cfg, p: dict, x: torch.Tensor, conv_state: torch.Tensor, rec_state: 
     rec_state[slots] = S.to(rec_state.dtype)
 
     # gated RMSNorm per head (o kept f32 into the norm, as the fused decode kernel does)
-    gate = torch.sigmoid(g2.to(F32).view(n, H, D))
+    gate = sigmoid(g2.to(F32).view(n, H, D))
     normed = bf16(o * rms_scale(o, 1e-5) * p["o_norm"].to(F32) * gate).view(n, P)
     out = bf16(gemm(normed, p["o_proj"]))
 

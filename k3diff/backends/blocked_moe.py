@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .blocked_ops import F32, bf16, canonical_sel, gemm, grouped_topk, mxfp4_dequant, rmsnorm_bf16, situ
+from .blocked_ops import F32, bf16, canonical_sel, gemm, grouped_topk, mxfp4_dequant, rmsnorm_bf16, sigmoid, situ
 
 
 def _get(w: dict, name: str):
@@ -61,7 +61,7 @@ def route(cfg, logits: torch.Tensor, bias: torch.Tensor, forced_ids=None):
     routed_scaling_factor. With forced ids, -1 marks a dropped route: it has no score, so it is
     left out of the one normalisation, gets weight 0 and contributes nothing (§5.3, §10.2); the
     others are not renormalised again after the drop."""
-    sc = torch.sigmoid(logits)
+    sc = sigmoid(logits)
     if forced_ids is None:
         sel = canonical_sel(sc + bias.to(F32))
         ids = grouped_topk(sel, cfg.top_k, cfg.n_group, cfg.topk_group)
@@ -74,6 +74,14 @@ def route(cfg, logits: torch.Tensor, bias: torch.Tensor, forced_ids=None):
         # a token whose routes were all dropped has nothing to normalise: its weights stay 0
         picked = torch.where(total > 0, picked / torch.where(total > 0, total, torch.ones_like(total)), picked)
     return ids, picked * cfg.routed_scaling_factor
+
+
+def combine(wts: torch.Tensor, y_routes: torch.Tensor) -> torch.Tensor:
+    """The f32 weighted combine sum_j w_j y_j [T, r] in slot order (rounded by the caller)."""
+    acc = torch.zeros(y_routes.shape[0], y_routes.shape[2], dtype=F32, device=y_routes.device)
+    for j in range(y_routes.shape[1]):
+        acc = acc + wts[:, j:j + 1] * y_routes[:, j]
+    return acc
 
 
 def run_moe(cfg, p: dict, x: torch.Tensor, forced_ids=None) -> dict:
@@ -103,11 +111,7 @@ def run_moe(cfg, p: dict, x: torch.Tensor, forced_ids=None) -> dict:
         y_routes[pos] = bf16(gemm(act, p["w2"][e])).to(F32)         # y_j rounded (§5.6 faithful)
     y_routes = y_routes.view(T, k, r)
 
-    # f32 weighted combine in slot order, one rounding
-    acc = torch.zeros(T, r, dtype=F32, device=x.device)
-    for j in range(k):
-        acc = acc + wts[:, j:j + 1] * y_routes[:, j]
-    combined = bf16(acc)
+    combined = bf16(combine(wts, y_routes))
     normed = rmsnorm_bf16(combined, p["norm"], cfg.rms_eps)
     routed = bf16(gemm(normed, p["up"]))
 

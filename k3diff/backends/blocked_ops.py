@@ -49,9 +49,23 @@ def gemm(x: torch.Tensor, w: torch.Tensor, splits: int = SPLIT_K) -> torch.Tenso
     return acc
 
 
+# the special functions, each behind one name so the false-alarm controls (k3diff/false_alarms.py)
+# can swap in versions at a GPU's documented ulp error; these are torch's own
+def exp(x: torch.Tensor) -> torch.Tensor:
+    return torch.exp(x)
+
+
+def sigmoid(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x)
+
+
+def rsqrt(x: torch.Tensor) -> torch.Tensor:
+    return torch.rsqrt(x)
+
+
 def rms_scale(x: torch.Tensor, eps: float) -> torch.Tensor:
     """(mean x^2 + eps)^(-1/2) over the last dim, f32, keepdim."""
-    return torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+    return rsqrt((x * x).mean(dim=-1, keepdim=True) + eps)
 
 
 def rmsnorm_bf16(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -64,7 +78,7 @@ def situ(g: torch.Tensor, u: torch.Tensor, beta: float, beta_lin: float) -> torc
     """SiTU-GLU (§5.1), f32: (beta*tanh(g/beta)*sigmoid(g)) * (beta_lin*tanh(u/beta_lin))."""
     g = g.to(F32)
     u = u.to(F32)
-    return (beta * torch.tanh(g / beta) * torch.sigmoid(g)) * (beta_lin * torch.tanh(u / beta_lin))
+    return (beta * torch.tanh(g / beta) * sigmoid(g)) * (beta_lin * torch.tanh(u / beta_lin))
 
 
 # ---------------------------------------------------------------- MXFP4 (§6), by bit assembly

@@ -12,10 +12,14 @@ from k3diff.backends.base import Backend
 from k3diff.stages import STATE
 
 
-def run_reference(stage: str, cfg, weights: dict, inputs: dict, mode: str) -> dict:
-    """The oracle's result as a plain dict (float64 outputs in exact mode); inputs untouched."""
+def run_reference(stage: str, cfg, weights: dict, inputs: dict, mode: str, magnitudes: bool = False) -> dict:
+    """The oracle's result as a plain dict (float64 outputs in exact mode); inputs untouched.
+    `magnitudes` (exact mode): also each accumulated output's Σ|a||b| as "abs.<name>", for the
+    error rule's accumulation floor (k3diff.budgets)."""
     import reference
 
+    if magnitudes and mode == "exact":
+        mode = reference.Numerics("exact", magnitudes=True)
     return reference.run_stage(stage, cfg, weights, inputs, mode=mode)
 
 

@@ -1,1 +1,1 @@
-"""Developer tools of k3diff (throughput benchmark)."""
+"""Measuring tools of k3diff (`python -m k3diff.tools.<name>`)."""

@@ -1,0 +1,241 @@
+"""Correct alternatives to helpers of the `torch-blocked` candidate that differ only in legitimate
+numerics: another f32 summation order, split-K merged by a tree, TF32 on bf16-valued operands,
+FMA or separately rounded products, exp/rsqrt/sigmoid at their documented ulp error, subnormals
+flushed to zero, a two-pass softmax. k3diff/false_alarms.py swaps them in (as k3diff/mutants.py
+swaps in broken ones): a correct kernel may do any of these, so k3diff must pass every one.
+
+Each has the signature of the helper it replaces; none changes what is rounded to bf16 or where.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .blocked_ops import F32, rms_scale
+
+CHUNK = 16           # the K width of one MMA step / one warp's slice: the orders below sum such chunks
+
+
+# ---------------------------------------------------------------- GEMM summation orders (all f32)
+def _chunks(x, w, width):
+    x = x.to(F32)
+    for k0 in range(0, x.shape[-1], width):
+        yield x[..., k0:k0 + width] @ w[:, k0:k0 + width].to(F32).t()
+
+
+def _empty(x, w):
+    return x.new_zeros(*x.shape[:-1], w.shape[0], dtype=F32)
+
+
+def pairwise(parts):
+    """Pairwise (tree) sum of an iterable of partials, keeping O(log n) of them alive: a binary
+    counter of partial sums by level, merged upward as in a tree reduction."""
+    stack = []                       # (level, partial)
+    for p in parts:
+        level = 0
+        while stack and stack[-1][0] == level:
+            p = stack.pop()[1] + p
+            level += 1
+        stack.append((level, p))
+    acc = None
+    for _, p in reversed(stack):     # the unpaired tail, smallest levels first
+        acc = p if acc is None else p + acc
+    return acc
+
+
+def gemm_sequential(x, w, splits=None):
+    """Sequential f32 sum of 16-wide chunks of K, first to last (a loop over K in one thread)."""
+    acc = None
+    for p in _chunks(x, w, CHUNK):
+        acc = p if acc is None else acc + p
+    return _empty(x, w) if acc is None else acc
+
+
+def gemm_reversed(x, w, splits=None):
+    """The same chunks summed last to first."""
+    parts = list(_chunks(x, w, CHUNK)) if x.shape[-1] <= 64 * CHUNK else None
+    if parts is None:                # long K: walk the chunks backwards without keeping them all
+        x32 = x.to(F32)
+        acc = None
+        for k0 in reversed(range(0, x.shape[-1], CHUNK)):
+            p = x32[..., k0:k0 + CHUNK] @ w[:, k0:k0 + CHUNK].to(F32).t()
+            acc = p if acc is None else acc + p
+        return _empty(x, w) if acc is None else acc
+    acc = None
+    for p in reversed(parts):
+        acc = p if acc is None else acc + p
+    return _empty(x, w) if acc is None else acc
+
+
+def gemm_pairwise(x, w, splits=None):
+    """16-wide chunk partials summed pairwise (a tree over K, as a warp shuffle reduction)."""
+    acc = pairwise(_chunks(x, w, CHUNK))
+    return _empty(x, w) if acc is None else acc
+
+
+def gemm_split_tree(n: int):
+    """Split-K into n slices, each one f32 GEMM, the partials merged by a tree (as split-K over CTAs
+    with a tree reduction)."""
+    def gemm(x, w, splits=None):
+        K = x.shape[-1]
+        step = max(1, -(-K // n))
+        acc = pairwise(_chunks(x, w, step))
+        return _empty(x, w) if acc is None else acc
+    gemm.__name__ = f"gemm_split{n}_tree"
+    return gemm
+
+
+def gemm_tf32(original):
+    """TF32 tensor-core matmuls where both operands are bf16-valued (a bf16 value is exact in TF32,
+    so only the tensor cores' f32 accumulation differs); anything else as before. CUDA only."""
+    def gemm(x, w, splits=None):
+        if x.is_cuda and x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16:
+            with _tf32():
+                return x.to(F32) @ w.to(F32).t()
+        return original(x, w) if splits is None else original(x, w, splits)
+    return gemm
+
+
+@contextlib.contextmanager
+def _tf32():
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")       # TF32 allowed
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(old)
+
+
+# ---------------------------------------------------------------- FMA and separately rounded products
+def fma(a, b, c):
+    """fl(a·b + c) with one rounding to f32: the f64 product of two f32 values is exact, the sum is
+    rounded to f64 and then to f32 (a double rounding, rarely one ulp off a true FMA: still a
+    correctly rounded-or-neighbouring result, as hardware FMA variants differ by)."""
+    return (a.double() * b.double() + c.double()).to(F32)
+
+
+def combine_fma(wts, y_routes):
+    """The weighted combine in slot order with one FMA per slot instead of a multiply and an add."""
+    acc = torch.zeros(y_routes.shape[0], y_routes.shape[2], dtype=F32, device=y_routes.device)
+    for j in range(y_routes.shape[1]):
+        acc = fma(wts[:, j:j + 1].expand_as(acc), y_routes[:, j], acc)
+    return acc
+
+
+def combine_reversed(wts, y_routes):
+    """The weighted combine summed in the reverse slot order (the slot order is unspecified)."""
+    acc = torch.zeros(y_routes.shape[0], y_routes.shape[2], dtype=F32, device=y_routes.device)
+    for j in reversed(range(y_routes.shape[1])):
+        acc = acc + wts[:, j:j + 1] * y_routes[:, j]
+    return acc
+
+
+def _dot_fma(S, vec):
+    """S [..., V, K] times vec [..., K] by a chain of FMAs over K (one thread per row)."""
+    acc = torch.zeros(S.shape[:-1], dtype=F32, device=S.device)
+    for k in range(S.shape[-1]):
+        acc = fma(S[..., k], vec[..., k].unsqueeze(-1).expand_as(acc), acc)
+    return acc
+
+
+def delta_rule_fma(S, gk, q, k, v, beta):
+    """The gated delta rule with FMA chains for the two contractions and the rank-1 update."""
+    S = S * torch.exp(gk).unsqueeze(2)
+    e = _dot_fma(S, k)
+    u = beta.unsqueeze(-1) * (v - e)
+    S = fma(u.unsqueeze(-1).expand_as(S), k.unsqueeze(2).expand_as(S), S)
+    return S, _dot_fma(S, q)
+
+
+def delta_rule_mul_add(S, gk, q, k, v, beta):
+    """The gated delta rule with every product rounded to f32 before the sum (no FMA)."""
+    S = S * torch.exp(gk).unsqueeze(2)
+    e = (S * k.unsqueeze(2)).sum(-1)
+    u = beta.unsqueeze(-1) * (v - e)
+    S = S + u.unsqueeze(-1) * k.unsqueeze(2)
+    return S, (S * q.unsqueeze(2)).sum(-1)
+
+
+# ---------------------------------------------------------------- approximate special functions
+def _ulps(x, n):
+    """x moved by n ulps (n >= 0, elementwise) in a direction fixed by x's own bits: the worst a
+    function with an n-ulp error bound may return, deterministic so both runs of a case agree."""
+    x = x.to(F32)
+    sign = torch.where((x.view(torch.int32) & 1) == 1, 1.0, -1.0)
+    return x + sign * n * _ulp(x)
+
+
+def _ulp(x):
+    a = x.abs()
+    return torch.nextafter(a, torch.full_like(a, float("inf"))) - a
+
+
+def exp_approx(x):
+    """exp at CUDA's documented __expf error: 2 + floor(|1.173 x|) ulps (CUDA C Programming Guide,
+    intrinsic functions)."""
+    x = x.to(F32)
+    y = torch.exp(x)
+    n = 2 + torch.floor((1.173 * x).abs().clamp_max(1e6))
+    return torch.where(torch.isfinite(y) & (y > 0), _ulps(y, n), y)
+
+
+def rsqrt_approx(x):
+    """rsqrt at CUDA's documented rsqrtf error: 2 ulps."""
+    y = torch.rsqrt(x.to(F32))
+    return torch.where(torch.isfinite(y), _ulps(y, torch.full_like(y, 2.0)), y)
+
+
+def sigmoid_approx(x):
+    """sigmoid as 1/(1 + __expf(-x)) (the usual kernel form), with exp at its documented error."""
+    return 1.0 / (1.0 + exp_approx(-x.to(F32)))
+
+
+# ---------------------------------------------------------------- subnormals flushed to zero
+def ftz(t):
+    """A float tensor with its subnormal values flushed to (signed) zero, as FTZ hardware does."""
+    if not t.is_floating_point():
+        return t
+    return torch.where(t.abs() < torch.finfo(t.dtype).tiny, t * 0, t)
+
+
+def gemm_ftz(original):
+    def gemm(x, w, splits=None):
+        out = original(ftz(x), w) if splits is None else original(ftz(x), w, splits)
+        return ftz(out)
+    return gemm
+
+
+# ---------------------------------------------------------------- two-pass softmax
+def attend_two_pass(Q, rows, n, R, scale):
+    """MLA attention over each sequence's n rows in one pass for the max, one for the sum (no
+    split-KV partials, no merge): the same result as the online form up to f32 rounding."""
+    G, C = Q.shape[0], rows.shape[-1]
+    L = int(n.max())
+    valid = torch.arange(L, device=rows.device).view(1, -1) < n.view(-1, 1)       # [G, L]
+    kv = torch.where(valid[..., None], rows[:, :L].to(F32), 0.0)                 # NaN sentinels masked
+    z = torch.einsum("ghc,gtc->ght", Q, kv) * scale
+    z = z.masked_fill(~valid.view(G, 1, L), float("-inf"))
+    p = torch.exp(z - z.amax(-1, keepdim=True))
+    return torch.einsum("ght,gtr->ghr", p, kv[..., :R]) / p.sum(-1).unsqueeze(-1)
+
+
+def attn_res_two_pass(prefix, delta, blocks, w_norm, w_proj, w_out, n, write_idx, eps, eps_out):
+    """AttnRes (K3_SPEC §2.2) with a two-pass depth softmax instead of the online one."""
+    from .blocked_ops import bf16
+
+    if delta is not None:
+        prefix.copy_(bf16(prefix.to(F32) + delta.to(F32)))
+    if write_idx >= 0:
+        blocks[:, write_idx] = prefix
+    if n == 0:
+        mix = prefix.to(F32)
+    else:
+        u = w_norm.to(F32).reshape(-1) * w_proj.to(F32).reshape(-1)
+        src = [(blocks[:, j] if j < n else prefix).to(F32) for j in range(n + 1)]
+        logits = torch.cat([(v * u).sum(-1, keepdim=True) * rms_scale(v, eps) for v in src], dim=-1)
+        p = torch.exp(logits - logits.amax(-1, keepdim=True))
+        mix = sum(p[:, j:j + 1] * v for j, v in enumerate(src)) / p.sum(-1, keepdim=True)
+    if w_out is None:
+        return bf16(mix)
+    return bf16(mix * rms_scale(mix, eps_out) * w_out.to(F32).reshape(-1))

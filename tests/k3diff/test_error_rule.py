@@ -76,7 +76,7 @@ def _sequential16(x, w):
 
 def test_router_logits_at_k3_width_pass_correct_orders_and_fail_bugs_by_orders_of_magnitude():
     """K = 7168 (K3's hidden size): a sequential 16-wide f32 sum passes; a dropped 16-wide chunk
-    of K, a wrong weight row and bf16-rounded logits fail by > 100x (k3diff.budgets: >= 161x)."""
+    of K, a wrong weight row and bf16-rounded logits fail by > 50x (k3diff.budgets: >= 72x at c = 32)."""
     x, w, ref, A = _gemv()
     base = (x.float() @ w.float().T)
     judge = lambda c: compare("moe", "router_logits", c, ref, base, LOGITS, torch.float32, A)  # noqa: E731
@@ -87,7 +87,7 @@ def test_router_logits_at_k3_width_pass_correct_orders_and_fail_bugs_by_orders_o
     wrong_row[:, 3] = (x.float() @ w[4].float())
     for bad in (short, wrong_row, base.bfloat16().float()):
         rep = judge(bad)
-        assert not rep.ok and rep.ratio > 100, rep.line()
+        assert not rep.ok and rep.ratio > 50, rep.line()
 
 
 def test_near_tie_delta_follows_the_logits_bound():

@@ -1,6 +1,6 @@
 """The one table of error budgets. Each row says why. Never loosen a row to make a test pass.
 
-The rule (DESIGN.md, after FlashAttention's tests), per compared tensor:
+The rule (docs/design.md, after FlashAttention's tests), per compared tensor:
 
     max|cand - ref| <= rtol * max|base - ref| + atol
 
@@ -67,7 +67,7 @@ class Budget:
     classed: bool = False
 
 
-DEFAULT = Budget(2.0, 1.0, "DESIGN.md default: within twice the bf16 baseline's error plus rounding noise; "
+DEFAULT = Budget(2.0, 1.0, "docs/design.md default: within twice the bf16 baseline's error plus rounding noise; "
                  f"accumulated tensors also c = {C_ACCUM:g} x u·Σ|a||b| element-wise (C_ACCUM: measured)")
 
 # (stage, tensor) -> budget; stage "*" applies to every stage
@@ -90,13 +90,13 @@ TABLE: dict[tuple[str, str], Budget] = {
     ("kda", "recurrent_state"): Budget(
         2.0, 1.0, "f32 state: the delta rule is linear in its bf16 inputs, baseline error dominates"),
     ("*", "conv_state.history"): Budget(
-        0.0, 0.0, "the short-conv state shift moves raw bf16 inputs: K3_SPEC §11 says bitwise",
+        0.0, 0.0, "the short-conv state shift moves raw bf16 inputs: docs/k3-decode.md §11 says bitwise",
         bitwise=True),
     ("*", "kv_cache.untouched"): Budget(
         0.0, 0.0, "cache rows other than the new token's must be left bitwise as they were",
         bitwise=True),
     ("*", "out.null_rows"): Budget(
-        0.0, 0.0, "rows whose state index is <= 0 are padding: their output is exactly 0 (K3_SPEC §10.1)",
+        0.0, 0.0, "rows whose state index is <= 0 are padding: their output is exactly 0 (docs/k3-decode.md §10.1)",
         bitwise=True),
     ("layer", "blocks.untouched"): Budget(
         0.0, 0.0, "block slots the layer does not write stay bitwise as they were", bitwise=True),

@@ -1,7 +1,7 @@
 """The routing rule, end to end: how cases exercise the router, how top-k ids are judged, and what
 happens on a near-tie.
 
-Routing is discrete, so the error rule of `k3diff.budgets` cannot judge it (K3_SPEC §5.2, §11):
+Routing is discrete, so the error rule of `k3diff.budgets` cannot judge it (docs/k3-decode.md §5.2, §11):
 
 1. **Ids as sets.** A token's top-k ids are compared as a set with the reference's (the slot order
    is unspecified); weights are compared after ordering both by expert id (`align_by_id`).
@@ -203,7 +203,7 @@ def high_targets(E: int, k: int, g: torch.Generator) -> torch.Tensor:
 
 
 def apply_routing(case, cfg, weights: dict, inputs: dict):
-    """Shape the router so each routing mode is exercised on every token (K3_SPEC §8, §10).
+    """Shape the router so each routing mode is exercised on every token (docs/k3-decode.md §8, §10).
     Works on copies of the small router tensors, never on the cached weights."""
     mode = case.routing
     if mode == "natural":

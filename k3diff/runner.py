@@ -1,6 +1,6 @@
 """Run one case through the oracle, the baseline and the candidate: the order of work, nothing else.
 
-For a case (DESIGN.md):
+For a case (docs/design.md):
   1. materialise weights and inputs from the case (`k3diff.materialize`);
   2. the float64 reference and the faithful-bf16 baseline produce their outputs and states;
   3. the candidate runs under the controls (`k3diff.controls`): poisoned outputs, inputs checked

@@ -16,7 +16,7 @@ Inputs, by stage (all tensors; T = tokens = sequences in one decode step):
          blocks [T, NB, d] bf16 (in place); layer_idx (int, in `inputs`);
          plus the mla or kda inputs above for that layer's attention.
 
-Weights, by stage (names under `weights`; shapes as in K3_SPEC §1.3, checkpoint order W[out, in]):
+Weights, by stage (names under `weights`; shapes as in docs/k3-decode.md §1.3, checkpoint order W[out, in]):
   moe:   router.weight [E, d] bf16, router.bias [E] f32, down.weight [r, d], latent_norm.weight [r],
          up.weight [d, r], shared.gate_up [2*Is, d] ([gate | up] rows), shared.down [d, Is];
          experts as bf16: experts.w13 [E, 2I, r] ([w1 gate | w3 up] rows), experts.w2 [E, r, I];

@@ -5,13 +5,13 @@ how each must change. Numbers are judged by the error rule (`k3diff.budgets`); c
 memory are judged bit for bit:
 
   mla    the new token's cache row (kv_c | k_pe) under the error rule; every other row bitwise as
-         it was (K3_SPEC §3.3); free rows hold NaNs with random payloads
+         it was (docs/k3-decode.md §3.3); free rows hold NaNs with random payloads
          (`reference.materialize.nan_sentinels_from`), so writing a canonical NaN there shows too.
   kda    the conv state shifts raw bf16 inputs: history bitwise, the new column under the error
          rule; the recurrent state of live slots under the error rule; slots no row owns (the null
          slot 0 included) hold finite sentinels (`k3diff.materialize.poison_unused_slots`) and stay
          bitwise untouched, so any write shows, a canonical NaN included; rows whose state index is <= 0 output exactly 0
-         (K3_SPEC §4.1, §10.1).
+         (docs/k3-decode.md §4.1, §10.1).
   layer  the block slot a block-write layer stores equals bf16(prefix + delta) bitwise, every
          other slot untouched; prefix under the error rule (it carries the attention output), plus
          the attention kind's rule above.

@@ -1,6 +1,6 @@
 """Hypothesis strategies that draw Cases: shapes, ragged caches, state slots, routing and values.
 
-Boundary values are favoured the way the vLLM K3 tests choose them (K3_SPEC §9): batch 1, 2, 3,
+Boundary values are favoured the way the vLLM K3 tests choose them (docs/k3-decode.md §9): batch 1, 2, 3,
 33, 64, 65, 73 (odd and > 64), 128; cache lengths 0 (first token), 1, 63, 64, 65 and a few long
 ones; KDA slots shuffled, distinct, >= 1, with padding rows pointing at the null slot.
 

@@ -36,7 +36,7 @@ ATTN_MODES = ("fused", "fork")
 @dataclass(frozen=True)
 class Gemv:
     # the GEMVs on the tensor cores (k_gemv_mma.py); the others on the CUDA cores (k_gemv.py).
-    # All of them by default: measured faster at batch 8 and 64 (NOTES.md, gemv.py)
+    # All of them by default: measured faster at batch 8 and 64 (docs/megakernel-notes.md, gemv.py)
     mma: tuple = ALL_GEMVS
     # (name, U) over the CUDA-core GEMVs' unroll (gemv.UNROLL), for tuning runs (tune_streams)
     unroll: tuple = ()

@@ -54,7 +54,7 @@ BOUNDARIES = {
 
 @dataclass(frozen=True)
 class KdaDims:
-    """A KDA layer's dimensions (K3_SPEC 4): hidden d, H heads of D, conv width W, the decay's
+    """A KDA layer's dimensions (docs/k3-decode.md §4): hidden d, H heads of D, conv width W, the decay's
     lower bound lb, the gated norm's eps."""
     d: int
     H: int
@@ -101,7 +101,7 @@ def kda_from_cfg(cfg) -> KdaDims:
 
 @dataclass(frozen=True)
 class MlaDims:
-    """A gated MLA layer's dimensions (K3_SPEC 3): hidden d, H heads, the q latent QL, the kv
+    """A gated MLA layer's dimensions (docs/k3-decode.md §3): hidden d, H heads, the q latent QL, the kv
     latent R, the nope / rope / value head widths NP / RP / V, the norms' eps."""
     d: int
     H: int

@@ -8,7 +8,7 @@ others. The tensor-core variant's K split KS decides the bits, so each GEMV has 
 batch (batch invariance); its other knobs are per batch class: T <= 8 (one token tile) and T > 8
 (NTT = 8 tiles per pass). One kernel per GEMV for every batch, never one per batch size.
 The table is `python -m megakernel.tools.tune_gemv`'s choice on the H200; the timings behind
-it are in NOTES.md (fourth session: the MoE's and MLA's GEMVs, --PIPE 0,1).
+it are in docs/megakernel-notes.md (fourth session: the MoE's and MLA's GEMVs, --PIPE 0,1).
 """
 from megakernel.config import MOE_GEMVS
 from megakernel.k_gemv import Gemv

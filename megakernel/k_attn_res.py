@@ -1,4 +1,4 @@
-"""AttnRes (K3_SPEC 2.2), one CTA per token: the residual add and the block write in place, the
+"""AttnRes (docs/k3-decode.md §2.2), one CTA per token: the residual add and the block write in place, the
 depth softmax over n + 1 sources (blocks[t, 0 .. n-1], then prefix), the output RMSNorm.
 
   prefix <- bf16(f32(prefix) + f32(delta))       (has_delta; every later step sees this value)

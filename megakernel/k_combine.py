@@ -2,7 +2,7 @@
 
 yc = bf16(sum_j w_j f32(y_j)) over the slots in order 0..k-1, dropped (-1) slots skipped: a fixed
 order with no atomics (deterministic). yn = bf16(yc * rsqrt(mean(yc^2) + eps) * w_norm), f32 math,
-one rounding (the RMSNorm choice documented in K3_SPEC 7).
+one rounding (the RMSNorm choice documented in docs/k3-decode.md §7).
 
 Each (virtual) thread owns 8-column chunks c = v, v + VT, ... and reads them with 128-bit loads,
 all k slots' loads independent of each other (the launch is latency-bound: 16 loads in flight

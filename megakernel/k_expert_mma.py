@@ -234,7 +234,7 @@ def fits(dm):
 # bitwise the same result). U: K blocks of 128 whose loads are issued together; WPC: warps per
 # CTA; MT: 16-row tiles per warp (down); PF: L2 prefetch bytes on the weight loads; S: stages of
 # a per-warp cp.async ring (0 = loads into registers). up: a 3-stage ring, down: register loads
-# (NOTES.md has the timings). The other load scheme of each is compiled too (ALT_*).
+# (docs/megakernel-notes.md has the timings). The other load scheme of each is compiled too (ALT_*).
 UP = dict(U=1, WPC=4, PF=128, S=3)
 DOWN = dict(U=2, WPC=4, MT=1, PF=128)
 ALT_UP = dict(U=2, WPC=4, PF=128)

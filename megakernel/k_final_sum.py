@@ -1,4 +1,4 @@
-"""The last launch, after the two streams join: out = bf16(f32(ro) + f32(so)) (K3_SPEC 5.4).
+"""The last launch, after the two streams join: out = bf16(f32(ro) + f32(so)) (docs/k3-decode.md §5.4).
 
 ro (routed, main stream) and so (shared, side stream) are each already rounded to bf16, so a
 separate sum changes no bit against doing it inside either GEMV; it lets the two output GEMVs

@@ -5,11 +5,11 @@ read once per token tile); the K order is device.dot_rows's, fixed whatever the 
 run-time argument) caps the grid: CTAs then loop over row tiles. The side stream's GEMVs use a
 small cap so that they stream in the background without taking the SM slots the routed chain
 needs (moe.py). Four instances (moe.py):
-- gemv_x:      [router E | latent down r] x d, f32 out (router logits stay f32, K3_SPEC 5.2; the
+- gemv_x:      [router E | latent down r] x d, f32 out (router logits stay f32, docs/k3-decode.md §5.2; the
                latent columns are rounded to bf16 by the route kernel, the spec's one rounding);
 - gemv_shared: [shared gate Is | shared up Is] x d, f32 out (rounded by k_shared_act.SharedAct);
 - out_shared:  so = bf16(act_s W_sd^T), d x Is;
-- out_routed:  ro = bf16(yn W_up^T), d x r (K3_SPEC 5.3-5.4; k_final_sum.FinalSum adds the two).
+- out_routed:  ro = bf16(yn W_up^T), d x r (docs/k3-decode.md §5.3-5.4; k_final_sum.FinalSum adds the two).
 And three of KDA's (kda.py): the fused in-projection, f_b (over f_a, a column slice of its
 output: `ldx`) and o_proj.
 """

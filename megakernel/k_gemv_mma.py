@@ -1,6 +1,6 @@
 """The dense GEMV on the tensor cores: Y[t, n] = sum_k W[n, k] X[t, k], W [N, K] bf16, X [T, K]
 bf16, every weight row streamed once per pass of up to 8 * NTT tokens (k_gemv.Gemv re-reads it
-for every 8 tokens; at batch 64 that is 8 reads of each row: NOTES.md, KDA at batch > 1).
+for every 8 tokens; at batch 64 that is 8 reads of each row: docs/megakernel-notes.md, KDA at batch > 1).
 
 CTA layout: RT x KS warps. Warp (rt, s) owns MT tiles of 16 output rows (the mma.sync m16n8k16
 A operand, loaded straight from global memory), NTT tiles of 8 tokens (the N = 8 columns of B)
@@ -45,7 +45,7 @@ class GemvMMA(GemvLaunch):
         read X with plain loads (X written by the same launch); threads: a fixed CTA size (a task of the persistent
         launch), RT then fills it; PIPE = 1: two register buffers, the next U blocks' weight
         loads issued before the current U blocks' mma (the same sums in the same order: the
-        same bits; measured: faster at batch <= 8, slower at 64, NOTES.md)."""
+        same bits; measured: faster at batch <= 8, slower at 64, docs/megakernel-notes.md)."""
         assert K % 32 == 0 and (ldx or K) % 8 == 0 and (ldy or N) >= N
         self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
         self.MT, self.PF, self.coherent, self.PIPE = MT, PF, coherent, PIPE

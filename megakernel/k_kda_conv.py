@@ -1,4 +1,4 @@
-"""KDA launch 2: the short causal conv (K3_SPEC 4.2) of every q, k, v channel, one thread per
+"""KDA launch 2: the short causal conv (docs/k3-decode.md §4.3) of every q, k, v channel, one thread per
 (token, channel): y = bf16(silu(sum_w window[w] conv_w[c, w])) over (the slot's conv history,
 the new raw input z), oldest first, in that order; then the history shifted and the raw input
 appended (bf16 copies: bitwise the reference's). Null tokens (state_idx <= 0) get y = 0 and touch

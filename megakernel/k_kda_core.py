@@ -1,4 +1,4 @@
-"""KDA launch 3: the recurrent core (K3_SPEC 4.3-4.4), one CTA of D threads per (token, head,
+"""KDA launch 3: the recurrent core (docs/k3-decode.md §4.4-4.5), one CTA of D threads per (token, head,
 split of the state rows).
 
 Per live token (state_idx > 0), every CTA of a head reads the conv outputs q, k, v (k_kda_conv.py)
@@ -11,12 +11,12 @@ write zeros and touch no state.
 
 Why splits: the state update is the memory traffic (D x D f32 read and written per token and
 head), and one CTA per head walked its 128 rows four warps wide, one dependent load, two
-butterflies and a store per row: at batch 1 that was latency, 0.45 TB/s (NOTES.md). With SPLIT
+butterflies and a store per row: at batch 1 that was latency, 0.45 TB/s (docs/megakernel-notes.md). With SPLIT
 CTAs per head each warp owns D / (4 SPLIT) rows, its lanes over the keys at a stride of 32 (each
 load instruction reads 128 contiguous bytes). The warp loads its rows before the norms and gates
 (they do not depend on them) and then runs each step of the rule for all its rows at once, so
 neither the loads nor the butterflies wait one row at a time (v2 walked its rows one by one: 10.4
-us at batch 1 against FLA's 8.0, NOTES.md). Every sum has a fixed order
+us at batch 1 against FLA's 8.0, docs/megakernel-notes.md). Every sum has a fixed order
 (per lane in key order, then the butterfly; the norms' warp partials in warp order), so a token's
 results depend neither on the batch, nor the split, nor the run.
 """
@@ -153,5 +153,5 @@ class KdaCore:
 
 def variant(T):
     """CTAs per (token, head) at batch T (the bits do not depend on it): 8 at batch 1, else 4
-    (`python -m megakernel.tools.tune_attn`, H200, fourth session; timings in NOTES.md)."""
+    (`python -m megakernel.tools.tune_attn`, H200, fourth session; timings in docs/megakernel-notes.md)."""
     return dict(split=8 if T == 1 else 4)

@@ -1,4 +1,4 @@
-"""KDA launch 4: the gated RMSNorm per head (K3_SPEC 4.5), one CTA of D threads per (token,
+"""KDA launch 4: the gated RMSNorm per head (docs/k3-decode.md §4.6), one CTA of D threads per (token,
 head): normed = bf16(o rsqrt(mean(o^2) + eps) w sigmoid(g2)), f32 math, one rounding; the sum of
 squares per warp by butterfly, then the warp partials in order. Null tokens get 0. A launch of
 its own because the core (k_kda_core.py) spreads a head's readout o over several CTAs.

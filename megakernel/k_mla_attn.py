@@ -1,11 +1,11 @@
-"""MLA launch 4: attention over the latent cache, split over the cache (K3_SPEC 3.4). Grid
+"""MLA launch 4: attention over the latent cache, split over the cache (docs/k3-decode.md §3.4). Grid
 (token, group of HG heads, split): split s covers cache rows [s ch, (s+1) ch) below n = L_t + 1
 (the row of this step, written by launch 1, included), ch = CH_SHORT for n <= SHORT, else CH. A warp owns a head and walks its split
 RB rows at a time: lane j holds the 8-element chunks j, j + 32, ... of the latent part of its
 query ql and of each row (16-byte loads; the CTA's warps read the same rows, so all but the first
 hit L1) and elements j, j + 32, ... of the rope part. The RB scores of a step are RB independent
 warp butterfly sums (times s = (NP + RP)^-1/2), so their latencies overlap; v1 took one row at a
-time and its chain of shuffles and exps bound it: 116 us for a 1k cache at batch 1, NOTES.md.
+time and its chain of shuffles and exps bound it: 116 us for a 1k cache at batch 1, docs/megakernel-notes.md.
 The warp keeps an online softmax (running max m, sum l, its share of the un-normalised latent
 sum) folded once per RB rows: m' = max(m, z_0 .. z_RB-1), rows past the split's end scored -inf
 (weight exactly 0). Each split writes its (m, l, acc) partial; a split past n writes (-inf, 0,

@@ -1,9 +1,9 @@
-"""MLA launch 4 on the tensor cores (K3_SPEC 3.4): the same splits and partials as k_mla_attn.py
+"""MLA launch 4 on the tensor cores (docs/k3-decode.md §3.4): the same splits and partials as k_mla_attn.py
 (the merge, k_mla_merge.py, is shared), the products on mma.sync m16n8k16.
 
 Why: on the CUDA cores every cached row costs every head 576 + 512 f32 multiply-adds, so the
 attention is bound by instructions, not bytes (580 us at batch 1 x 32k rows against 9 us of row
-bytes, NOTES.md). Here the heads are the M = 16 rows of the mma and a tile of 16 cache rows the N
+bytes, docs/megakernel-notes.md). Here the heads are the M = 16 rows of the mma and a tile of 16 cache rows the N
 (scores) or K (values) side.
 
 CTA = (token, group of 16 MTC heads, split), 32 MTC NCOL threads: warp (mt, cg) owns head tile mt
@@ -29,7 +29,7 @@ serves every batch (Settings.attn.mla_mma).
 
 Needs (R + RP) % 64 == 0 and R % 64 == 0 (attention_kernel, below, falls back to k_mla_attn.py).
 Status: the default since its first H200 run (fifth session: every GPU test and ci case passed;
-the step 1.05x faster at batch 1 with a 1k cache, 3.3x at batch 64 with 32k; NOTES.md);
+the step 1.05x faster at batch 1 with a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md);
 MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32

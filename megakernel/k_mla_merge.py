@@ -1,4 +1,4 @@
-"""MLA launch 5: the splits merged, the value up-projection and the output gate (K3_SPEC 3.4-3.5),
+"""MLA launch 5: the splits merged, the value up-projection and the output gate (docs/k3-decode.md §3.4-3.5),
 for a tile of TT tokens and one of VQ slices of a head's V output columns per CTA: M = max_s m_s,
 w_s = exp(m_s - M) (0 for an empty split), lat = bf16(sum_s w_s acc_s / sum_s w_s l_s) in split
 order; o[c] = bf16(sum_l lat[l] W_UV[h, c, l]) (W_UV[h] = rows NP..NP+V-1 of head h's block of
@@ -8,7 +8,7 @@ The value projection: a warp per output column c (OC at a time, their sums indep
 taking the 8-element chunks j, j + 32, ... of W_UV[h, c] (16-byte loads, coalesced over the row)
 and of each tile token's lat, then a butterfly sum: a fixed order, the same for every TT and VQ,
 so the bits depend on neither (nor on the batch).
-Why slices: at batch 1 v2 (one CTA per (token, head), NOTES.md) ran 96 CTAs on 132 SMs, each a
+Why slices: at batch 1 v2 (one CTA per (token, head), docs/megakernel-notes.md) ran 96 CTAs on 132 SMs, each a
 chain of dependent loads (25 us at 1k); VQ slices make VQ times the CTAs, each merging the
 splits again (they are small and in L2). Tiles of TT tokens read each W_UV row once per tile
 (v2 re-read its 12.6 MB from L2 for every token), but merging the splits is the cost and a tile
@@ -132,7 +132,7 @@ class MlaMerge:
 def variant(T):
     """The tile of tokens and slices of a head's output columns at batch T (the bits depend on
     neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200, fifth
-    session; timings in NOTES.md). Merging the splits is the cost, and a token tile merges its
+    session; timings in docs/megakernel-notes.md). Merging the splits is the cost, and a token tile merges its
     tokens' splits in one CTA, so tiles never paid; slices pay only while the heads alone leave
     SMs idle."""
     return dict(TT=1, VQ=4 if T == 1 else 1)

@@ -1,4 +1,4 @@
-"""MLA launch 1: the latent norms and the cache write (K3_SPEC 3.1, 3.3), one CTA per token:
+"""MLA launch 1: the latent norms and the cache write (docs/k3-decode.md §3.1, 3.3), one CTA per token:
 q_c = bf16(RMSNorm(z[:QL]) w_q), kv_c = bf16(RMSNorm(z[QL:QL+R]) w_kv) (f32 math, one rounding
 each), k_pe = z[QL+R : QL+C] unchanged, and the token's cache row L_t = [kv_c | k_pe] written
 before any attention reads it. Sums of squares: each thread's elements in order, then a warp

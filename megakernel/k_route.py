@@ -1,7 +1,7 @@
 """Routing and the latent rounding, one CTA per token (+ NPW CTAs for hl).
 
 - sel = sigmoid(logit) + bias (f32; NaN selects as 0), top-k by repeated block argmax, ties to the
-  LOWER expert id (K3_SPEC 5.2); or forced ids (-1 = dropped route).
+  LOWER expert id (docs/k3-decode.md §5.2); or forced ids (-1 = dropped route).
 - weights = sigmoid(logit[id]) / sum over the valid selected ids, x routed_scaling_factor.
 - hl = bf16(latent columns of S1). (The shared experts' pointwise part is
   k_shared_act.SharedAct, on the other stream.)
@@ -72,7 +72,7 @@ class Route:
                     vals[j] = -Float32.inf
                     if e < E:
                         sv = sigmoid(S[t, e]) + B[e]
-                        if sv != sv:          # NaN selects as 0 (K3_SPEC 5.2)
+                        if sv != sv:          # NaN selects as 0 (docs/k3-decode.md §5.2)
                             sv = Float32(0.0)
                         vals[j] = sv
                 for s in cutlass.range(k):

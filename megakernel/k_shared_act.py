@@ -2,7 +2,7 @@
 act_s = bf16(SiTU(bf16(gate), bf16(up))).
 
 S2[t] = [gate Is | up Is] in f32 from the shared x-side GEMV; each is rounded to bf16 once (the
-rounding the spec puts on the gate_up projection, K3_SPEC 5.4), SiTU in f32, rounded to bf16.
+rounding the spec puts on the gate_up projection, docs/k3-decode.md §5.4), SiTU in f32, rounded to bf16.
 Grid (T, NPW): a few CTAs per token, so the launch is short.
 """
 from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32

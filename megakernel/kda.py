@@ -1,4 +1,4 @@
-"""The KDA decode step (K3_SPEC 4) on the GPU: six launches on the caller's stream ("fused"), or
+"""The KDA decode step (docs/k3-decode.md §4) on the GPU: six launches on the caller's stream ("fused"), or
 seven with the output gate's GEMV on a side stream beside the chain ("fork", below).
 
   fused: 0 kda_x  z = bf16(x [W_q | W_k | W_v | W_fa | W_b | W_g]^T), then 1-5
@@ -40,7 +40,7 @@ STEPS = side_stream.Stages(
     },
     variant={"kda_core": k_kda_core.variant},
     # the default, measured (`python -m megakernel.tools.tune_fork`, bench_kda, H200, sixth
-    # session; NOTES.md): the fork gains nothing at batch 1 and 8 (the chain it could hide is
+    # session; docs/megakernel-notes.md): the fork gains nothing at batch 1 and 8 (the chain it could hide is
     # ~10 us, and the two GEMVs side by side end later than one after the other): fused
     streams="fused", fork="start", side_ctas_per_sm=0)
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")

@@ -1,4 +1,4 @@
-"""One K3 decoder layer (K3_SPEC 2.3) as a sequence of launches on the caller's stream:
+"""One K3 decoder layer (docs/k3-decode.md §2.3) as a sequence of launches on the caller's stream:
 
   x_attn = AttnRes(prefix, delta, blocks, pre weights, n = nb, write wi)      k_attn_res.py
   a      = attention(x_attn)                  KDA (kda.py) or gated MLA (mla.py)
@@ -7,7 +7,7 @@
   delta  = LatentMoE(x_mlp) (moe.py) | the dense SiTU MLP (layer 0; DenseMLP below)
 
 nb = ceil(i / Bk), W = (i % Bk == 0), wi = i / Bk when W else -1 (`plan`, the same rule as
-k3diff's torch-blocked wiring, written from K3_SPEC). prefix and blocks are updated in place,
+k3diff's torch-blocked wiring, written from docs/k3-decode.md). prefix and blocks are updated in place,
 the caches and states by the attention step. Every kernel is batch-invariant and deterministic,
 so the layer is.
 Status: every GPU test and ci case passed at its first H200 run (fifth session), so the backend
@@ -38,7 +38,7 @@ def _sub(weights: dict, prefix: str) -> dict:
 
 class DenseMLP:
     """Layer 0's dense SiTU MLP on the shared-expert kernels (the same math as the MoE's shared
-    branch, K3_SPEC 5.4-5.5): s2 = x W_gu^T (f32), act = bf16(SiTU(bf16 gate, bf16 up)),
+    branch, docs/k3-decode.md §5.4-5.5): s2 = x W_gu^T (f32), act = bf16(SiTU(bf16 gate, bf16 up)),
     out = bf16(act W_down^T)."""
 
     STAGES = ("gemv_shared", "shared_act", "out_shared")

@@ -1,4 +1,4 @@
-"""The gated MLA decode step (K3_SPEC 3) on the GPU: seven launches on the caller's stream
+"""The gated MLA decode step (docs/k3-decode.md §3) on the GPU: seven launches on the caller's stream
 ("fused"), or eight with the gate's GEMV on a side stream beside the chain ("fork", below).
 
   fused: 0 mla_x  z = [q_c | kv_c | k_pe | gz] = bf16(x [W_q_a | W_kv_a | W_g]^T), then 1-6
@@ -24,7 +24,7 @@ Each token row is one sequence with its own cache [Lcap, C] and length L_t (k3di
 mla stage's kv_cache [T, Lcap, R + RP], cache_lens [T]); row L_t is written in place, no other
 row is touched. Every sum has a fixed order: the step is batch-invariant and deterministic.
 Judged on the H200 by scripts/gpu_check_mla.sh (tests, the ci suite, a planted bug, memcheck);
-timed by `python -m megakernel.tools.bench_mla` (NOTES.md).
+timed by `python -m megakernel.tools.bench_mla` (docs/megakernel-notes.md).
 """
 import torch
 
@@ -46,7 +46,7 @@ STEPS = side_stream.Stages(
     variant={"mla_absorb": lambda T: dict(TT=1 if T == 1 else gemv.TT_GEMV),
              "mla_merge": k_mla_merge.variant},
     # the default, measured faster (`python -m megakernel.tools.tune_fork`, bench_mla, H200,
-    # sixth session: 1.03-1.05x over fused at batch 1 and 8; NOTES.md): forked at the start,
+    # sixth session: 1.03-1.05x over fused at batch 1 and 8; docs/megakernel-notes.md): forked at the start,
     # the gate's GEMV capped at 2 CTAs per SM (uncapped, its CTAs hold the SMs and mla_a ends
     # with it)
     streams="fork", fork="start", side_ctas_per_sm=2)

@@ -1,4 +1,4 @@
-"""Float64 PyTorch reference oracle of one Kimi K3 decode step (K3_SPEC.md).
+"""Float64 PyTorch reference oracle of one Kimi K3 decode step (docs/k3-decode.md).
 
 Plain tensors in, tensors out; imports neither k3diff nor megakernel (independence of the oracle).
 Entry points: `run_stage` (one stage, exact or faithful-bf16 numerics), `make_weights` /

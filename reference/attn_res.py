@@ -1,4 +1,4 @@
-"""Block Attention Residuals, the AttnRes operator (K3_SPEC §2.2).
+"""Block Attention Residuals, the AttnRes operator (docs/k3-decode.md §2.2).
 
 Steps per row: (1) prefix <- bf16(prefix + delta) if delta is given (the kernel does this in
 place; here the new prefix is returned); (2) blocks[:, write_idx] <- prefix if write_idx >= 0 (bit

@@ -1,4 +1,4 @@
-"""K3 model dimensions: one frozen dataclass, three presets (K3_SPEC §9), and validation.
+"""K3 model dimensions: one frozen dataclass, three presets (docs/k3-decode.md §9), and validation.
 
 Every impossible combination raises ``ConfigError`` with a one-line message that names the field,
 so a fuzzer that draws dims around the presets gets a clear refusal rather than a shape error deep
@@ -15,7 +15,7 @@ class ConfigError(ValueError):
     """An impossible K3 configuration or decode shape; the message names the offending field."""
 
 
-MXFP4_GROUP = 32  # OCP MX block size along K (K3_SPEC §6)
+MXFP4_GROUP = 32  # OCP MX block size along K (docs/k3-decode.md §6)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class K3Config:
         return math.ceil(self.n_layers / self.attn_res_block_size)
 
     def is_kda_layer(self, i: int) -> bool:
-        """Layer i (0-based) is KDA iff i+1 is in kda_layers (K3_SPEC §1.2)."""
+        """Layer i (0-based) is KDA iff i+1 is in kda_layers (docs/k3-decode.md §1.2)."""
         return (i + 1) in self.kda_layers
 
     def is_moe_layer(self, i: int) -> bool:
@@ -206,7 +206,7 @@ PRESETS = {"full": _full, "small": _small, "tiny": _tiny}
 
 
 def preset(name: str) -> K3Config:
-    """One of the K3_SPEC §9 presets: 'full' (real K3), 'small' (one GPU), 'tiny' (CPU)."""
+    """One of the docs/k3-decode.md §9 presets: 'full' (real K3), 'small' (one GPU), 'tiny' (CPU)."""
     try:
         return PRESETS[name]()
     except KeyError:

@@ -1,4 +1,4 @@
-"""KDA (Kimi Delta Attention) decode step (K3_SPEC §4).
+"""KDA (Kimi Delta Attention) decode step (docs/k3-decode.md §4).
 
 Per valid row: projections z = bf16(x W^T) for q, k, v (raw conv inputs), g2 (output gate), f_a,
 beta_raw; graw = bf16(f_a W_fb^T); depthwise causal short conv with SiLU over

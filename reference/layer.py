@@ -1,4 +1,4 @@
-"""One whole K3 decoder layer, decode step (K3_SPEC §2.3).
+"""One whole K3 decoder layer, decode step (docs/k3-decode.md §2.3).
 
     x_attn = AttnRes(prefix, delta, blocks, attn_res.*, input_norm, n = ceil(i/Bk), write = i/Bk if i%Bk==0)
     a      = KDA or MLA (cfg.is_kda_layer(i))(x_attn)

@@ -1,4 +1,4 @@
-"""Deterministic weights and inputs from (config, seed), with realistic magnitudes (K3_SPEC §9).
+"""Deterministic weights and inputs from (config, seed), with realistic magnitudes (docs/k3-decode.md §9).
 
 Determinism: every tensor is drawn from its own torch.Generator seeded by a hash of
 (seed, tensor name), on the CPU by default, then moved to `device` -- so the same arguments give

@@ -1,4 +1,4 @@
-"""Gated MLA decode, NoPE, in vLLM's absorbed form (K3_SPEC §3).
+"""Gated MLA decode, NoPE, in vLLM's absorbed form (docs/k3-decode.md §3).
 
 Per token: a = bf16(x [W_qa; W_kva]^T) -> q_c | kv_c | k_pe; RMSNorm q_c and kv_c (k_pe is not
 normalised); q = bf16(q_c W_qb^T) per head [nope | rope]; the query is absorbed into the latent

@@ -1,4 +1,4 @@
-"""Stable LatentMoE (K3_SPEC §5.1-5.4) and the dense SiTU MLP of layer 0 (§5.5).
+"""Stable LatentMoE (docs/k3-decode.md §5.1-5.4) and the dense SiTU MLP of layer 0 (§5.5).
 
 Routed experts run in the latent space r: hl = bf16(x W_down^T); per selected expert
 gu = hl W13_e^T, act = SiTU(gu), y_j = act W2_e^T; combine yc = bf16(sum_j w_j y_j) in f32;

@@ -1,4 +1,4 @@
-"""MXFP4 (OCP MX, E2M1 elements + E8M0 group scales), as stored for K3's routed experts (K3_SPEC §6).
+"""MXFP4 (OCP MX, E2M1 elements + E8M0 group scales), as stored for K3's routed experts (docs/k3-decode.md §6).
 
 Layout: ``packed[..., n, j]`` holds logical elements ``W[n, 2j]`` in the LOW nibble and
 ``W[n, 2j+1]`` in the HIGH nibble (packing along the input/K dim of ``W[out, in]``);

@@ -3,9 +3,9 @@
 Every stage is written once, in terms of a `Numerics` object:
 
 - ``exact`` ("Oracle-F64"): float64 throughout, starting from the bf16 (or MXFP4-dequantised)
-  values the kernel sees; no intermediate rounding at all. This is the ground truth of DESIGN.md.
+  values the kernel sees; no intermediate rounding at all. This is the ground truth of docs/design.md.
 - ``faithful`` ("Faithful-BF16"): working dtype float32 and a round-to-bf16-and-back at exactly
-  the points K3_SPEC §7 marks "→bf16" (including the routed-expert ``act`` and ``y_j``, which §7
+  the points docs/k3-decode.md §7 marks "→bf16" (including the routed-expert ``act`` and ``y_j``, which §7
   marks [INFERRED]). It models *where* a real kernel loses precision, so that the
   megakernel-vs-reference distance can be judged against a same-precision pipeline.
 
@@ -15,7 +15,7 @@ accumulation order can only be worse). This keeps the faithful reference indepen
 blocking, split-K order and TF32 settings, so CPU and CUDA agree and a user's global
 ``allow_tf32=True`` cannot silently change the oracle.
 
-RMSNorm choice (K3_SPEC §7 note): everywhere, a SINGLE rounding
+RMSNorm choice (docs/k3-decode.md §7 note): everywhere, a SINGLE rounding
 ``bf16(x * rsqrt(mean(x^2) + eps) * w)`` with the math in the working dtype (f32 / f64). This is
 what the AttnRes and FLA gated-norm kernels do; vLLM's generic CUDA RMSNorm rounds twice
 (``bf16(bf16(x*rinv)*w)``), a difference that §8's tolerances cover.
@@ -65,7 +65,7 @@ class Numerics:
         return t.to(self.dtype, copy=True)
 
     def round(self, x: torch.Tensor) -> torch.Tensor:
-        """A "→bf16" point of K3_SPEC §7: round-to-nearest-even to bf16 and back (identity if exact)."""
+        """A "→bf16" point of docs/k3-decode.md §7: round-to-nearest-even to bf16 and back (identity if exact)."""
         return x if self.exact else x.to(torch.bfloat16).to(self.dtype)
 
     def linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""K3's sigmoid router with correction bias and grouped top-k (K3_SPEC §5.2, §10.2-3).
+"""K3's sigmoid router with correction bias and grouped top-k (docs/k3-decode.md §5.2, §10.2-3).
 
 Rules, each chosen so the oracle is deterministic where the kernels' behaviour is a convention:
 - logits = x W_r^T are NOT rounded to bf16 ("route with fp32 logits"); float64 in exact mode.

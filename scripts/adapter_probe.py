@@ -3,7 +3,7 @@
     python3 scripts/adapter_probe.py --backend fla --stage kda --out $OUT/fla_probe.json
     python3 scripts/adapter_probe.py --backend flashinfer --stage mla --out $OUT/flashinfer_probe.json
 
-For a few fixed cases of the 'small' preset (K3_SPEC §9 dims: 8 heads, D = 128, R = 512):
+For a few fixed cases of the 'small' preset (docs/k3-decode.md §9 dims: 8 heads, D = 128, R = 512):
 - determinism: the step run `--repeats` times on identical inputs (fresh clones each time): every
   output and state must be bitwise equal to the first run's -> the `deterministic` claim;
 - batch invariance: tokens alone (first, middle, last) against the same tokens inside the batch,

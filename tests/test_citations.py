@@ -18,7 +18,7 @@ DECODE = ROOT / "docs" / "k3-decode.md"
 
 # False until the lead has run `bash scripts/cite_rename.sh` on the merged tree: then set it to
 # True, and test_no_old_citations fails on any new `K3_SPEC` / `DESIGN.md` citation in code.
-RENAMED = False
+RENAMED = True
 
 SCANNED = ("k3diff", "reference", "megakernel", "tests", "scripts", "docs")
 # the cited documents and the lab log quote the old names on purpose

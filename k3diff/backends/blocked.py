@@ -3,7 +3,7 @@ way a fused kernel would be (expert-grouped tokens, split-K GEMMs, split-KV atte
 log-sum-exp merge). It is the candidate on machines without a GPU.
 
 Independence: nothing here imports `reference/` or shares its math; every formula is written from
-K3_SPEC. bf16 roundings happen only at the K3_SPEC §7 points, all accumulation is f32.
+docs/k3-decode.md. bf16 roundings happen only at the docs/k3-decode.md §7 points, all accumulation is f32.
 
 Files: blocked_ops.py (helpers), blocked_moe.py (MoE, dense MLP), blocked_attn.py (MLA, KDA), and
 this one (AttnRes, the layer wiring, the Backend object).
@@ -23,7 +23,7 @@ from .blocked_ops import F32, bf16, exact_f32_matmul, exp, rms_scale
 
 def attn_res(prefix, delta, blocks, w_norm, w_proj, w_out, n: int, write_idx: int, eps: float,
              eps_out: float):
-    """AttnRes (K3_SPEC §2.2). Updates `prefix` (add) and `blocks` (write) in place; returns bf16."""
+    """AttnRes (docs/k3-decode.md §2.2). Updates `prefix` (add) and `blocks` (write) in place; returns bf16."""
     if delta is not None:
         prefix.copy_(bf16(prefix.to(F32) + delta.to(F32)))     # one rounding, seen by all later steps
     if write_idx >= 0:
@@ -110,7 +110,7 @@ class TorchBlockedBackend(Backend):
                     buf.copy_(res[name])
 
     def _layer(self, cfg, p: dict, inputs: dict) -> dict:
-        """One decoder layer, wired as K3_SPEC §2.3."""
+        """One decoder layer, wired as docs/k3-decode.md §2.3."""
         i = int(inputs["layer_idx"])
         prefix, blocks, delta = inputs["prefix"], inputs["blocks"], inputs.get("delta")
         Bk, eps = cfg.attn_res_block_size, cfg.rms_eps

@@ -1,4 +1,4 @@
-"""Gated NoPE MLA decode (K3_SPEC §3) and KDA decode (§4) for the `torch-blocked` backend.
+"""Gated NoPE MLA decode (docs/k3-decode.md §3) and KDA decode (§4) for the `torch-blocked` backend.
 
 MLA: absorbed decode, split-KV over chunks of KV_CHUNK cache rows with per-chunk online-softmax
 partials merged by log-sum-exp. KDA: per-head batched delta rule on the slots that are live.

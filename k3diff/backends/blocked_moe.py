@@ -1,4 +1,4 @@
-"""LatentMoE (K3_SPEC §5) and the dense SiTU MLP for the `torch-blocked` backend.
+"""LatentMoE (docs/k3-decode.md §5) and the dense SiTU MLP for the `torch-blocked` backend.
 
 Kernel-like layout: router GEMV with f32 logits, sort-based top-k, then an (expert -> tokens)
 schedule so every touched expert runs once over all its tokens, split-K GEMMs, f32 combine.

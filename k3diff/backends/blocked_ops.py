@@ -1,6 +1,6 @@
 """Device helpers of the `torch-blocked` backend: split-K GEMM, norms, SiTU, MXFP4 decode, top-k.
 
-Written from K3_SPEC (§§2, 5, 6, 7) on purpose without looking at `reference/`: this backend is
+Written from docs/k3-decode.md (§§2, 5, 6, 7) on purpose without looking at `reference/`: this backend is
 the second, independent implementation a differential test needs. Every helper keeps f32 and
 leaves the bf16 roundings to the caller, so the §7 rounding points stay visible at the call site.
 """

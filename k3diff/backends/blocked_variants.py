@@ -221,7 +221,7 @@ def attend_two_pass(Q, rows, n, R, scale):
 
 
 def attn_res_two_pass(prefix, delta, blocks, w_norm, w_proj, w_out, n, write_idx, eps, eps_out):
-    """AttnRes (K3_SPEC §2.2) with a two-pass depth softmax instead of the online one."""
+    """AttnRes (docs/k3-decode.md §2.2) with a two-pass depth softmax instead of the online one."""
     from .blocked_ops import bf16
 
     if delta is not None:

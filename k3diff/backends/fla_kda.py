@@ -1,7 +1,7 @@
-"""`fla`: the KDA decode step (K3_SPEC §4) on flash-linear-attention's public kernels (fla-core 0.6.0).
+"""`fla`: the KDA decode step (docs/k3-decode.md §4) on flash-linear-attention's public kernels (fla-core 0.6.0).
 
 A backend that judges kernels nobody here wrote. The projections are plain torch (bf16 operands
-widened to f32, f32 GEMM with TF32 off, one bf16 rounding at the K3_SPEC §7 points); every other
+widened to f32, f32 GEMM with TF32 off, one bf16 rounding at the docs/k3-decode.md §7 points); every other
 part of the step is an FLA kernel:
 
   short conv   fla.modules.causal_conv1d.causal_conv1d_update(x, cache, weight=, activation="silu")

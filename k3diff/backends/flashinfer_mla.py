@@ -1,11 +1,11 @@
-"""`flashinfer`: the gated NoPE MLA decode step (K3_SPEC §3) with FlashInfer's MLA attention core.
+"""`flashinfer`: the gated NoPE MLA decode step (docs/k3-decode.md §3) with FlashInfer's MLA attention core.
 
 A backend that judges a kernel nobody here wrote: flashinfer-python's BatchMLAPagedAttentionWrapper
 (absorbed-MLA paged decode; FlashInfer JIT-compiles it with nvcc on first use). Everything around
-the attention core is plain torch, written from K3_SPEC: the fused a-projection, the two RMSNorms
+the attention core is plain torch, written from docs/k3-decode.md: the fused a-projection, the two RMSNorms
 (f32 math, one rounding), q_b, the absorption ql = bf16(q_nope W_UK), the cache write, the
 un-absorption o = bf16(lat W_UV^T), the output gate and o_proj (bf16 operands widened to f32,
-f32 GEMMs with TF32 off, one bf16 rounding at each K3_SPEC §7 point).
+f32 GEMMs with TF32 off, one bf16 rounding at each docs/k3-decode.md §7 point).
 
 Convention mapping (k3diff contract -> FlashInfer), each one a helper the CPU tests pin:
 - Query. FlashInfer's absorbed query per token and head is [ckv | kpe] = [ql (R=512) | q_pe (64)],

@@ -1,7 +1,7 @@
 """The reference in its two numerics modes, wrapped as backends.
 
 `reference` (float64, exact) is the ground truth; `torch` (faithful-bf16: f32 accumulate, bf16 at
-K3_SPEC §7's points) is the same-precision baseline the error rule calibrates against. Wrapped as
+docs/k3-decode.md §7's points) is the same-precision baseline the error rule calibrates against. Wrapped as
 backends they can also be run as candidates, which is how the controls are checked for false alarms.
 """
 from __future__ import annotations

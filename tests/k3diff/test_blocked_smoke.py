@@ -1,4 +1,4 @@
-"""Fast CPU smoke tests of the `torch-blocked` backend on the 'tiny' preset (K3_SPEC §9).
+"""Fast CPU smoke tests of the `torch-blocked` backend on the 'tiny' preset (docs/k3-decode.md §9).
 
 Weights and inputs are built here (not by the framework) so the backend can be checked alone:
 shapes/dtypes, no NaN, in-place state rules, bit-exact pieces (MXFP4 table, conv shift, top-k

@@ -148,7 +148,7 @@ def test_gemv_kernel_choice_parses_and_defaults():
 
 
 def test_layer_plan_follows_the_spec():
-    """layer.plan against K3_SPEC 2.3's counts: the pre-attention mix has ceil(i / Bk) + 1
+    """layer.plan against docs/k3-decode.md §2.3's counts: the pre-attention mix has ceil(i / Bk) + 1
     sources, the post-attention one ceil(i / Bk) + [i % Bk == 0] + 1; a block-write layer writes
     block i / Bk, which the pre-attention mix does not read (it is the prefix source)."""
     from megakernel.layer import plan

@@ -1,4 +1,4 @@
-"""Faithful-bf16 stays within the K3_SPEC §11 tolerances of exact (tiny and small configs)."""
+"""Faithful-bf16 stays within the docs/k3-decode.md §11 tolerances of exact (tiny and small configs)."""
 import pytest
 import torch
 

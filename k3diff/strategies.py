@@ -112,6 +112,8 @@ def normalize_boundaries(declared) -> tuple:
     """A backend's `boundaries` attribute as a frozen, sorted tuple; ValueError on a bad one."""
     if not declared:
         return ()
+    if isinstance(declared, tuple) and all(isinstance(p, tuple) and len(p) == 2 for p in declared):
+        declared = dict(declared)     # already normalised (as isolation's BackendInfo carries it)
     if not isinstance(declared, dict):
         raise ValueError(f"backend boundaries must be a dict of dimension -> sizes, got {type(declared).__name__}")
     out = []

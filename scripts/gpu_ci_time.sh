@@ -16,7 +16,7 @@ SEED=${K3DIFF_SEED:-$RANDOM$RANDOM}
 LIMIT=${LIMIT:-600}
 if [ "${KEEP_CACHE:-0}" != 1 ]; then export MEGAKERNEL_CACHE=$(mktemp -d /tmp/mkc-cold.XXXX); fi
 echo "seed $SEED, preset ${PRESET:-default}, kernel cache ${MEGAKERNEL_CACHE:-default}"
-python3 -m k3diff.tools.plan --profile ci ${PRESET:+--preset $PRESET} --seed "$SEED" | grep -v '^  ' \
+python3 -m k3diff.tools.plan --backend $MK --profile ci ${PRESET:+--preset $PRESET} --seed "$SEED" | grep -v '^  ' \
   > "$OUT/ci_plan.txt"
 start=$SECONDS
 python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK --k3diff-profile ci \

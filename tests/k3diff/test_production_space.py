@@ -212,3 +212,15 @@ def test_the_plan_tool_prints_the_coverage_and_exits_1_on_a_missed_boundary(caps
     assert plan.main(["--profile", "quick", "--stages", "moe,layer", "--seed", "5"]) == 1
     assert "never crossed: layer" in capsys.readouterr().out
     assert plan.main(["--stages", "nope"]) == 2
+
+
+def test_declared_boundaries_normalise_once_and_again():
+    """The child process hands the parent its backend's boundaries already normalised (isolation's
+    BackendInfo); normalising them again must give the same space, not refuse them (it did: every
+    GPU run of the megakernel, the one backend declaring boundaries, stopped with INTERNALERROR)."""
+    from k3diff.strategies import normalize_boundaries
+
+    declared = {"batch": (64, 1, 8), "n_experts": 256}
+    once = normalize_boundaries(declared)
+    assert once == (("batch", (1, 8, 64)), ("n_experts", (256,)))
+    assert normalize_boundaries(once) == once

@@ -83,7 +83,10 @@ TABLE: dict[tuple[str, str], Budget] = {
         4.0, 16.0, "f32 ratios of sigmoids of the logits: they inherit the logits' summation-order "
         "error (a few ulps of logits up to ~70 in the large-magnitude cases, seen at 1.2x a 4-ulp "
         "floor on a correct candidate), while the baseline's logits are correctly rounded; 16 ulps "
-        "at magnitude 1 is still ~1000x below the error of weights made from bf16-rounded logits"),
+        "at magnitude 1 is still ~1000x below the error of weights made from bf16-rounded logits; "
+        "plus the logits' own c·u·Σ|x||w| carried through the ratio (reference abs.topk_weights): "
+        "the H200's tensor-core logits (13.8 u·Σ|x||w| on outlier inputs) moved weights to 174% of "
+        "the bound without it"),
     ("kda", "decay"): Budget(
         4.0, 4.0, "f32 gate of a bf16 GEMV output; same reasoning as the router logits"),
     ("kda", "beta"): Budget(4.0, 4.0, "f32 sigmoid of a bf16 GEMV output"),

@@ -145,6 +145,8 @@ def _output_reports(stage, tag, cand_inputs, ref, base, cand, provides) -> list:
             c = routing.align_by_id(cand["topk_ids"], c)
             r = routing.align_by_id(routing.expected_ids(cand_inputs, ref), r)
             b = None if b is None else routing.align_by_id(routing.expected_ids(cand_inputs, base), b)
-        items.append((stage, tag(spec.name), c, r, b, budget_for(stage, spec.name), spec.dtype,
-                      ref.get("abs." + spec.name)))
+        mag = ref.get("abs." + spec.name)
+        if spec.name == "topk_weights" and mag is not None:     # the same slots as `r`
+            mag = routing.align_by_id(routing.expected_ids(cand_inputs, ref), mag)
+        items.append((stage, tag(spec.name), c, r, b, budget_for(stage, spec.name), spec.dtype, mag))
     return compare_many(items)

@@ -120,7 +120,13 @@ class Route:
                     if ew >= 0:
                         wv = sc
                         if cutlass.const_expr(dm.renorm):
-                            wv = wv / tot
+                            # every selected score underflowed (sigmoid of a logit below about -88
+                            # is 0 in f32): 0/0 gave a NaN row on the H200 (high_ids routing, large
+                            # inputs); the reference's rule gives such a row zero weights
+                            if tot > Float32(0.0):
+                                wv = wv / tot
+                            else:
+                                wv = Float32(0.0)
                         wv = wv * Float32(dm.rsf)
                     IDS[t, lane] = ew
                     WTS[t, lane] = wv

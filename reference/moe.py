@@ -17,7 +17,8 @@ Faithful mode rounds act and y_j to bf16 [INFERRED, §5.6/§7]; exact mode round
 With `num.magnitudes`, each accumulated output also comes as "abs.<name>" (numerics.py): a GEMV's
 |x||W|^T; the combine's Σ_j |w_j||y_j|; a norm's |output| (its sum of squares has condition 1, so
 the relative accumulation error of the norm is that of a positive sum); the final add the sum of its
-two terms' magnitudes. topk_weights (ratios of sigmoids) is not an accumulation and has none.
+two terms' magnitudes. topk_weights (ratios of sigmoids) is no accumulation: its "abs." is the logits' carried through the
+ratio to first order (_weights_magnitude).
 """
 from __future__ import annotations
 
@@ -121,11 +122,31 @@ def latent_moe(x: torch.Tensor, weights: dict, cfg, num: Numerics,
            "routed_out": yu, "shared_out": ys, "sel_gap": r["sel_gap"]}
     if num.magnitudes:
         mag_yu = num.abs_linear(yn, weights["up.weight"])
-        res.update({"abs.router_logits": num.abs_linear(x, weights["router.weight"]),
+        mag_logits = num.abs_linear(x, weights["router.weight"])
+        res.update({"abs.router_logits": mag_logits,
+                    "abs.topk_weights": _weights_magnitude(logits, mag_logits, r["topk_ids"], cfg),
                     "abs.latent": num.abs_linear(x, weights["down.weight"]), "abs.combined": mag_yc,
                     "abs.latent_normed": yn.abs(), "abs.routed_out": mag_yu, "abs.shared_out": mag_ys,
                     "abs.out": mag_yu + mag_ys})
     return res
+
+
+def _weights_magnitude(logits, mag_logits, ids, cfg):
+    """topk_weights is no accumulation, but it inherits the logits' accumulation error: the first-order
+    propagation of a logit error proportional to Σ|x||w_r| through w_j = rsf·σ(l_j)/Σ_i σ(l_i)
+    (Σ over the selected ids), so a floor c·u·this is the one the logits get, carried to the weights:
+    rsf·(σ'(l_j)A_j/S + σ(l_j)/S²·Σ_i σ'(l_i)A_i), or rsf·σ'(l_j)A_j without renormalisation."""
+    sc = torch.sigmoid(logits.to(torch.float64))
+    valid = ids.long() >= 0
+    at = ids.long().clamp(min=0)
+    s_sel = torch.gather(sc, 1, at) * valid
+    g_sel = torch.gather(sc * (1 - sc) * mag_logits.to(torch.float64), 1, at) * valid
+    if not cfg.renormalize:
+        return cfg.routed_scaling_factor * g_sel
+    tot = s_sel.sum(-1, keepdim=True)
+    safe = torch.where(tot > 0, tot, torch.ones_like(tot))
+    mag = g_sel / safe + s_sel / safe ** 2 * g_sel.sum(-1, keepdim=True)
+    return cfg.routed_scaling_factor * torch.where(tot > 0, mag, torch.zeros_like(mag)) * valid
 
 
 def dense_mlp(x: torch.Tensor, weights: dict, cfg, num: Numerics) -> dict:

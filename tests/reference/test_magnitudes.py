@@ -35,6 +35,8 @@ def test_magnitudes_change_no_output_bit_and_bound_their_outputs(stage, layer_id
         if name == "recurrent_state":             # given at the live slots only (the rest is untouched)
             live = x["state_idx"][x["state_idx"] > 0].long()
             out, a = out[live], a[live]
+        if name.endswith("topk_weights"):         # a sensitivity, not a contraction: tested below
+            continue
         if out is not None and out.shape == a.shape:
             # Σ|a_k||b_k| >= |Σ a_k b_k|: each magnitude bounds its own output (up to its rounding)
             assert bool((out.abs() <= a * (1 + 1e-12) + 1e-300).all()), k
@@ -43,3 +45,27 @@ def test_magnitudes_change_no_output_bit_and_bound_their_outputs(stage, layer_id
 def test_magnitudes_only_in_exact_mode():
     with pytest.raises(ValueError):
         Numerics("faithful", magnitudes=True)
+
+
+def test_topk_weights_magnitude_bounds_the_weights_moved_by_logit_errors():
+    """abs.topk_weights carries the logits' Σ|x||w| through w_j = rsf·σ(l_j)/Σσ: logits moved by up to
+    ε·A_i each move every weight by at most about ε·abs.topk_weights (first order)."""
+    from reference.config import preset
+    from reference.moe import _weights_magnitude
+
+    cfg = preset("tiny").replace(routed_scaling_factor=2.5)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(5, cfg.n_experts, generator=g, dtype=torch.float64) * 3
+    A = torch.rand(5, cfg.n_experts, generator=g, dtype=torch.float64) * 10
+    ids = torch.topk(logits, cfg.top_k, dim=-1).indices
+    mag = _weights_magnitude(logits, A, ids, cfg)
+
+    def weights(lg):
+        s = torch.gather(torch.sigmoid(lg), 1, ids)
+        return cfg.routed_scaling_factor * s / s.sum(-1, keepdim=True)
+
+    eps = 1e-7
+    for sign in (torch.ones_like(A), -torch.ones_like(A), torch.sign(torch.randn(A.shape, generator=g))):
+        moved = (weights(logits + eps * A * sign) - weights(logits)).abs()
+        assert bool((moved <= eps * mag * (1 + 1e-3) + 1e-15).all())
+    assert bool((mag > 0).all())

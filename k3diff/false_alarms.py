@@ -18,7 +18,7 @@ from typing import Callable
 
 from k3diff.backends import blocked, blocked_attn, blocked_moe, blocked_ops
 from k3diff.backends import blocked_variants as bv
-from k3diff.mutants import MutantBackend, Swap, first_failure
+from k3diff.mutants import MutantBackend, Swap, first_failure, score_table
 from k3diff.stages import STAGES
 
 
@@ -161,11 +161,6 @@ def check(control: Control, *, examples_per_stage: int, seed: int, space, device
 
 
 def table(results) -> list[str]:
-    lines = [f"{'control (correct variant)':30} {'area':11} {'passed':6} {'examples':>8} {'seconds':>8}  false alarm"]
-    for r in results:
-        lines.append(f"{r.control:30} {r.area:11} {'yes' if r.passed else 'NO':6} {r.examples:8d} "
-                     f"{r.seconds:8.2f}  {r.headline[:90]}")
-    passed = sum(r.passed for r in results)
-    lines.append(f"false-alarm score: {passed}/{len(results)} correct variants passed = "
-                 f"{100 * passed / max(1, len(results)):.0f}%")
-    return lines
+    return score_table([(r.control, r.area, r.passed, r.examples, r.seconds, r.headline) for r in results],
+                       ("control (correct variant)", "passed", "false alarm"),
+                       "false-alarm score: {n}/{of} correct variants passed = {pct:.0f}%")

@@ -58,9 +58,10 @@ def is_fatal(verdict) -> bool:
     return bool(verdict.error) and verdict.error.startswith((CRASH, HANG))
 
 
-def _signal_name(code: int | None) -> str:
+def signal_name(code: int | None, running: str = "no exit status") -> str:
+    """How a process ended, from its exit code (negative: the signal that killed it)."""
     if code is None:
-        return "no exit status"
+        return running
     if code < 0:
         try:
             return f"signal {signal.Signals(-code).name}"
@@ -290,7 +291,7 @@ class IsolatedChecker:
         except (EOFError, OSError):
             code = self._reap()
             raise BackendError(f"backend {label!r}: the candidate process died while loading the backend "
-                               f"({_signal_name(code)})") from None
+                               f"({signal_name(code)})") from None
         except BaseException:
             self._kill()
             raise
@@ -394,7 +395,7 @@ class IsolatedChecker:
             tag, payload = self._conn.recv()
         except (EOFError, OSError):
             code = self._reap()
-            verdict.error = f"{CRASH} the candidate process died ({_signal_name(code)})"
+            verdict.error = f"{CRASH} the candidate process died ({signal_name(code)})"
             verdict.seconds = time.perf_counter() - start
             return verdict
         except BaseException:       # our own Ctrl-C mid-case: the candidate goes with the run

@@ -450,10 +450,17 @@ def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="c
 
 
 def table(results) -> list[str]:
-    lines = [f"{'mutant':30} {'area':10} {'caught':6} {'examples':>8} {'seconds':>8}  first failure"]
-    for r in results:
-        lines.append(f"{r.mutant:30} {r.area:10} {'yes' if r.caught else 'NO':6} {r.examples:8d} "
-                     f"{r.seconds:8.2f}  {r.headline[:90]}")
-    caught = sum(r.caught for r in results)
-    lines.append(f"mutation score: {caught}/{len(results)} = {100 * caught / max(1, len(results)):.0f}%")
+    return score_table([(r.mutant, r.area, r.caught, r.examples, r.seconds, r.headline) for r in results],
+                       ("mutant", "caught", "first failure"), "mutation score: {n}/{of} = {pct:.0f}%")
+
+
+def score_table(rows, names, score: str) -> list[str]:
+    """The mutants' and the false-alarm controls' table: (name, area, good, examples, seconds,
+    headline) rows under the column names (name, good, headline), then the score line."""
+    name, good, headline = names
+    lines = [f"{name:30} {'area':11} {good:6} {'examples':>8} {'seconds':>8}  {headline}"]
+    for n, area, ok, examples, seconds, head in rows:
+        lines.append(f"{n:30} {area:11} {'yes' if ok else 'NO':6} {examples:8d} {seconds:8.2f}  {head[:90]}")
+    passed = sum(r[2] for r in rows)
+    lines.append(score.format(n=passed, of=len(rows), pct=100 * passed / max(1, len(rows))))
     return lines

@@ -28,6 +28,7 @@ import weakref
 from dataclasses import dataclass
 
 from k3diff.ep_config import Layout
+from k3diff.isolation import signal_name
 
 RANK_TIMEOUT = float(os.environ.get("K3DIFF_RANK_TIMEOUT", "300"))   # one rank's answer to one step
 START_TIMEOUT = 300.0          # N fresh interpreters importing torch on a loaded machine
@@ -193,15 +194,6 @@ def _line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:300]
 
 
-def _signal_name(code) -> str:
-    if code is None:
-        return "still running"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
 
 
 # ------------------------------------------------------------------ the pool
@@ -312,7 +304,7 @@ class RankPool:
         self.procs[r].join(2)
         code = self.procs[r].exitcode
         self.kill()
-        raise RankFailure(f"{CRASH} rank {r} of {self.world} died during {what} ({_signal_name(code)}); "
+        raise RankFailure(f"{CRASH} rank {r} of {self.world} died during {what} ({signal_name(code, 'still running')}); "
                           "the other ranks were torn down")
 
     def kill(self) -> None:

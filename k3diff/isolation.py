@@ -80,6 +80,7 @@ class BackendInfo:
     stages: tuple
     boundaries: tuple
     batch_invariant: bool
+    distributed: bool = False      # runs on ranks (k3diff/distributed.py: --k3diff-ranks)
 
 
 def _info(spec: str, backend) -> BackendInfo:
@@ -95,7 +96,8 @@ def _info(spec: str, backend) -> BackendInfo:
     return BackendInfo(spec=spec, name=str(getattr(backend, "name", spec)),
                        version=None if version is None else str(version),
                        stages=tuple(getattr(backend, "stages", STAGES)), boundaries=boundaries,
-                       batch_invariant=bool(getattr(backend, "batch_invariant", False)))
+                       batch_invariant=bool(getattr(backend, "batch_invariant", False)),
+                       distributed=bool(getattr(backend, "distributed", False)))
 
 
 # ------------------------------------------------------------------ the child

@@ -17,11 +17,13 @@ environment it started with: variables set later in the owner do not reach the r
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import os
 import shutil
 import signal
 import tempfile
+import sys
 import threading
 import time
 import weakref
@@ -33,6 +35,27 @@ from k3diff.isolation import signal_name
 RANK_TIMEOUT = float(os.environ.get("K3DIFF_RANK_TIMEOUT", "300"))   # one rank's answer to one step
 START_TIMEOUT = 300.0          # N fresh interpreters importing torch on a loaded machine
 CRASH, HANG = "crash:", "hang:"
+
+
+@contextlib.contextmanager
+def _main_not_reimported():
+    """The child needs nothing from the caller's __main__ (its target lives here), and spawn would
+    re-run a script's top level in the child (a script without a __main__ guard would recurse):
+    hide __main__'s origin while the child starts."""
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__["__spec__"] = None
+            main.__dict__.pop("__file__", None)
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.update(saved)
+            if "__file__" not in saved:
+                main.__dict__.pop("__file__", None)
+            if "__spec__" not in saved:
+                main.__dict__.pop("__spec__", None)
 
 
 class RankFailure(RuntimeError):
@@ -213,7 +236,6 @@ class RankPool:
     def __init__(self, impl_spec: str, world: int, kind: str, timeout: float = RANK_TIMEOUT):
         import multiprocessing
 
-        from k3diff.isolation import _main_not_reimported
 
         self.world, self.kind, self.timeout = world, kind, timeout
         self.dir = tempfile.mkdtemp(prefix="k3diff-ranks-")

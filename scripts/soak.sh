@@ -49,7 +49,9 @@ for S in $SEEDS; do
     -n "$WORKERS" -q -p no:cacheprovider -p no:randomly "$@" > "$DIR/soak-$S.log" 2>&1
   rc=$?
   touch "$DIR/soak-$S.done"
-  [ -s "$DIR/soak-$S.jsonl" ] && grep -q '"kind": *"case"' "$DIR/soak-$S.jsonl" || rm -f "$DIR/soak-$S.jsonl"
+  # a seed that judged nothing leaves no file; under xdist its cases are in the workers' parts
+  # (soak-S.gwN.jsonl) beside the controller's start and end records (soak-S.jsonl)
+  grep -qs '"kind": *"case"' "$DIR/soak-$S.jsonl" "$DIR"/soak-$S.gw*.jsonl || rm -f "$DIR/soak-$S.jsonl" "$DIR"/soak-$S.gw*.jsonl
   tail -3 "$DIR/soak-$S.log"
   [ $rc -ne 0 ] && [ $rc -ne 1 ] && { echo "soak: seed $S ended with exit $rc (see $DIR/soak-$S.log)"; }
 done

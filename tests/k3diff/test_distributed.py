@@ -302,7 +302,10 @@ def test_a_seed_records_the_layout_and_replays_it(tmp_path, capsys):
         bug.close()
     path = save(case, verdict.to_dict(), tmp_path, "k3diff.backends.blocked_ep:TorchBlockedEPDispatchBug")
     assert json.loads(path.read_text())["case"]["ep_owners"] == list(case.ep_owners)
-    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off"]) == 1
+    # a seed does not choose its code (issue 29): refused alone, replayed when the user names it
+    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off"]) == 2
+    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off",
+                     "--backend", "k3diff.backends.blocked_ep:TorchBlockedEPDispatchBug"]) == 1
     out = capsys.readouterr().out
     assert "ep=2:contiguous" in out and "reproduced the recorded outcome (FAIL" in out
     assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off", "--backend", "torch-blocked-ep"]) == 0

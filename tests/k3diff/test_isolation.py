@@ -110,6 +110,6 @@ def test_fuzzing_a_crashing_candidate_saves_the_crash_unshrunk_and_replay_reprod
 
 def test_hunt_is_isolated_too(tmp_path):
     done = _cli(tmp_path, "hunt", "--backend", "crashing_candidates:Abort", "--stage", "moe", "--examples", "40",
-                "--seed", "7")
+                "--seed", "3")   # a seed whose draws reach batch 3 (the space moved: E 513 drawn too)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "crash: the candidate process died (signal SIGABRT)" in done.stdout

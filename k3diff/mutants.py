@@ -445,8 +445,13 @@ def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="c
         getattr(backend, "close", lambda: None)()      # a distributed one's ranks
     if verdict is None:
         return HuntResult(mutant.name, mutant.area, False, count, seconds)
-    first = verdict.failures()[0] if verdict.failures() else verdict.headline()
-    return HuntResult(mutant.name, mutant.area, True, count, seconds, stage, first)
+    judged = [line for line in verdict.failures() if not line.startswith("ERROR ")]
+    if not judged:
+        # A crash is not a catch: an ImportError in the framework or the candidate would otherwise
+        # "catch" every planted bug (the H200 run of 77d7150 scored ep_dispatch_off_by_one that way).
+        return HuntResult(mutant.name, mutant.area, False, count, seconds, stage,
+                          "crashed, not caught: " + verdict.failures()[0])
+    return HuntResult(mutant.name, mutant.area, True, count, seconds, stage, judged[0])
 
 
 def table(results) -> list[str]:

@@ -123,3 +123,18 @@ def test_new_mutants_join_the_suite():
 ])
 def test_new_mutants_are_caught_on_one_case(mutant, case):
     assert not check_case(case, MutantBackend(BY_NAME[mutant])).ok
+
+
+def test_a_crashing_mutant_is_not_a_catch():
+    """A planted bug 'caught' by an exception (the framework's ImportError, say) proves nothing."""
+    from k3diff.mutants import Mutant, hunt
+    from k3diff.backends.blocked import TorchBlockedBackend
+    from k3diff.session import choose_space
+
+    class Raises(TorchBlockedBackend):
+        def run(self, stage, cfg, prepared, inputs, out):
+            raise ImportError("cannot import name 'x'")
+
+    crash = Mutant("crashes", "test", ("moe",), "raises in run()", backend=Raises)
+    result = hunt(crash, examples_per_stage=2, seed=1, space=choose_space("cpu"))
+    assert not result.caught and result.headline.startswith("crashed, not caught: ERROR")

@@ -121,7 +121,13 @@ class DistributedCandidate:
             raise RuntimeError(f"{self.name}: run() before bind_case(case): a distributed candidate needs "
                                "the case's layout (k3diff.distributed.bind_case)")
         layout = layout_of(self._case, cfg.n_experts, inputs["x"].shape[0])
-        kind = "nccl" if inputs["x"].device.type == "cuda" else "gloo"
+        kind = "gloo"
+        if inputs["x"].device.type == "cuda":
+            import torch
+
+            # NCCL puts rank r on cuda:r and refuses two ranks on one GPU (the H200 run of cd21222:
+            # 3 ranks on 1 GPU, DistBackendError); with fewer GPUs than ranks they exchange over gloo
+            kind = "nccl" if layout.ranks <= torch.cuda.device_count() else "gloo"
         pool = self._pool_for(layout.ranks, kind)
         key = (prepared["key"], layout.owners)
         if key not in self._sent:

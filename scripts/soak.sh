@@ -9,6 +9,7 @@
 #   scripts/soak.sh soak-cpu 100000 torch-blocked
 #   scripts/soak.sh soak-gpu 10000 megakernel.backend:MegakernelBackend -- -k moe -n 2
 #
+# A failing case's seed goes to DIR/seeds (not the checkout's corpora/failures).
 # SEEDS (default "101 202 303 ...") chooses the seeds; WORKERS (default 2) the xdist workers;
 # LIMIT (seconds, default none) stops the soak then: the running seed gets SIGINT, so pytest still
 # prints its summary and every case judged so far is in its report.
@@ -45,7 +46,7 @@ for S in $SEEDS; do
   [ -e "$DIR/soak-$S.done" ] && continue            # a seed finished by an earlier call
   echo "soak: $have of $TARGET runs; seed $S ($(date +%H:%M:%S))"
   timeout -s INT -k 30 "$LEFT" python -m pytest tests/differential --k3diff --k3diff-profile nightly \
-    --k3diff-backend "$BACKEND" --k3diff-seed "$S" --k3diff-report "$DIR/soak-$S.jsonl" \
+    --k3diff-backend "$BACKEND" --k3diff-seed "$S" --k3diff-report "$DIR/soak-$S.jsonl" --k3diff-save "$DIR/seeds" \
     -n "$WORKERS" -q -p no:cacheprovider -p no:randomly "$@" > "$DIR/soak-$S.log" 2>&1
   rc=$?
   touch "$DIR/soak-$S.done"

@@ -29,3 +29,6 @@ def test_a_wrong_candidate_shows_in_the_soak_table(tmp_path):
     done = _soak(tmp_path, "broken_candidate:BiasInWeights", "moe")
     rows = [line for line in done.stdout.splitlines() if line.startswith("| moe |")]
     assert rows and int(rows[0].split("|")[3]) > 0, done.stdout + done.stderr
+    # its seeds stay in the soak's folder: nothing left in the checkout (issue 29)
+    assert list((tmp_path / "soak" / "seeds").glob("*.json"))
+    assert not list((ROOT / "corpora" / "failures").glob("moe-*.json")), "a seed left in the checkout"

@@ -1,0 +1,36 @@
+# The lead's H200 calls of 2026-12-02 (the closing note's figures): bash scripts/gpu_calls/callN.sh from the
+# project root on the GPU machine, .device carried; an optional kernel-cache tarball at .gpu/mkc.tgz.
+# sourced by the lead's call scripts: lanes with timeouts, results under $R, one tarball to $OUT
+set -uo pipefail
+source .device/env.sh
+export MEGAKERNEL_CACHE=/tmp/mkc K3DIFF_PROGRESS=off PYTHONPATH=$PWD:$PWD/tests/k3diff${PYTHONPATH:+:$PYTHONPATH}
+[ -d /tmp/mkc ] || { mkdir -p /tmp/mkc && { [ -f .gpu/mkc.tgz ] && tar xzf .gpu/mkc.tgz -C /tmp; true; }; }
+R=/tmp/res; mkdir -p $R/seeds
+MK=megakernel.backend:MegakernelBackend
+T0=$SECONDS
+left() { echo $(( ${END:-575} - (SECONDS - T0) )); }
+ci() {  # ci NAME TIMEOUT [pytest args]: the ci profile against the megakernel
+  local name=$1 t=$2; shift 2
+  [ "$t" -gt "$(left)" ] && t=$(left); [ "$t" -lt 20 ] && { echo "=== $name skipped: no time" > $R/$name.txt; return; }
+  local s=$SECONDS
+  timeout -s INT -k 20 $t python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK \
+    --k3diff-profile ${PROFILE:-ci} --k3diff-report $R/$name.jsonl --k3diff-save /tmp/seeds-$name -q -p no:cacheprovider "$@" > $R/$name.log 2>&1
+  local rc=$?
+  { echo "=== $name rc=$rc $((SECONDS-s)) s (ended at $((SECONDS-T0)) s)"; sed -n '/k3diff summary/,/^coverage/p' $R/$name.log | head -16;
+    grep -E "^never crossed|^never routed|^FAILED|FAIL |passed|failed" $R/$name.log | cut -c1-300 | head -12; } > $R/$name.txt
+  cp /tmp/seeds-$name/*.json $R/seeds/ 2>/dev/null; true
+}
+cmd() {  # cmd NAME TIMEOUT command...: any command, its log and exit
+  local name=$1 t=$2; shift 2
+  [ "$t" -gt "$(left)" ] && t=$(left); [ "$t" -lt 10 ] && { echo "=== $name skipped: no time" > $R/$name.txt; return; }
+  local s=$SECONDS
+  timeout -s INT -k 20 $t "$@" > $R/$name.log 2>&1
+  local rc=$?
+  { echo "=== $name rc=$rc $((SECONDS-s)) s (ended at $((SECONDS-T0)) s)"; tail -${TAIL:-40} $R/$name.log | cut -c1-300; } > $R/$name.txt
+}
+finish() {
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv > $R/gpu.txt
+  git rev-parse HEAD > $R/commit.txt 2>/dev/null; git status --short | head >> $R/commit.txt
+  cat $R/*.txt > $OUT/summary.txt; tar czf $OUT/res.tgz -C /tmp res
+  tar czf $OUT/mkc.tgz -C /tmp mkc; ls -la $OUT
+}

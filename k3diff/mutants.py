@@ -445,7 +445,7 @@ def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="c
         getattr(backend, "close", lambda: None)()      # a distributed one's ranks
     if verdict is None:
         return HuntResult(mutant.name, mutant.area, False, count, seconds)
-    judged = [line for line in verdict.failures() if not line.startswith("ERROR ")]
+    judged = verdict.failures()[1:] if verdict.error else verdict.failures()   # failures() puts the error first
     if not judged:
         # A crash is not a catch: an ImportError in the framework or the candidate would otherwise
         # "catch" every planted bug (the H200 run of 77d7150 scored ep_dispatch_off_by_one that way).

@@ -106,9 +106,14 @@ def _worker_device(config):
     if device == "cuda" and worker:
         import torch
 
+        from k3diff.sizing import share_gpu
+
         index = int(worker.get("workerid", "gw0")[2:] or 0)
-        gpu = index % max(1, torch.cuda.device_count())
+        gpus = max(1, torch.cuda.device_count())
+        gpu = index % gpus
         torch.cuda.set_device(gpu)
+        # workers beyond the GPU count share a GPU: each gets its part of the memory
+        share_gpu(gpu, len(range(gpu, int(worker.get("workercount", gpus)), gpus)))
         return f"cuda:{gpu}"
     return device
 

@@ -34,6 +34,27 @@ class CaseTooLarge(RuntimeError):
     pass
 
 
+# the share of each GPU this process may use: 1 unless xdist puts several workers on one GPU, where
+# each worker gets 1/n of it (without this every worker's weight cache aimed at 60% of the whole GPU
+# and two full-dims workers ran it out of memory: the H200 run of 9aaaed6)
+_GPU_SHARE: dict[int, float] = {}
+
+
+def share_gpu(index: int, workers_on_it: int) -> float:
+    """Give this process 1/`workers_on_it` of GPU `index`: the allocator enforces it, the weight cache
+    and the fit check count only that share. Returns the share."""
+    share = 1.0 / max(1, workers_on_it)
+    if share < 1.0:
+        torch.cuda.set_per_process_memory_fraction(share, index)
+        _GPU_SHARE[index] = share
+    return share
+
+
+def gpu_share(device) -> float:
+    dev = torch.device(device)
+    return _GPU_SHARE.get(dev.index if dev.index is not None else torch.cuda.current_device(), 1.0)
+
+
 def _moe_bytes(cfg, fmt: str, T: int, draw_on_device: bool) -> int:
     d, E, I, r, Is = cfg.hidden, cfg.n_experts, cfg.moe_intermediate, cfg.latent_dim, cfg.shared_intermediate
     per_expert = 3 * I * r
@@ -78,8 +99,11 @@ def estimate_bytes(case: Case, device=None) -> int:
 def available_bytes(device) -> int:
     dev = torch.device(device)
     if dev.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(dev)
-        return int(free)
+        free, total = torch.cuda.mem_get_info(dev)
+        share = gpu_share(dev)
+        if share < 1.0:                 # the rest of the GPU belongs to the other workers on it
+            free = min(free, share * total - torch.cuda.memory_reserved(dev))
+        return int(max(0, free))
     try:
         with open("/proc/meminfo") as f:
             for line in f:

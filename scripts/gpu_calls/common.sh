@@ -3,8 +3,10 @@
 # sourced by the lead's call scripts: lanes with timeouts, results under $R, one tarball to $OUT
 set -uo pipefail
 source .device/env.sh
-export MEGAKERNEL_CACHE=/tmp/mkc K3DIFF_PROGRESS=off PYTHONPATH=$PWD:$PWD/tests/k3diff${PYTHONPATH:+:$PYTHONPATH}
-[ -d /tmp/mkc ] || { mkdir -p /tmp/mkc && { [ -f .gpu/mkc.tgz ] && tar xzf .gpu/mkc.tgz -C /tmp; true; }; }
+# the kernel cache lives in an ignored folder of the checkout: a warm machine keeps it between calls
+export MEGAKERNEL_CACHE=$PWD/.mkcache K3DIFF_PROGRESS=off PYTHONPATH=$PWD:$PWD/tests/k3diff${PYTHONPATH:+:$PYTHONPATH}
+[ -d .mkcache ] || { mkdir -p .mkcache && { [ -f .gpu/mkc.tgz ] && tar xzf .gpu/mkc.tgz -C .mkcache; true; }; }
+echo "kernel cache at start: $(find .mkcache -type f | wc -l) files" > /tmp/cache_start.txt
 R=/tmp/res; mkdir -p $R/seeds
 MK=megakernel.backend:MegakernelBackend
 T0=$SECONDS
@@ -31,6 +33,7 @@ cmd() {  # cmd NAME TIMEOUT command...: any command, its log and exit
 finish() {
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv > $R/gpu.txt
   git rev-parse HEAD > $R/commit.txt 2>/dev/null; git status --short | head >> $R/commit.txt
-  cat $R/*.txt > $OUT/summary.txt; tar czf $OUT/res.tgz -C /tmp res
-  tar czf $OUT/mkc.tgz -C /tmp mkc; ls -la $OUT
+  python3 scripts/gpu_calls/count.py $R/*.jsonl > $R/zz_counts.txt 2>&1
+  cat /tmp/cache_start.txt $R/*.txt > $OUT/summary.txt; tar czf $OUT/res.tgz -C /tmp res
+  tar czf $OUT/mkc.tgz -C .mkcache .; ls -la $OUT
 }

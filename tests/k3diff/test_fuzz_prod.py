@@ -208,3 +208,37 @@ def test_reference_touches_only_the_routed_experts(fmt, mode):
         if torch.is_tensor(v):
             assert torch.equal(v, part[k]) or (v.is_floating_point() and torch.equal(v.isnan(), part[k].isnan())
                                                and torch.equal(v.nan_to_num(), part[k].nan_to_num())), k
+
+
+def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
+    """xdist workers beyond the GPU count share a GPU: each is given 1/n of it (the allocator's cap,
+    the fit check and the weight cache), so two full-dims workers cannot run each other out of it."""
+    import types
+
+    from k3diff import materialize, plugin, session
+
+    G = 2**30
+    capped = {}
+    fake = types.SimpleNamespace(
+        device_count=lambda: 1, set_device=lambda i: None, current_device=lambda: 0,
+        set_per_process_memory_fraction=lambda f, i: capped.__setitem__(i, f),
+        mem_get_info=lambda dev: (120 * G, 140 * G), memory_reserved=lambda dev: 10 * G,
+        get_device_properties=lambda dev: types.SimpleNamespace(total_memory=140 * G))
+    monkeypatch.setattr(torch, "cuda", fake)
+    monkeypatch.setattr(sizing, "_GPU_SHARE", {})
+    monkeypatch.setattr(session, "pick_device", lambda name: "cuda")
+
+    def device_of(worker, count):
+        config = types.SimpleNamespace(getoption=lambda name: "cuda",
+                                       workerinput={"workerid": f"gw{worker}", "workercount": count})
+        return plugin._worker_device(config)
+
+    assert device_of(0, 1) == "cuda:0" and capped == {} and sizing.gpu_share("cuda:0") == 1.0
+    assert sizing.available_bytes("cuda:0") == 120 * G          # alone: the GPU's free memory
+    assert device_of(3, 4) == "cuda:0" and capped == {0: 0.25}
+    assert sizing.available_bytes("cuda:0") == 35 * G - 10 * G  # its quarter, less what it holds
+    assert materialize._cache_budget("cuda:0") == int(0.6 * 35 * G)
+    with pytest.raises(sizing.CaseTooLarge):                    # a 61 GB bf16 case in a quarter
+        monkeypatch.setattr(materialize, "cached_bytes_for", lambda case, device: 0)
+        monkeypatch.setattr(materialize, "evict_weights", lambda n: None)
+        sizing.check_fits(Case(stage="moe", preset="full", batch=256, expert_format="bf16").validate(), "cuda:0")

@@ -120,7 +120,7 @@ def _child_entry(fd: int, parent_pid: int) -> None:
     _die_with_parent(parent_pid)
     conn = Connection(fd)
     try:
-        threads, device, spec = conn.recv()
+        threads, device, spec, gpu_share = conn.recv()
     except (EOFError, OSError):
         return
     import torch
@@ -128,7 +128,10 @@ def _child_entry(fd: int, parent_pid: int) -> None:
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda:"):
+        from k3diff.sizing import cap_gpu
+
         torch.cuda.set_device(int(device.split(":")[1]))
+        cap_gpu(int(device.split(":")[1]), gpu_share)     # a worker sharing its GPU: the child too
     conn.send(("booted", None))
     from k3diff import backends
 
@@ -222,6 +225,15 @@ def _watch_signals() -> None:
             pass
 
 
+def _share_of(device: str) -> float:
+    """The GPU share this worker was given (k3diff.sizing), for its child; 1.0 off the GPU."""
+    if not device.startswith("cuda"):
+        return 1.0
+    from k3diff.sizing import gpu_share
+
+    return gpu_share(device)
+
+
 class IsolatedChecker:
     """Judges cases in a child process; `check(case)` and `check_invariance(case, position)` return
     a Verdict like `check_case` does, with crash/hang verdicts where the child could not answer.
@@ -275,7 +287,7 @@ class IsolatedChecker:
         self.started += 1
         label = self.spec or "the default backend"
         try:
-            self._conn.send((self.threads, self.device, self.spec))
+            self._conn.send((self.threads, self.device, self.spec, _share_of(self.device)))
             for phase, limit in (("start python and torch", STARTUP_TIMEOUT), ("load the backend", self.timeout)):
                 got = self._wait(limit)
                 if got == "timeout":

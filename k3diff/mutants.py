@@ -262,6 +262,16 @@ def _f32_rounded_to_bf16(backend, stage, before, inputs, out):
             t.copy_(t.to(torch.bfloat16).to(torch.float32))
 
 
+def _kda_state_in_bf16(backend, stage, before, inputs, out):
+    """Only the live slots' recurrent state stored through bf16, the rest untouched: a kernel that
+    carries the f32 state in bf16 (within the error rule's budget at one step; k3diff.state_rules)."""
+    if "recurrent_state" in before:
+        s = inputs["recurrent_state"]
+        idx = inputs["state_idx"].to(device=s.device, dtype=torch.int64)
+        live = idx[idx > 0]
+        s[live] = s[live].to(torch.bfloat16).to(torch.float32)
+
+
 def _conv_state_not_shifted(backend, stage, before, inputs, out):
     if "conv_state" in before:
         inputs["conv_state"].copy_(before["conv_state"])
@@ -386,6 +396,9 @@ MUTANTS = [
     Mutant("f32_outputs_rounded_to_bf16", "numerics", ("moe", "kda"),
            "f32 outputs and states (router logits, KDA core and state) rounded to bf16",
            tamper=_f32_rounded_to_bf16),
+    Mutant("kda_state_in_bf16", "numerics", ("kda",),
+           "the live slots' KDA recurrent state stored through bf16, nothing else changed",
+           tamper=_kda_state_in_bf16),
     Mutant("mla_scores_one_chunk_short", "mla", ("mla",),
            f"attention scores skip the first {CHUNK} dims of their contraction",
            swap=Swap(blocked_attn, "_attend", _scores_one_chunk_short)),

@@ -103,6 +103,16 @@ def _worker_device(config):
         import torch
 
         torch.set_num_threads(1)        # xdist runs one worker per core: two threads each thrash
+    if device == "cuda" and not worker and _xdist_on(config):
+        import torch
+
+        from k3diff.sizing import workers_too_many
+
+        n = config.option.numprocesses
+        why = isinstance(n, int) and workers_too_many(n, torch.cuda.device_count(),
+                                                      torch.cuda.get_device_properties(0).total_memory)
+        if why:
+            raise pytest.UsageError(f"k3diff: {why}")
     if device == "cuda" and worker:
         import torch
 

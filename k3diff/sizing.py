@@ -34,24 +34,54 @@ class CaseTooLarge(RuntimeError):
     pass
 
 
-# the share of each GPU this process may use: 1 unless xdist puts several workers on one GPU, where
-# each worker gets 1/n of it (without this every worker's weight cache aimed at 60% of the whole GPU
-# and two full-dims workers ran it out of memory: the H200 run of 9aaaed6)
+# the share of each GPU this process may use: all of it unless xdist puts several workers on one GPU,
+# where each worker (and the isolated child that runs its cases) gets 1/n of it less what lives outside
+# PyTorch's allocator. Without this every worker's weight cache aimed at 60% of the whole GPU and two
+# full-dims workers ran each other out of memory (the H200 run of 9aaaed6).
 _GPU_SHARE: dict[int, float] = {}
+# per worker, outside the allocator: two CUDA contexts (the worker's and its child's, 518 MiB each in
+# the H200's OOM text of 945021e), compiled kernels' modules and library workspaces
+_OUTSIDE_ALLOCATOR = 3 << 30
 
 
 def share_gpu(index: int, workers_on_it: int) -> float:
-    """Give this process 1/`workers_on_it` of GPU `index`: the allocator enforces it, the weight cache
-    and the fit check count only that share. Returns the share."""
-    share = 1.0 / max(1, workers_on_it)
-    if share < 1.0:
-        torch.cuda.set_per_process_memory_fraction(share, index)
-        _GPU_SHARE[index] = share
-    return share
+    """Give this process and its child 1/`workers_on_it` of GPU `index`: the allocator enforces it,
+    the weight cache and the fit check count only that share. Returns the allocator's fraction."""
+    if workers_on_it <= 1:
+        return 1.0
+    total = torch.cuda.get_device_properties(index).total_memory
+    fraction = max(0.05, 1.0 / workers_on_it - _OUTSIDE_ALLOCATOR / total)
+    cap_gpu(index, fraction)
+    return fraction
+
+
+def workers_too_many(workers: int, gpus: int, total: int) -> str | None:
+    """Why `workers` xdist workers over `gpus` GPUs of `total` bytes each cannot judge every case a
+    GPU run draws (its full-dims moe at batch 256, bf16), or None."""
+    per = -(-workers // max(1, gpus))
+    if per <= 1:
+        return None
+    have = (1.0 / per - _OUTSIDE_ALLOCATOR / total) * total
+    need = estimate_bytes(Case("moe", "full", batch=256, expert_format="bf16"), "cuda")
+    if have >= need:
+        return None
+    fit = max(1, int(total // (need + _OUTSIDE_ALLOCATOR)))
+    return (f"-n {workers} puts {per} workers on each of {gpus} GPU(s): each gets {have / 2**30:.0f} GiB, "
+            f"but a full-dims case needs about {need / 2**30:.0f} GiB; use -n {fit * gpus} or fewer "
+            f"(-n auto: one per GPU)")
+
+
+def cap_gpu(index: int, fraction: float) -> None:
+    """This process may hold `fraction` of GPU `index` (the isolated child takes its parent's)."""
+    if fraction < 1.0:
+        torch.cuda.set_per_process_memory_fraction(fraction, index)
+        _GPU_SHARE[index] = fraction
 
 
 def gpu_share(device) -> float:
     dev = torch.device(device)
+    if dev.type != "cuda":
+        return 1.0
     return _GPU_SHARE.get(dev.index if dev.index is not None else torch.cuda.current_device(), 1.0)
 
 
@@ -124,6 +154,8 @@ def check_fits(case: Case, device) -> None:
     have = available_bytes(device)
     if need > have:
         materialize.evict_weights(0)
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()    # the last case's transients, even when no weights were held
         need, have = estimate_bytes(case, device), available_bytes(device)
     if need > have:
         raise CaseTooLarge(f"case too large for {device}: needs about {need / 2**30:.1f} GiB, "

@@ -45,12 +45,20 @@ def cases(preset: str, batches, seed: int = 0) -> dict:
 
 def measure(backend, stage_cases: dict, device: str) -> dict:
     """(stage, tensor) -> (max share of budget, max accuracy class or None) over the cases."""
+    import torch
+
+    from k3diff import caches
     from k3diff.runner import check_case
 
+    caches.weights_dropped()    # the last column's prepared copies (a dequantised MXFP4 set: 37 GiB at full dims)
     found = {}
     for stage, cs in stage_cases.items():
         for case in cs:
-            verdict = check_case(case, backend, device=device)
+            try:
+                verdict = check_case(case, backend, device=device)
+            except torch.OutOfMemoryError as exc:
+                raise SystemExit(f"margins: {getattr(backend, 'name', backend)} ran out of memory on "
+                                 f"{case.label()}: {str(exc).splitlines()[0][:160]}") from None
             if verdict.error:
                 raise SystemExit(f"margins: {getattr(backend, 'name', backend)} crashed on {case.label()}: "
                                  f"{verdict.error}")

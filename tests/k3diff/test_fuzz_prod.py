@@ -235,10 +235,26 @@ def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
 
     assert device_of(0, 1) == "cuda:0" and capped == {} and sizing.gpu_share("cuda:0") == 1.0
     assert sizing.available_bytes("cuda:0") == 120 * G          # alone: the GPU's free memory
-    assert device_of(3, 4) == "cuda:0" and capped == {0: 0.25}
-    assert sizing.available_bytes("cuda:0") == 35 * G - 10 * G  # its quarter, less what it holds
-    assert materialize._cache_budget("cuda:0") == int(0.6 * 35 * G)
+    assert device_of(3, 4) == "cuda:0"
+    fraction = 0.25 - sizing._OUTSIDE_ALLOCATOR / (140 * G)     # a quarter, less what lives outside
+    assert capped == {0: pytest.approx(fraction)} and sizing.gpu_share("cuda:0") == pytest.approx(fraction)
+    assert sizing.available_bytes("cuda:0") == int(fraction * 140 * G - 10 * G)   # less what it holds
+    assert materialize._cache_budget("cuda:0") == int(0.6 * fraction * 140 * G)
+    from k3diff import isolation
+
+    assert isolation._share_of("cuda:0") == pytest.approx(fraction)   # what its isolated child is sent
+    assert isolation._share_of("cpu") == 1.0
+    monkeypatch.setattr(torch, "cuda", types.SimpleNamespace(**{**vars(fake), "empty_cache": lambda: None}))
+    monkeypatch.setattr(materialize, "cached_bytes_for", lambda case, device: 0)
+    monkeypatch.setattr(materialize, "evict_weights", lambda n: None)
     with pytest.raises(sizing.CaseTooLarge):                    # a 61 GB bf16 case in a quarter
-        monkeypatch.setattr(materialize, "cached_bytes_for", lambda case, device: 0)
-        monkeypatch.setattr(materialize, "evict_weights", lambda n: None)
         sizing.check_fits(Case(stage="moe", preset="full", batch=256, expert_format="bf16").validate(), "cuda:0")
+
+
+def test_too_many_workers_per_gpu_is_one_line_before_any_case():
+    G = 2**30
+    assert sizing.workers_too_many(2, 1, int(139.8 * G)) is None       # two per H200 fit
+    assert sizing.workers_too_many(8, 8, int(139.8 * G)) is None
+    why = sizing.workers_too_many(16, 1, int(139.8 * G))
+    assert why and "\n" not in why and "use -n 2 or fewer" in why
+    assert "use -n 16 or fewer" in sizing.workers_too_many(24, 8, int(139.8 * G))

@@ -26,10 +26,3 @@ def weights_dropped() -> None:
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-
-
-def evict(keep_bytes: int = 0) -> None:
-    """Every cache down to at most `keep_bytes` of weights (0: all), the dependants with them."""
-    from k3diff import materialize
-
-    materialize.evict_weights(keep_bytes)

@@ -47,7 +47,7 @@ def apply_ranks(session, ranks) -> None:
     strategy space; UsageProblem (one line, pytest exit 4) for a bad combination."""
     from dataclasses import replace
 
-    from k3diff.session import UsageProblem
+    from k3diff.usage import UsageProblem
 
     name = session.backend_name
     if ranks is None:

@@ -42,32 +42,15 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3diff.judge import CRASH, judge
+from k3diff.fatal import CRASH, HANG, signal_name
+from k3diff.judge import judge
 
 DEFAULT_TIMEOUT = 600.0     # generous: the first call of a kernel may compile it
 STARTUP_TIMEOUT = 600.0     # a fresh interpreter importing torch (k3diff's own code, not the backend)
-HANG = "hang:"
 STICKY = re.compile(r"illegal memory access|device-side assert|CUDA error|unspecified launch failure|"
                     r"misaligned address|illegal instruction|CUDA_ERROR", re.IGNORECASE)
 _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
          "from k3diff.isolation import _child_entry; _child_entry(int(sys.argv[1]), int(sys.argv[3]))")
-
-
-def is_fatal(verdict) -> bool:
-    """A crash or hang verdict: final, never shrunk."""
-    return bool(verdict.error) and verdict.error.startswith((CRASH, HANG))
-
-
-def signal_name(code: int | None, running: str = "no exit status") -> str:
-    """How a process ended, from its exit code (negative: the signal that killed it)."""
-    if code is None:
-        return running
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
 
 
 @dataclass(frozen=True)
@@ -128,7 +111,7 @@ def _child_entry(fd: int, parent_pid: int) -> None:
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda:"):
-        from k3diff.sizing import cap_gpu
+        from k3diff.gpu_share import cap_gpu
 
         torch.cuda.set_device(int(device.split(":")[1]))
         cap_gpu(int(device.split(":")[1]), gpu_share)     # a worker sharing its GPU: the child too
@@ -229,7 +212,7 @@ def _share_of(device: str) -> float:
     """The GPU share this worker was given (k3diff.sizing), for its child; 1.0 off the GPU."""
     if not device.startswith("cuda"):
         return 1.0
-    from k3diff.sizing import gpu_share
+    from k3diff.gpu_share import gpu_share
 
     return gpu_share(device)
 

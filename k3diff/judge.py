@@ -18,7 +18,7 @@ import contextlib
 import signal
 import threading
 
-CRASH = "crash:"
+from k3diff.fatal import CRASH
 
 
 def describe(exc: BaseException) -> str:

@@ -94,7 +94,7 @@ def weight_bytes(case: Case, experts: bool = True) -> int:
 def _cache_budget(device) -> int:
     dev = torch.device(device)
     if dev.type == "cuda":
-        from k3diff.sizing import gpu_share
+        from k3diff.gpu_share import gpu_share
 
         return int(_GPU_CACHE_SHARE * gpu_share(dev) * torch.cuda.get_device_properties(dev).total_memory)
     return _CPU_CACHE_BYTES

@@ -116,7 +116,7 @@ def _worker_device(config):
     if device == "cuda" and worker:
         import torch
 
-        from k3diff.sizing import share_gpu
+        from k3diff.gpu_share import share_gpu
 
         index = int(worker.get("workerid", "gw0")[2:] or 0)
         gpus = max(1, torch.cuda.device_count())

@@ -30,11 +30,10 @@ import weakref
 from dataclasses import dataclass
 
 from k3diff.ep_config import Layout
-from k3diff.isolation import signal_name
+from k3diff.fatal import CRASH, HANG, signal_name
 
 RANK_TIMEOUT = float(os.environ.get("K3DIFF_RANK_TIMEOUT", "300"))   # one rank's answer to one step
 START_TIMEOUT = 300.0          # N fresh interpreters importing torch on a loaded machine
-CRASH, HANG = "crash:", "hang:"
 
 
 @contextlib.contextmanager

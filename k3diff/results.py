@@ -95,13 +95,19 @@ def _version(module: str) -> str | None:
         return None
 
 
-def _git_commit() -> str | None:
+def _git_commit(here: Path | None = None) -> str | None:
+    """HEAD of the checkout k3diff runs from, "+modified" when tracked files differ from it (a
+    working tree sent to a GPU machine on a stale clone ran code its HEAD does not name)."""
+    here = here or Path(__file__).resolve().parent
     try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                              cwd=Path(__file__).resolve().parent)
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=here)
+        if done.returncode != 0 or not done.stdout.strip():
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, timeout=10, cwd=here)
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
+    return done.stdout.strip() + ("+modified" if dirty.returncode == 0 and dirty.stdout.strip() else "")
 
 
 def _driver() -> str | None:

@@ -57,7 +57,7 @@ def stop_on_fatal(check, on_case=None, counts=None):
     """The judge every k3diff search uses: `check(value)` -> verdict, told to `on_case(value,
     verdict)`, counted in `counts` ("judged": not skipped), and the search ended at once (Stop) on a
     crash or hang verdict."""
-    from k3diff.isolation import is_fatal
+    from k3diff.fatal import is_fatal
 
     def judge(value):
         verdict = check(value)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 
+from k3diff.usage import UsageProblem  # noqa: F401 - the plugin and the CLI name it from here
+
 PROFILES = {
     # examples per stage, split into this many test items (so xdist and shards can spread them);
     # sweep: a production space's boundary cases too (k3diff.strategies.boundary_plan: ~20 a stage,
@@ -15,11 +17,6 @@ PROFILES = {
     "ci": {"examples": 40, "chunks": 4, "sweep": True},
     "nightly": {"examples": 2000, "chunks": 32, "sweep": True},
 }
-
-
-class UsageProblem(ValueError):
-    """The command was wrong (a bad device, output path, option combination): one line for the
-    user; pytest turns it into a UsageError (exit 4), `k3diff` into exit 2."""
 
 
 def pick_device(requested: str | None = None) -> str:

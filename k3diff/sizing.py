@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from k3diff.case import Case
+from k3diff.gpu_share import OUTSIDE_ALLOCATOR, gpu_share
 
 # the reference works in float64 and three backends hold their own copies of inputs and states
 _WORKING_COPIES = 6
@@ -34,25 +35,10 @@ class CaseTooLarge(RuntimeError):
     pass
 
 
-# the share of each GPU this process may use: all of it unless xdist puts several workers on one GPU,
-# where each worker (and the isolated child that runs its cases) gets 1/n of it less what lives outside
-# PyTorch's allocator. Without this every worker's weight cache aimed at 60% of the whole GPU and two
-# full-dims workers ran each other out of memory (the H200 run of 9aaaed6).
-_GPU_SHARE: dict[int, float] = {}
-# per worker, outside the allocator: two CUDA contexts (the worker's and its child's, 518 MiB each in
-# the H200's OOM text of 945021e), compiled kernels' modules and library workspaces
-_OUTSIDE_ALLOCATOR = 3 << 30
-
-
-def share_gpu(index: int, workers_on_it: int) -> float:
-    """Give this process and its child 1/`workers_on_it` of GPU `index`: the allocator enforces it,
-    the weight cache and the fit check count only that share. Returns the allocator's fraction."""
-    if workers_on_it <= 1:
-        return 1.0
-    total = torch.cuda.get_device_properties(index).total_memory
-    fraction = max(0.05, 1.0 / workers_on_it - _OUTSIDE_ALLOCATOR / total)
-    cap_gpu(index, fraction)
-    return fraction
+# what one megakernel worker was seen to hold at full dims, more than the estimate above: on the
+# H200 (65bbe65, two workers sharing it, 67 GiB each) a worker holding 57.9 GiB drew the bf16 experts'
+# W2 (18.4 GiB) and ran out of its share, in moe and layer cases alike
+_WORKER_PEAK = int(76.3 * 2**30)
 
 
 def workers_too_many(workers: int, gpus: int, total: int) -> str | None:
@@ -61,28 +47,14 @@ def workers_too_many(workers: int, gpus: int, total: int) -> str | None:
     per = -(-workers // max(1, gpus))
     if per <= 1:
         return None
-    have = (1.0 / per - _OUTSIDE_ALLOCATOR / total) * total
-    need = estimate_bytes(Case("moe", "full", batch=256, expert_format="bf16"), "cuda")
+    have = (1.0 / per - OUTSIDE_ALLOCATOR / total) * total
+    need = max(estimate_bytes(Case("moe", "full", batch=256, expert_format="bf16"), "cuda"), _WORKER_PEAK)
     if have >= need:
         return None
-    fit = max(1, int(total // (need + _OUTSIDE_ALLOCATOR)))
+    fit = max(1, int(total // (need + OUTSIDE_ALLOCATOR)))
     return (f"-n {workers} puts {per} workers on each of {gpus} GPU(s): each gets {have / 2**30:.0f} GiB, "
-            f"but a full-dims case needs about {need / 2**30:.0f} GiB; use -n {fit * gpus} or fewer "
+            f"but a worker at full dims needs about {need / 2**30:.0f} GiB; use at most -n {fit * gpus} "
             f"(-n auto: one per GPU)")
-
-
-def cap_gpu(index: int, fraction: float) -> None:
-    """This process may hold `fraction` of GPU `index` (the isolated child takes its parent's)."""
-    if fraction < 1.0:
-        torch.cuda.set_per_process_memory_fraction(fraction, index)
-        _GPU_SHARE[index] = fraction
-
-
-def gpu_share(device) -> float:
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return 1.0
-    return _GPU_SHARE.get(dev.index if dev.index is not None else torch.cuda.current_device(), 1.0)
 
 
 def _moe_bytes(cfg, fmt: str, T: int, draw_on_device: bool) -> int:

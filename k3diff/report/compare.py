@@ -157,7 +157,7 @@ def compare_report(cmp, base, new) -> str:
     body.append(html.table(("", "files", "seed(s)", "backend(s)", "commit(s)"), [
         (side, ", ".join(r.files), ", ".join(map(str, r.seeds)),
          ", ".join(sorted({str(h.get("backend")) for h in r.headers})),
-         ", ".join(sorted({str((h.get("environment") or {}).get("git_commit"))[:12] for h in r.headers})))
+         ", ".join(sorted({html._short_commit((h.get("environment") or {}).get("git_commit")) for h in r.headers})))
         for side, r in (("BASE", base), ("NEW", new))]))
     body += ["<h2>Share of budget per tensor, before and after</h2>",
              html.table(TENSOR_COLUMNS, tensor_rows(cmp))]

@@ -68,6 +68,12 @@ def _duration(seconds) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
 
 
+def _short_commit(commit) -> str:
+    """The commit's first 12 digits, and "+modified" where the tree was not that commit."""
+    c = str(commit or "")
+    return c[:12] + ("+modified" if c.endswith("+modified") else "")
+
+
 def _join(values) -> str:
     return ", ".join(sorted({str(v) for v in values if v not in (None, "")})) or "-"
 
@@ -100,7 +106,7 @@ def banner(run, distinct) -> str:
         f"<b>how long</b>: {_duration(longest)}" + (" (longest shard)" if len(ends) > 1 else "") + "</li>",
         f"<li><b>on</b>: {esc(gpus)}; torch {esc(_join(e.get('torch') for e in envs))}, CUDA "
         f"{esc(_join(e.get('cuda') for e in envs))} (driver {esc(_join(e.get('cuda_driver') for e in envs))}), "
-        f"k3diff {esc(_join(e.get('k3diff') for e in envs))} at {esc(_join(str(e.get('git_commit') or '')[:12] for e in envs))}</li>",
+        f"k3diff {esc(_join(e.get('k3diff') for e in envs))} at {esc(_join(_short_commit(e.get('git_commit')) for e in envs))}</li>",
     ]
     return (f'<div id="banner" class="{state}"><b class="verdict">{word}</b>{esc(what)}'
             f"<ul>{''.join(items)}</ul></div>")

@@ -42,11 +42,11 @@ class Run:
 
 
 def expand(paths) -> list[Path]:
-    """Files as given, folders as every *.jsonl under them (sorted)."""
+    """Files as given, folders as every *.jsonl (or *.jsonl.gz) under them (sorted)."""
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(p.rglob("*.jsonl"))
+            found = sorted([*p.rglob("*.jsonl"), *p.rglob("*.jsonl.gz")])
             if not found:
                 raise ReportInputError(f"{p}: folder holds no *.jsonl results file")
             out += found
@@ -59,8 +59,14 @@ def expand(paths) -> list[Path]:
 
 def read_file(path: Path, need_cases: bool = True) -> Run:
     try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
+        if str(path).endswith(".gz"):       # an artifact kept compressed (the H200 runs in docs/screenshots)
+            import gzip
+
+            with gzip.open(path, "rt") as f:
+                text = f.read()
+        else:
+            text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
         raise ReportInputError(f"{path}: cannot read ({type(exc).__name__})") from None
     run = Run(files=[str(path)])
     for n, line in enumerate(text.splitlines(), 1):

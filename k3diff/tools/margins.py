@@ -7,7 +7,8 @@ variant) and KDA's state and readout, one row per tensor: the share of budget (m
 > 100% fails) and accuracy class (error in units of u·Σ|a||b|, f32 accumulations only) a correct
 candidate uses, the torch-blocked candidate beside it, and the share each planted variant uses:
 f32 outputs rounded to bf16, every GEMM one 16-wide K chunk short, MLA's scores one chunk short,
-KDA's delta rule one chunk short (k3diff/mutants.py; those run on torch-blocked on the same device),
+KDA's delta rule one chunk short, KDA's state kept in bf16 (its own rule: recurrent_state.f32, the
+share of values delivered as bf16 values; k3diff/mutants.py; those run on torch-blocked on the same device),
 and with --controls the correct variants of k3diff/false_alarms.py (another summation order, TF32...).
 A correct candidate's share is the false-alarm margin; a variant's share over 100% is how far past
 the bound a bug lands. MoE cases route with forced ids, so an expert output's share measures the
@@ -22,9 +23,9 @@ from k3diff.case import Case
 
 TENSORS = {"moe": ("router_logits", "combined", "routed_out", "out"),
            "mla": ("attn_latent", "attn_out", "out"),
-           "kda": ("core", "recurrent_state", "out")}
+           "kda": ("core", "recurrent_state", "recurrent_state.f32", "out")}
 VARIANTS = ("f32_outputs_rounded_to_bf16", "gemm_one_chunk_short", "mla_scores_one_chunk_short",
-            "kda_delta_rule_one_chunk_short")
+            "kda_delta_rule_one_chunk_short", "kda_state_in_bf16")
 
 
 def cases(preset: str, batches, seed: int = 0) -> dict:
@@ -47,15 +48,21 @@ def measure(backend, stage_cases: dict, device: str) -> dict:
     """(stage, tensor) -> (max share of budget, max accuracy class or None) over the cases."""
     import torch
 
-    from k3diff import caches
+    from k3diff import caches, materialize
     from k3diff.runner import check_case
+    from k3diff.sizing import CaseTooLarge
 
-    caches.weights_dropped()    # the last column's prepared copies (a dequantised MXFP4 set: 37 GiB at full dims)
+    # every column starts from nothing held: the last column's weights and prepared copies (at full dims
+    # a dequantised MXFP4 set is 55 GiB) beside this one's ran the H200 out of memory (65bbe65)
+    materialize.evict_weights(0)
+    caches.weights_dropped()
     found = {}
     for stage, cs in stage_cases.items():
         for case in cs:
             try:
                 verdict = check_case(case, backend, device=device)
+            except CaseTooLarge as exc:
+                raise SystemExit(f"margins: {exc}") from None
             except torch.OutOfMemoryError as exc:
                 raise SystemExit(f"margins: {getattr(backend, 'name', backend)} ran out of memory on "
                                  f"{case.label()}: {str(exc).splitlines()[0][:160]}") from None
@@ -64,7 +71,7 @@ def measure(backend, stage_cases: dict, device: str) -> dict:
                                  f"{verdict.error}")
             for r in verdict.reports:
                 name = r.tensor.split("@")[0]
-                if name not in TENSORS[stage] or r.note:
+                if name not in TENSORS[stage] or (r.note and not r.bound):    # bitwise / not judged
                     continue
                 share, acc = found.get((stage, name), (0.0, None))
                 if r.accuracy is not None:

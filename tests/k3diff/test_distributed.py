@@ -185,7 +185,7 @@ def _pids(tmp_path) -> list:
     ("Raises", "rank 1 of 2 raised during run: ValueError: planted failure of rank 1"),
 ])
 def test_a_failing_rank_fails_the_case_and_every_rank_is_torn_down(tmp_path, monkeypatch, name, expect):
-    from k3diff.isolation import is_fatal
+    from k3diff.fatal import is_fatal
 
     cand = _faulty(name)
     try:

@@ -215,7 +215,7 @@ def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
     the fit check and the weight cache), so two full-dims workers cannot run each other out of it."""
     import types
 
-    from k3diff import materialize, plugin, session
+    from k3diff import gpu_share, materialize, plugin, session
 
     G = 2**30
     capped = {}
@@ -225,7 +225,7 @@ def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
         mem_get_info=lambda dev: (120 * G, 140 * G), memory_reserved=lambda dev: 10 * G,
         get_device_properties=lambda dev: types.SimpleNamespace(total_memory=140 * G))
     monkeypatch.setattr(torch, "cuda", fake)
-    monkeypatch.setattr(sizing, "_GPU_SHARE", {})
+    monkeypatch.setattr(gpu_share, "_GPU_SHARE", {})
     monkeypatch.setattr(session, "pick_device", lambda name: "cuda")
 
     def device_of(worker, count):
@@ -233,11 +233,11 @@ def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
                                        workerinput={"workerid": f"gw{worker}", "workercount": count})
         return plugin._worker_device(config)
 
-    assert device_of(0, 1) == "cuda:0" and capped == {} and sizing.gpu_share("cuda:0") == 1.0
+    assert device_of(0, 1) == "cuda:0" and capped == {} and gpu_share.gpu_share("cuda:0") == 1.0
     assert sizing.available_bytes("cuda:0") == 120 * G          # alone: the GPU's free memory
     assert device_of(3, 4) == "cuda:0"
-    fraction = 0.25 - sizing._OUTSIDE_ALLOCATOR / (140 * G)     # a quarter, less what lives outside
-    assert capped == {0: pytest.approx(fraction)} and sizing.gpu_share("cuda:0") == pytest.approx(fraction)
+    fraction = 0.25 - gpu_share.OUTSIDE_ALLOCATOR / (140 * G)     # a quarter, less what lives outside
+    assert capped == {0: pytest.approx(fraction)} and gpu_share.gpu_share("cuda:0") == pytest.approx(fraction)
     assert sizing.available_bytes("cuda:0") == int(fraction * 140 * G - 10 * G)   # less what it holds
     assert materialize._cache_budget("cuda:0") == int(0.6 * fraction * 140 * G)
     from k3diff import isolation
@@ -253,8 +253,11 @@ def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
 
 def test_too_many_workers_per_gpu_is_one_line_before_any_case():
     G = 2**30
-    assert sizing.workers_too_many(2, 1, int(139.8 * G)) is None       # two per H200 fit
-    assert sizing.workers_too_many(8, 8, int(139.8 * G)) is None
-    why = sizing.workers_too_many(16, 1, int(139.8 * G))
-    assert why and "\n" not in why and "use -n 2 or fewer" in why
-    assert "use -n 16 or fewer" in sizing.workers_too_many(24, 8, int(139.8 * G))
+    h200, gb300 = int(139.8 * G), int(279 * G)
+    assert sizing.workers_too_many(1, 1, h200) is None
+    assert sizing.workers_too_many(8, 8, h200) is None
+    # two workers on one H200 ran out of their halves (65bbe65): refused before any case
+    why = sizing.workers_too_many(2, 1, h200)
+    assert why and "\n" not in why and "use at most -n 1 " in why
+    assert "use at most -n 8 " in sizing.workers_too_many(16, 8, h200)
+    assert sizing.workers_too_many(2, 1, gb300) is None and sizing.workers_too_many(3, 1, gb300) is None

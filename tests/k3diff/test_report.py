@@ -346,3 +346,24 @@ def test_coverage_names_every_declared_boundary_and_the_never_crossed(tmp_path):
     assert 'id="never-crossed" class="never"' in page and "moe n_experts 256" in page
     assert "batch 2 [&lt;=&gt;]" in page                    # crossed: shown in the table, not on the list
     assert "moe batch 2" not in page.split('id="never-crossed"')[1].split("</p>")[0]
+
+
+def test_the_committed_h200_run_reads_compressed_and_a_broken_gz_is_one_line(tmp_path):
+    """docs/screenshots/gpu-ci-75001.jsonl.gz (the H200's passing ci run behind report-pass-gpu.png)
+    reads as it is; a truncated or non-gzip .gz is one ReportInputError, never a traceback."""
+    import gzip
+
+    from k3diff.report.load import ReportInputError, read_file
+
+    run = read_file(Path(__file__).parents[2] / "docs" / "screenshots" / "gpu-ci-75001.jsonl.gz")
+    assert len(run.cases) > 200 and {c["stage"].removesuffix("-inv") for c in run.cases} == {"moe", "mla", "kda", "layer"}
+    assert all(c["ok"] or c.get("skipped") for c in run.cases)
+    good = tmp_path / "r.jsonl.gz"
+    with gzip.open(good, "wt") as f:
+        f.write("")
+    (tmp_path / "t.jsonl.gz").write_bytes(good.read_bytes()[:8])
+    (tmp_path / "n.jsonl.gz").write_text("not gzip")
+    for bad in ("t.jsonl.gz", "n.jsonl.gz"):
+        with pytest.raises(ReportInputError) as exc:
+            read_file(tmp_path / bad)
+        assert "\n" not in str(exc.value)

@@ -69,3 +69,23 @@ def test_a_killed_xdist_run_keeps_every_case_judged_before_the_kill(tmp_path):
     run = load([results])                                       # the parts are read with the shard's file
     assert {c["id"] for c in run.cases} >= {i for _, i in judged}
     assert str(results) in run.truncated and any("without its end record" in w for w in run.warnings)
+
+
+def test_the_recorded_commit_says_when_the_tree_was_not_that_commit(tmp_path):
+    """A working tree sent to a GPU machine over a stale clone ran code its HEAD does not name: the
+    record says "+modified" (the H200 runs of 2026-12-02 recorded a0a39ed for 65bbe65's code)."""
+    import subprocess
+
+    from k3diff.results import _git_commit
+
+    git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)  # noqa: E731
+    git("init", "-q")
+    (tmp_path / "f.py").write_text("a = 1\n")
+    git("add", "f.py")
+    git("-c", "user.email=x@y", "-c", "user.name=x", "commit", "-qm", "one")
+    clean = _git_commit(tmp_path)
+    assert clean and len(clean) == 40 and not clean.endswith("+modified")
+    (tmp_path / "new.py").write_text("")                # untracked files do not count
+    assert _git_commit(tmp_path) == clean
+    (tmp_path / "f.py").write_text("a = 2\n")
+    assert _git_commit(tmp_path) == clean + "+modified"

@@ -52,13 +52,15 @@ def measure(backend, stage_cases: dict, device: str) -> dict:
     from k3diff.runner import check_case
     from k3diff.sizing import CaseTooLarge
 
-    # every column starts from nothing held: the last column's weights and prepared copies (at full dims
-    # a dequantised MXFP4 set is 55 GiB) beside this one's ran the H200 out of memory (65bbe65)
-    materialize.evict_weights(0)
-    caches.weights_dropped()
     found = {}
     for stage, cs in stage_cases.items():
         for case in cs:
+            # every case starts from nothing held: at full dims the last one's weights and prepared
+            # copies (torch-blocked dequantises an MXFP4 set to 55 GiB of bf16; the megakernel packs
+            # its own) beside this one's ran the H200 out of memory twice (945021e, 65bbe65); a
+            # redraw on the GPU costs seconds, and the margins are a handful of cases
+            materialize.evict_weights(0)
+            caches.weights_dropped()
             try:
                 verdict = check_case(case, backend, device=device)
             except CaseTooLarge as exc:

@@ -261,3 +261,24 @@ def test_too_many_workers_per_gpu_is_one_line_before_any_case():
     assert why and "\n" not in why and "use at most -n 1 " in why
     assert "use at most -n 8 " in sizing.workers_too_many(16, 8, h200)
     assert sizing.workers_too_many(2, 1, gb300) is None and sizing.workers_too_many(3, 1, gb300) is None
+
+
+def test_the_controller_refuses_two_workers_on_one_h200(monkeypatch):
+    """The wiring: `pytest --k3diff -n 2` on a machine with one H200 stops before any case."""
+    import types
+
+    from k3diff import plugin, session
+
+    props = types.SimpleNamespace(total_memory=int(139.8 * 2**30))
+    monkeypatch.setattr(torch, "cuda", types.SimpleNamespace(device_count=lambda: 1,
+                                                             get_device_properties=lambda i: props))
+    monkeypatch.setattr(session, "pick_device", lambda name: "cuda")
+    for n, refused in ((2, True), (1, False)):
+        config = types.SimpleNamespace(
+            getoption=lambda name: "cuda", option=types.SimpleNamespace(numprocesses=n, dist="load"),
+            pluginmanager=types.SimpleNamespace(hasplugin=lambda name: name == "xdist"))
+        if refused:
+            with pytest.raises(pytest.UsageError, match="use at most -n 1 "):
+                plugin._worker_device(config)
+        else:
+            assert plugin._worker_device(config) == "cuda"

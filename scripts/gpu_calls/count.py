@@ -1,11 +1,14 @@
-"""Count the case records of k3diff results files: per file and stage, cases judged, at full dims,
-failed (tensor or routing), crashed, skipped; the run's end record if it has one."""
+"""Count the cases of k3diff results files as the report does (k3diff.report.tables.judged: each case
+once, shrink steps and skipped cases left out): per file and stage, cases, at full dims, failed (a
+tensor or the routing), crashed; skipped apart; the run's end record if it has one."""
 import json
 import sys
 from collections import defaultdict
 
+from k3diff.report.tables import judged
+
 for path in sys.argv[1:]:
-    rows, end = defaultdict(lambda: [0, 0, 0, 0, 0]), None
+    records, end = [], None
     with open(path) as f:
         for line in f:
             try:
@@ -14,16 +17,18 @@ for path in sys.argv[1:]:
                 continue
             if r.get("kind") == "end":
                 end = r
-            if r.get("kind") != "case":
-                continue
-            row = rows[r["stage"] + ("-inv" if str(r.get("phase", "")).endswith("-inv") else "")]
-            row[0] += 1
-            row[1] += r["case"].get("preset") == "full"
-            row[2] += not r["ok"] and not r.get("skipped") and not r.get("error")
-            row[3] += bool(r.get("error"))
-            row[4] += bool(r.get("skipped"))
-    total = [sum(v[i] for v in rows.values()) for i in range(5)]
+            elif r.get("kind") == "case":
+                records.append(r)
+    rows = defaultdict(lambda: [0, 0, 0, 0])
+    for r in judged(records):
+        row = rows[r["stage"]]
+        row[0] += 1
+        row[1] += r["case"].get("preset") == "full"
+        row[2] += not r["ok"] and not r.get("error")
+        row[3] += bool(r.get("error"))
+    total = [sum(v[i] for v in rows.values()) for i in range(4)]
+    skipped = sum(bool(r.get("skipped")) for r in records)
     print(f"{path}: cases {total[0]}, full dims {total[1]}, failed {total[2]}, crashed {total[3]}, "
-          f"skipped {total[4]}; end: {end and {k: end[k] for k in ('exitstatus', 'seconds', 'cases')}}")
+          f"skipped {skipped}; end: {end and {k: end[k] for k in ('exitstatus', 'seconds', 'cases')}}")
     for stage, v in sorted(rows.items()):
-        print(f"  {stage:10s} cases {v[0]:5d}  full {v[1]:5d}  failed {v[2]}  crashed {v[3]}  skipped {v[4]}")
+        print(f"  {stage:10s} cases {v[0]:5d}  full {v[1]:5d}  failed {v[2]}  crashed {v[3]}")

@@ -93,6 +93,14 @@ def fla_core_us(kd, T, R):
         use_beta_sigmoid_in_kernel=True), R)
 
 
+def step_bytes(kd, T):
+    """The bytes the step must move: the weights once (the fused in-projection, f_b, o_proj), each
+    token's D x D f32 state per head and its conv history, read and written."""
+    weights = 2 * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P)
+    states = T * (2 * kd.H * kd.D * kd.D * 4 + 2 * 3 * kd.P * (kd.W - 1) * 2)
+    return weights + states
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_kda", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full,small")
@@ -128,8 +136,8 @@ def main(argv=None) -> int:
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
             print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%} "
                   f" {alone}{vs}", flush=True)
-            del conv, rec
-        del step
+            conv = rec = None          # freed before the next batch's states (a name, not del: the lambdas)
+        step = None
     return 0
 
 

@@ -100,8 +100,8 @@ def main(argv=None) -> int:
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
                       f"{mb / (us[None] * 1e-6) / bw:8.1%}  {alone}",
                       flush=True)
-                del cache
-        del step
+                cache = None           # freed before the next length's cache (a name, not del: the lambdas)
+        step = None
     return 0
 
 

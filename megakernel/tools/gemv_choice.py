@@ -62,7 +62,7 @@ def kda_times(batches, R):
         for s in subsets(names):
             step.settings = replace(step.settings, gemv=Gemv(mma=s))
             out[s, T] = bench_kda.graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
-        del conv, rec
+        conv = rec = None              # freed before the next batch (a name, not del: the lambdas)
     return names, out
 
 

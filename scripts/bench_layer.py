@@ -31,7 +31,7 @@ DEV = torch.device("cuda")
 
 def layer_weights(dm, kd, md, fmt, seed=1):
     """AttnRes, both attentions' and one MoE's weights, as LayerStep takes them."""
-    from megakernel.tools import bench, bench_kda, bench_mla
+    from megakernel.tools import bench, bench_kda, bench_mla, roofline
     g = torch.Generator(DEV).manual_seed(seed)
     d = dm.d
     norm = lambda: (1 + 0.1 * torch.randn(d, generator=g, device=DEV)).to(torch.bfloat16)  # noqa: E731
@@ -108,14 +108,15 @@ def main(argv=None) -> int:
     from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
     from megakernel.layer import OUTPUTS, LayerStep
     from megakernel.side_stream import other_mode
-    from megakernel.tools import bench, bench_kda, bench_mla
+    from megakernel.tools import bench, bench_kda, bench_mla, roofline
     from megakernel.tools.torch_moe import TorchMoE
     from reference.config import preset
     dm, kd, md = {"full": (FULL, KDA_FULL, MLA_FULL), "small": (SMALL, KDA_SMALL, MLA_SMALL)}[a.dims]
     cfg = preset(a.dims)
     bw = copy_bw()
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {a.dims} dims, {a.format} experts, MLA cache "
-          f"{a.len} rows")
+    machine = roofline.measure(DEV)
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {machine.line()}; {a.dims} dims, {a.format} experts, "
+          f"MLA cache {a.len} rows")
     w = layer_weights(dm, kd, md, a.format)
     step = LayerStep(cfg, w, DEV)
     attn = {k[5:]: v for k, v in w.items() if k.startswith("attn.")}
@@ -125,7 +126,7 @@ def main(argv=None) -> int:
     for k in [k for k in w if k.startswith("mlp.")]:
         del w[k]                               # the MoE holds its own (the same tensors)
     tm = TorchMoE(dm, step.moe)
-    print(f"{'layer':9} {'T':>4} {'us':>9} {'MB':>8} {'roofline':>9} {'x eager':>8} "
+    print(f"{'layer':9} {'T':>4} {'us':>9} {'MB':>8} {'roofline':>9} {'roof2':>8} {'x eager':>8} "
           f"{'x compile':>9}  {'attn us':>8} {'moe us':>8} {'2 AttnRes':>9} {'sum':>8} "
           f"{'other attn':>10}  distinct experts")
     for i in pick_layers(cfg):
@@ -142,12 +143,12 @@ def main(argv=None) -> int:
                             recurrent_state=torch.randn(S, kd.H, kd.D, kd.D, device=DEV) * 0.1)
                 ins = [dict(base, state_idx=torch.arange(1 + r * T, 1 + (r + 1) * T, device=DEV))
                        for r in range(R)]
-                attn_b = bench_kda.step_bytes(kd, T)
+                attn_b, attn_f = bench_kda.step_bytes(kd, T), bench_kda.step_flops(kd, T)
             else:
                 base.update(kv_cache=bf(T, a.len + R + 1, md.C), max_len=a.len + R)
                 ins = [dict(base, cache_lens=torch.full((T,), a.len + r, dtype=torch.int64, device=DEV))
                        for r in range(R)]
-                attn_b = bench_mla.step_bytes(md, T, a.len)
+                attn_b, attn_f = bench_mla.step_bytes(md, T, a.len), bench_mla.step_flops(md, T, a.len)
             out = {n: torch.empty(T, dm.d, dtype=torch.bfloat16, device=DEV) for n in OUTPUTS}
             step.launch(ins[0], out)
             xa, xm = out["x_attn"].clone(), out["x_mlp"].clone()
@@ -175,7 +176,8 @@ def main(argv=None) -> int:
             mb = attn_b + bench.step_bytes(dm, a.format, nexp) + res_bytes(T, dm.d, nb)
             te, tc = eager_and_compiled_us(torch_layer(cfg, tp, tm, i), (dict(ins[0]),),
                                            not a.no_compile)
-            print(f"{kind} {i:<5} {T:>4} {us:9.1f} {mb / 1e6:8.1f} {mb / (us * 1e-6) / bw:8.1%} "
+            two = roofline.share(machine, us, mb, attn_f + bench.step_flops(dm, T))   # AttnRes: ~0
+            print(f"{kind} {i:<5} {T:>4} {us:9.1f} {mb / 1e6:8.1f} {mb / (us * 1e-6) / bw:8.1%} {two} "
                   f"{te / us:8.2f} {tc / us:9.2f}  {a_us:8.1f} {m_us:8.1f} {r_us:9.1f} "
                   f"{a_us + m_us + r_us:8.1f} {one:10.1f}  {nexp}",
                   flush=True)

@@ -11,7 +11,9 @@ one launch so: "other-GEMV 1-launch"); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
-measured in the same run.
+measured in the same run ("%copyBW", the figures of the log); "%roof2" is issue 31's two-limit
+floor, max(bytes / read bandwidth, flops / dense bf16 rate) (tools/roofline.py; B or F: which
+limit), measured in the same run too.
 """
 import contextlib
 import os
@@ -26,6 +28,7 @@ from megakernel import config
 from megakernel.config import MOE_GEMVS
 from megakernel.dims import FULL, SMALL
 from megakernel.moe import STAGES, LatentMoE
+from megakernel.tools import roofline
 from megakernel.tools.torch_moe import TorchMoE
 
 DEV = torch.device("cuda")
@@ -106,6 +109,13 @@ def step_bytes(dm, fmt, n_experts):
     return dense + n_experts * per
 
 
+def step_flops(dm, T):
+    """The flops the step must do: every dense GEMV for each of T tokens, and each token's k experts
+    (W13 and W2); MXFP4 counts the same (the tensor cores see bf16 after the dequant)."""
+    dense = dm.E * dm.d + 2 * dm.r * dm.d + 3 * dm.Is * dm.d
+    return 2 * T * (dense + dm.k * 3 * dm.I * dm.r)
+
+
 def time_events(fn, reps=5):
     ts = []
     for _ in range(reps):
@@ -151,7 +161,7 @@ def graph_us(mods, xs, R):
     return us
 
 
-def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
+def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
     NX = 8
     tm = [TorchMoE(dm, m) for m in mods]
     tc = None
@@ -236,19 +246,20 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log):
                 tc = None
         roof_us = nbytes / bw * 1e6
         row = (dm.tag, fmt, T, nbytes, k_us, 100 * roof_us / k_us, e_us / k_us, c_us / k_us,
-               roof_us, e_us, c_us, serial_us, one_us, alt_us, alt_one_us)
+               roof_us, e_us, c_us, serial_us, one_us, alt_us, alt_one_us,
+               roofline.share(machine, k_us, nbytes, step_flops(dm, T)))
         rows.append(row)
         log(fmt_row(row))
 
 
 HDR = (f"{'config':6s} {'format':6s} {'batch':>5s} {'MB read':>9s} {'kernel us':>10s} "
-       f"{'%copyBW':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
+       f"{'%copyBW':>8s} {'%roof2':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
        f"{'compile us':>10s} {'1-stream us':>11s} {'1-launch us':>11s} {'other-GEMV us':>13s} "
        f"{'other-GEMV 1-launch':>19s}")
 
 
 def fmt_row(r):
-    return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% "
+    return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% {r[15]:>8s} "
             f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f} {r[11]:11.1f} "
             f"{r[12]:11.1f} {r[13]:13.1f} {r[14]:19.1f}")
 
@@ -292,8 +303,9 @@ def main(a):
     log = out_log("bench.txt")
 
     bw = copy_bw()
+    machine = roofline.measure(DEV)
     log(f"device {torch.cuda.get_device_name()}; copy bandwidth (1 GiB, read+write) "
-        f"{bw / 1e12:.2f} TB/s")
+        f"{bw / 1e12:.2f} TB/s; {machine.line()}")
     rows = []
     batches = [int(b) for b in a.batches.split(",")]
     for cname in a.configs.split(","):
@@ -312,7 +324,7 @@ def main(a):
             for m in mods:
                 m.compile_all(1), m.compile_all(8)
             log(f"[{cname} {fmt}] weights+compile {time.time() - t0:.1f}s")
-            bench_case(dmt, fmt, mods, batches, not a.no_compile, bw, rows, log)
+            bench_case(dmt, fmt, mods, batches, not a.no_compile, bw, rows, log, machine)
             del mods
             torch.cuda.empty_cache()
     log("")

@@ -4,7 +4,7 @@ Method as bench.py's: R steps captured in one CUDA graph, replays timed with eve
 states in fresh slots per step so no state is read from L2 warm. Roofline = the bytes the step
 must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
-in the same run.
+in the same run; "roof2" is issue 31's two-limit floor (tools/roofline.py), measured in the same run.
 Then each launch alone, the same way (over the scratch the full steps left), and the step in the
 other stream mode (kda.py: "fused" or "fork"); and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
@@ -21,6 +21,7 @@ from megakernel.config import KDA_GEMVS
 from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import KdaStep
 from megakernel.side_stream import other_mode
+from megakernel.tools import roofline
 from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, time_events
 
 DEV = torch.device("cuda")
@@ -101,6 +102,12 @@ def step_bytes(kd, T):
     return weights + states
 
 
+def step_flops(kd, T):
+    """Every GEMV for each token (2 flops per weight element), and the delta rule per token and
+    head on its D x D state: decay, S k, the rank-1 update and S q, ~8 D^2."""
+    return 2 * T * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P) + 8 * T * kd.H * kd.D ** 2
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_kda", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full,small")
@@ -109,8 +116,9 @@ def main(argv=None) -> int:
     if no_gpu("bench_kda"):
         return 2
     bw = copy_bw()
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9}  each launch alone (us)")
+    machine = roofline.measure(DEV)
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {machine.line()}")
+    print(f"{'dims':6} {'T':>4} {'us':>9} {'MB moved':>9} {'roofline':>9} {'roof2':>8}  each launch alone (us)")
     for dn in a.dims.split(","):
         kd = {"full": KDA_FULL, "small": KDA_SMALL}[dn]
         w = draw_weights(kd)
@@ -134,8 +142,9 @@ def main(argv=None) -> int:
             alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
+            two = roofline.share(machine, us[None], mb, step_flops(kd, T))
             print(f"{dn:6} {T:>4} {us[None]:9.1f} {mb / 1e6:9.1f} {mb / (us[None] * 1e-6) / bw:8.1%} "
-                  f" {alone}{vs}", flush=True)
+                  f"{two}  {alone}{vs}", flush=True)
             conv = rec = None          # freed before the next batch's states (a name, not del: the lambdas)
         step = None
     return 0

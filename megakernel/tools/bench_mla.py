@@ -3,7 +3,9 @@
 Method as bench_kda.py's: R steps captured in one CUDA graph, the replay timed with events,
 median of 5; every token row is one sequence of the given cache length. Roofline = the bytes the
 step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
-cache rows once, its new row written) / the device-copy bandwidth measured in the same run. Then
+cache rows once, its new row written) / the device-copy bandwidth measured in the same run; "roof2"
+is issue 31's two-limit floor (tools/roofline.py: bytes over read bandwidth or flops over the dense
+bf16 rate, B or F the larger), measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
 k_mla_attn_mma.py: config.Attn.mla_mma), the step in the other stream mode (mla.py: "fused" or "fork";
@@ -21,6 +23,7 @@ from megakernel.config import MLA_GEMVS
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
 from megakernel.side_stream import other_mode
+from megakernel.tools import roofline
 from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, with_settings
 from megakernel.tools.bench_kda import graph_us
 
@@ -52,6 +55,14 @@ def step_bytes(md, T, L):
     return weights + T * 2 * md.C * (L + 2)        # L + 1 rows read, one written
 
 
+def step_flops(md, T, L):
+    """Every GEMV for each token (2 flops per weight element), and attention over each sequence's
+    L + 1 rows in the latent space: a C-wide score and an R-wide value per row and head."""
+    weights = (md.NA * md.d + md.H * (md.NP + md.RP) * md.QL + md.H * (md.NP + md.V) * md.R
+               + md.d * md.H * md.V)
+    return 2 * T * weights + 2 * T * (L + 1) * md.H * (md.C + md.R)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_mla", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full", help="full, small or both")
@@ -68,8 +79,9 @@ def main(argv=None) -> int:
         print("bench_mla: --batches / --lens take integers, --dims full and/or small", file=sys.stderr)
         return 2
     bw = copy_bw()
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9}  each launch alone (us)")
+    machine = roofline.measure(DEV)
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {machine.line()}")
+    print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9} {'roof2':>8}  each launch alone (us)")
     for md, dn in zip(dims, a.dims.split(",")):
         w = draw_weights(md)
         step = MlaStep(md, w, DEV)
@@ -97,8 +109,9 @@ def main(argv=None) -> int:
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
                 alone += (f"  step with the attention on the {'CUDA' if mla_mma else 'tensor'} "
                           f"cores {alt_at:.1f}  {other} {one:.1f} (x{one / us[None]:.2f})")
+                two = roofline.share(machine, us[None], mb, step_flops(md, T, L))
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
-                      f"{mb / (us[None] * 1e-6) / bw:8.1%}  {alone}",
+                      f"{mb / (us[None] * 1e-6) / bw:8.1%} {two}  {alone}",
                       flush=True)
                 cache = None           # freed before the next length's cache (a name, not del: the lambdas)
         step = None

@@ -63,11 +63,11 @@ def measure(backend, stage_cases: dict, device: str) -> dict:
             caches.weights_dropped()
             try:
                 verdict = check_case(case, backend, device=device)
-            except CaseTooLarge as exc:
-                raise SystemExit(f"margins: {exc}") from None
+            except CaseTooLarge as exc:             # the machine, not the candidate: exit 2
+                _refuse(f"margins: {exc}")
             except torch.OutOfMemoryError as exc:
-                raise SystemExit(f"margins: {getattr(backend, 'name', backend)} ran out of memory on "
-                                 f"{case.label()}: {str(exc).splitlines()[0][:160]}") from None
+                _refuse(f"margins: {getattr(backend, 'name', backend)} ran out of memory on "
+                        f"{case.label()}: {str(exc).splitlines()[0][:160]}")
             if verdict.error:
                 raise SystemExit(f"margins: {getattr(backend, 'name', backend)} crashed on {case.label()}: "
                                  f"{verdict.error}")
@@ -80,6 +80,13 @@ def measure(backend, stage_cases: dict, device: str) -> dict:
                     acc = max(acc or 0.0, r.accuracy)
                 found[(stage, name)] = (max(share, r.ratio), acc)
     return found
+
+
+def _refuse(line: str):
+    """One line on stderr and exit 2: a usage problem or a case this machine cannot hold (a
+    correct candidate that crashes is exit 1, as SystemExit(text) gives)."""
+    print(line, file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _fmt_share(v):
@@ -131,13 +138,17 @@ def main(argv=None) -> int:
     stages = [t for t in args.stages.split(",") if t]
     unknown = [t for t in stages if t not in TENSORS]
     if unknown:
-        raise SystemExit(f"margins: unknown stage {unknown[0]!r} (stages: {', '.join(TENSORS)})")
+        _refuse(f"margins: unknown stage {unknown[0]!r} (stages: {', '.join(TENSORS)})")
+    variants = [v for v in args.variants.split(",") if v]
+    for name in variants:                   # before any case: a typo is one line, not minutes lost
+        if name not in BY_NAME:
+            _refuse(f"margins: unknown variant {name!r} (k3diff/mutants.py names)")
     stage_cases = {k: v for k, v in cases(args.preset, [int(b) for b in args.batch.split(",") if b],
                                           args.seed).items() if k in stages}
     candidate = backends.load(args.backend)
     why = getattr(candidate, "available", lambda: None)()
     if why:
-        raise SystemExit(f"margins: backend {args.backend!r} cannot run here: {why}")
+        _refuse(f"margins: backend {args.backend!r} cannot run here: {why}")
     columns = {f"{args.backend} (correct)": measure(candidate, stage_cases, device)}
     if args.backend != "torch-blocked":
         columns["torch-blocked (correct)"] = measure(TorchBlockedBackend(), stage_cases, device)
@@ -148,9 +159,7 @@ def main(argv=None) -> int:
     for c in chosen:
         columns[c.name] = measure(false_alarms.ControlBackend(c),
                                   {s: v for s, v in stage_cases.items() if s in c.stages}, device)
-    for name in [v for v in args.variants.split(",") if v]:
-        if name not in BY_NAME:
-            raise SystemExit(f"margins: unknown variant {name!r} (k3diff/mutants.py names)")
+    for name in variants:
         m = BY_NAME[name]
         columns[name] = measure(MutantBackend(m), {s: c for s, c in stage_cases.items() if s in m.stages}, device)
     print(f"margins at preset {args.preset} on {device}, batches {args.batch}: share of budget (max over "

@@ -71,3 +71,13 @@ def test_margins_tool_runs_at_tiny_dims(capsys):
     short = next(line for line in moe.splitlines() if "gemm_one_chunk_short" in line)
     assert "acc" in correct and correct.split()[2].endswith("%"), correct   # the correct one passes
     assert short.split()[1].endswith("x"), short                             # the bug lands far past
+
+
+def test_margins_refuses_a_bad_request_in_one_line_before_any_case(capsys):
+    from k3diff.tools import margins
+
+    for argv, said in ((["--stages", "foo"], "unknown stage 'foo'"), (["--variants", "nope"], "unknown variant 'nope'")):
+        with pytest.raises(SystemExit) as exc:
+            margins.main(argv + ["--device", "cpu", "--batch", "1"])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and said in err and err.count("\n") == 1

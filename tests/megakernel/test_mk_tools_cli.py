@@ -20,6 +20,7 @@ def refused(tool, args):
     """The tool's stderr lines (warnings aside) after it exits 2; fails on any other exit.
     bench_layer is scripts/bench_layer.py (it imports k3diff and reference)."""
     cmd = ([str(ROOT / "scripts" / "bench_layer.py")] if tool == "bench_layer" else
+           ["-m", "megakernel", "bench"] if tool == "megakernel bench" else
            ["-m", f"megakernel.tools.{tool}"])
     r = subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -30,7 +31,8 @@ def refused(tool, args):
 
 @pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
-                                       ("bench_mla", []), ("bench_layer", []),
+                                       ("bench_mla", []), ("bench_kda", []), ("bench_layer", []),
+                                       ("megakernel bench", []),
                                        ("tune_attn", []), ("tune_fork", []),
                                        ("timeline", []), ("timeline", ["--step", "kda"])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):

@@ -209,7 +209,7 @@ def _watch_signals() -> None:
 
 
 def _share_of(device: str) -> float:
-    """The GPU share this worker was given (k3diff.sizing), for its child; 1.0 off the GPU."""
+    """The GPU share this worker was given (k3diff.gpu_share), for its child; 1.0 off the GPU."""
     if not device.startswith("cuda"):
         return 1.0
     from k3diff.gpu_share import gpu_share

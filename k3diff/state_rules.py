@@ -40,9 +40,14 @@ def mla_cache(stage, tag, cand_inputs, ref, base, cand):
             (stage, tag("kv_cache.untouched"), after, before, None, budget_for(stage, "kv_cache.untouched"))]
 
 
-def kda_state(stage, tag, cand_inputs, ref, base, cand):
+def _live_slots(cand_inputs):
+    """(every row's state index, the slots of the rows that own one: index > 0), on the CPU."""
     idx = cand_inputs["state_idx"].to(torch.int64).cpu()
-    live = idx[idx > 0]
+    return idx, idx[idx > 0]
+
+
+def kda_state(stage, tag, cand_inputs, ref, base, cand):
+    idx, live = _live_slots(cand_inputs)
     before_conv, after_conv = cand["_before"]["conv_state"], cand["conv_state"]
     hist = after_conv.clone()
     hist[live, :, :-1] = before_conv[live, :, 1:]          # the shift, bit for bit
@@ -130,8 +135,7 @@ def state_reports(case, tag, cand_inputs, ref, base, cand) -> list:
         out += mla_cache(stage, tag, cand_inputs, ref, base, cand)
     if kind == "kda" and "conv_state" in cand:
         out += kda_state(stage, tag, cand_inputs, ref, base, cand)
-        idx = cand_inputs["state_idx"].to(torch.int64).cpu()
-        live = idx[idx > 0]
+        _, live = _live_slots(cand_inputs)
         extra.append(carried_in_f32(stage, tag("recurrent_state.f32"), cand["recurrent_state"][live],
                                     ref["recurrent_state"][live]))
     if stage == "layer":

@@ -94,18 +94,22 @@ def fla_core_us(kd, T, R):
         use_beta_sigmoid_in_kernel=True), R)
 
 
+def weight_elements(kd):
+    """The step's weights, each once: the fused in-projection, f_b, o_proj."""
+    return kd.N * kd.d + kd.P * kd.D + kd.d * kd.P
+
+
 def step_bytes(kd, T):
     """The bytes the step must move: the weights once (the fused in-projection, f_b, o_proj), each
     token's D x D f32 state per head and its conv history, read and written."""
-    weights = 2 * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P)
     states = T * (2 * kd.H * kd.D * kd.D * 4 + 2 * 3 * kd.P * (kd.W - 1) * 2)
-    return weights + states
+    return 2 * weight_elements(kd) + states
 
 
 def step_flops(kd, T):
     """Every GEMV for each token (2 flops per weight element), and the delta rule per token and
     head on its D x D state: decay, S k, the rank-1 update and S q, ~8 D^2."""
-    return 2 * T * (kd.N * kd.d + kd.P * kd.D + kd.d * kd.P) + 8 * T * kd.H * kd.D ** 2
+    return 2 * T * weight_elements(kd) + 8 * T * kd.H * kd.D ** 2
 
 
 def main(argv=None) -> int:

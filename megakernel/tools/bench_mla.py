@@ -49,18 +49,20 @@ def step_inputs(md, T, L, R):
     return x, cache, ln
 
 
+def weight_elements(md):
+    """The step's weights, each once: the fused x-side projection, q_b, kv_b, o_proj."""
+    return (md.NA * md.d + md.H * (md.NP + md.RP) * md.QL + md.H * (md.NP + md.V) * md.R
+            + md.d * md.H * md.V)
+
+
 def step_bytes(md, T, L):
-    weights = 2 * (md.NA * md.d + md.H * (md.NP + md.RP) * md.QL + md.H * (md.NP + md.V) * md.R
-                   + md.d * md.H * md.V)
-    return weights + T * 2 * md.C * (L + 2)        # L + 1 rows read, one written
+    return 2 * weight_elements(md) + T * 2 * md.C * (L + 2)        # L + 1 rows read, one written
 
 
 def step_flops(md, T, L):
     """Every GEMV for each token (2 flops per weight element), and attention over each sequence's
     L + 1 rows in the latent space: a C-wide score and an R-wide value per row and head."""
-    weights = (md.NA * md.d + md.H * (md.NP + md.RP) * md.QL + md.H * (md.NP + md.V) * md.R
-               + md.d * md.H * md.V)
-    return 2 * T * weights + 2 * T * (L + 1) * md.H * (md.C + md.R)
+    return 2 * T * weight_elements(md) + 2 * T * (L + 1) * md.H * (md.C + md.R)
 
 
 def main(argv=None) -> int:

@@ -77,6 +77,7 @@ def record(case, verdict) -> dict:
         "max_cache_len": max(case.cache_lens) if case.cache_lens else None,
         "ok": verdict.ok, "skipped": verdict.skipped, "error": verdict.error,
         "seconds": round(verdict.seconds, 4), "tie_flips": verdict.tie_flips,
+        "phases": {k: round(v, 4) for k, v in verdict.phases.items()},
         "forced": verdict.forced_replay, "backend": verdict.backend,
         "tensors": [_tensor(r) for r in verdict.reports],
         "routing_ok": None if verdict.routing is None else verdict.routing.ok,

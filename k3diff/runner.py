@@ -66,11 +66,14 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
         verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
         return verdict
     start = time.perf_counter()
+    clock = PhaseClock(device, verdict.phases)
     keep_freed_memory()             # once per process: the next case reuses this one's host memory
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
+    clock.lap("materialize")
     bind_case(candidate, case)                  # a distributed candidate runs the case's layout
     prepared = prepared_for(candidate, cfg, stage, weights)
+    clock.lap("prepare")
     provides = set(candidate.provides(stage))
     # the exact run also carries each accumulated output's Σ|a||b| (the error rule's floor)
     oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode, magnitudes=True)  # noqa: E731
@@ -91,11 +94,13 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
             verdict.routed = _routed(cfg, ref)
         if base is None:
             base = oracle(per["base"], "faithful")
+        clock.lap("reference")
         try:
             cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
         except Exception as exc:  # the candidate crashed: a failure with its message, not a lost run
             verdict.error = getattr(exc, "verdict_error", None) or f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             break
+        clock.lap("candidate")
         if stage == "moe" and "topk_ids" in provides:
             ref, base = routing.judge_moe_routing(oracle, per, ref, base, cand, verdict,
                                                   weights.get("router.bias"), cfg.n_group)
@@ -104,10 +109,28 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
         verdict.reports += state_reports(case, tag, per["cand"], ref, base, cand)
         for role, result in (("ref", ref), ("base", base), ("cand", cand)):
             state[role] = {k: result[k] for k in PERSISTENT if k in result}
+        clock.lap("judge")          # the routing rule's replays count here, beside the error rule
         if not verdict.ok:
             break
     verdict.seconds = time.perf_counter() - start
     return verdict
+
+
+class PhaseClock:
+    """Seconds per phase of a case, summed over its steps (materialize, prepare, reference,
+    candidate, judge): where a case's time goes, so a slow nightly names its slow part. On a GPU
+    each lap first waits for the device, or queued work would be billed to the next phase."""
+
+    def __init__(self, device, into: dict):
+        self._sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+        self._into = into
+        self._t = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        self._sync()
+        t = time.perf_counter()
+        self._into[phase] = self._into.get(phase, 0.0) + (t - self._t)
+        self._t = t
 
 
 def _routed(cfg, ref: dict) -> dict | None:

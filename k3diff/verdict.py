@@ -21,6 +21,7 @@ class Verdict:
     error: str | None = None                           # the candidate raised
     skipped: str | None = None                         # the case does not apply to this backend
     seconds: float = 0.0
+    phases: dict = field(default_factory=dict)         # seconds per phase (runner.PhaseClock)
     routed: dict | None = None                         # expert-id ranges routed to (k3diff.coverage)
 
     @property

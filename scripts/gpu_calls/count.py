@@ -1,6 +1,7 @@
 """Count the cases of k3diff results files as the report does (k3diff.report.tables.judged: each case
 once, shrink steps and skipped cases left out): per file and stage, cases, at full dims, failed (a
-tensor or the routing), crashed; skipped apart; the run's end record if it has one."""
+tensor or the routing), crashed; skipped apart; the run's end record if it has one; then, per stage
+and preset, the mean seconds of a case in each phase (records with `phases`: runner.PhaseClock)."""
 import json
 import sys
 from collections import defaultdict
@@ -20,7 +21,14 @@ for path in sys.argv[1:]:
             elif r.get("kind") == "case":
                 records.append(r)
     rows = defaultdict(lambda: [0, 0, 0, 0])
+    phases = defaultdict(lambda: defaultdict(float))
+    counted = defaultdict(int)
     for r in judged(records):
+        if r.get("phases"):
+            key = (r["stage"], r["case"].get("preset"))
+            counted[key] += 1
+            for k, v in r["phases"].items():
+                phases[key][k] += v
         row = rows[r["stage"]]
         row[0] += 1
         row[1] += r["case"].get("preset") == "full"
@@ -32,3 +40,7 @@ for path in sys.argv[1:]:
           f"skipped {skipped}; end: {end and {k: end[k] for k in ('exitstatus', 'seconds', 'cases')}}")
     for stage, v in sorted(rows.items()):
         print(f"  {stage:10s} cases {v[0]:5d}  full {v[1]:5d}  failed {v[2]}  crashed {v[3]}")
+    for key in sorted(counted):
+        n = counted[key]
+        print(f"  {key[0]:10s} {key[1]:5s} {n:5d} cases, mean s: " +
+              " ".join(f"{k} {v / n:.3f}" for k, v in phases[key].items()))

@@ -1,0 +1,29 @@
+"""Where a case's time goes: every judged case records its seconds per phase (runner.PhaseClock),
+and the phases account for the case's time, on its results record too."""
+from k3diff import backends
+from k3diff.case import Case
+from k3diff.results import record
+from k3diff.runner import PhaseClock, check_case
+
+PHASES = {"materialize", "prepare", "reference", "candidate", "judge"}
+
+
+def test_a_case_records_where_its_seconds_went():
+    cand = backends.load("torch-blocked")
+    for case in (Case(stage="moe", batch=3), Case(stage="kda", batch=2, steps=2, n_slots=3, state_idx=(1, 2))):
+        v = check_case(case, cand, device="cpu")
+        assert v.ok and set(v.phases) == PHASES
+        assert all(t >= 0 for t in v.phases.values())
+        # the clock starts with the case's own timer, so only the last lap's end separates them
+        assert 0.95 * v.seconds <= sum(v.phases.values()) <= v.seconds
+        rec = record(case, v)
+        assert set(rec["phases"]) == PHASES
+
+
+def test_laps_add_up_per_phase_over_steps():
+    into = {}
+    clock = PhaseClock("cpu", into)
+    clock.lap("a")
+    clock.lap("b")
+    clock.lap("a")
+    assert set(into) == {"a", "b"} and into["a"] >= 0 and into["b"] >= 0

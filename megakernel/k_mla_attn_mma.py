@@ -34,8 +34,8 @@ MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
-from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_v4_cached, ldmatrix_x4_trans,
-                            mma_bf16_16816, pack_bf16x2)
+from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_cached,
+                            ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, st_shared_v4_f32)
 
 RT = 16        # cache rows per tile
 MTC = 1        # 16-head tiles per CTA
@@ -44,13 +44,20 @@ NCOL = 4       # warps per head tile (each over R / NCOL latent columns): 175 re
 
 
 class MlaAttnMMA(MlaAttn):
-    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL):
+    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = False):
+        """ksplit: each of a head tile's NCOL warps scores only its share of the 64-wide blocks
+        of c (b % NCOL == its column group) and the NCOL partial scores are summed through shared
+        memory in warp order, instead of every warp scoring the whole row (the default: NCOL-fold
+        score work, ~70% of the mma at K3's dims). Another sum order, so other bits: not yet
+        measured on a GPU (issue 31; megakernel/tools/mla_ksplit.py measures it)."""
         assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
-        self.md, self.mtc, self.ncol = md, mtc, ncol
+        self.md, self.mtc, self.ncol, self.ksplit = md, mtc, ncol, ksplit
         self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)
         self.groups = (md.H + 16 * mtc - 1) // (16 * mtc)
         self.SR = md.C + 8                        # shared row stride, elements
-        assert 2 * RT * self.SR * 2 <= 48 * 1024
+        # ksplit's partial scores: 8 floats per lane of every warp
+        self.RED = 8 * 32 * self.hg * 4 if ksplit else 0
+        assert 2 * RT * self.SR * 2 + self.RED <= 48 * 1024
 
     @cute.jit
     def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, s):
@@ -79,8 +86,9 @@ class MlaAttnMMA(MlaAttn):
         PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         PA = cute.make_tensor(pa, cute.make_layout((T, H, NS, R), stride=(H * NS * R, NS * R, R, 1)))
         smem = cutlass.memory.SmemAllocator()
-        buf = smem.allocate(2 * TB, 16)
+        buf = smem.allocate(2 * TB + self.RED, 16)
         sbase = buf.toint()
+        rbase = sbase + 2 * TB                    # ksplit's partial scores
         kvb = kv_cache.toint()
         # this lane's query rows (heads past H read head H - 1 and store nothing)
         qlb = ql.toint()
@@ -127,30 +135,14 @@ class MlaAttnMMA(MlaAttn):
             # --- scores: S[0..3] rows 0-7 of the tile, S[4..7] rows 8-15
             for e in cutlass.range_constexpr(8):
                 S[e] = Float32(0.0)
-            for b in cutlass.range_constexpr(NB):
-                for v in cutlass.range_constexpr(2):
-                    if cutlass.const_expr(64 * b < R):
-                        wl = ld_v4_cached(ql_lo + Int64(128 * b + 16 * v))
-                        wh = ld_v4_cached(ql_hi + Int64(128 * b + 16 * v))
-                    else:
-                        wl = ld_v4_cached(qp_lo + Int64(128 * b + 16 * v))
-                        wh = ld_v4_cached(qp_hi + Int64(128 * b + 16 * v))
-                    r0 = ld_shared_v4(sb + (gq * SR + 64 * b + 16 * tq) * 2 + 16 * v)
-                    r1 = ld_shared_v4(sb + ((gq + 8) * SR + 64 * b + 16 * tq) * 2 + 16 * v)
-                    for w in cutlass.range_constexpr(4):
-                        qa[4 * v + w] = wl[w]
-                        qh[4 * v + w] = wh[w]
-                        k0[4 * v + w] = r0[w]
-                        k1[4 * v + w] = r1[w]
-                for j in cutlass.range_constexpr(4):
-                    c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
-                                       k0[2 * j], k0[2 * j + 1], S[0], S[1], S[2], S[3])
-                    for e in cutlass.range_constexpr(4):
-                        S[e] = c[e]
-                    c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
-                                       k1[2 * j], k1[2 * j + 1], S[4], S[5], S[6], S[7])
-                    for e in cutlass.range_constexpr(4):
-                        S[4 + e] = c[e]
+            if cutlass.const_expr(self.ksplit):
+                for b in cutlass.range_constexpr(NB):
+                    if cg == b % NCOL:
+                        self.score_block(b, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb, gq, tq, SR)
+                self.sum_partials(S, rbase, warp, lane)
+            else:
+                for b in cutlass.range_constexpr(NB):
+                    self.score_block(b, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb, gq, tq, SR)
             # --- online softmax: element e of half nt is row 8 nt + 2 tq + e % 2 of head lo (e < 2)
             # or hi (e >= 2)
             rb = start + RT * it
@@ -227,6 +219,57 @@ class MlaAttnMMA(MlaAttn):
                     col = cg * CW + 8 * jn + 2 * tq
                     PA[t, h, s, col] = O[4 * jn + 2 * hh]
                     PA[t, h, s, col + 1] = O[4 * jn + 2 * hh + 1]
+
+    @cute.jit
+    def score_block(self, b: cutlass.Constexpr, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb,
+                    gq, tq, SR: cutlass.Constexpr):
+        """S += the head tile's query times the tile's rows over c's 64-wide block b (lane (g, t)
+        holds the 16 consecutive elements 64 b + 16 t of heads g, g + 8 and rows g, g + 8; mma j
+        takes its words 2j, 2j + 1: the same K permutation on both sides)."""
+        for v in cutlass.range_constexpr(2):
+            if cutlass.const_expr(64 * b < self.md.R):
+                wl = ld_v4_cached(ql_lo + Int64(128 * b + 16 * v))
+                wh = ld_v4_cached(ql_hi + Int64(128 * b + 16 * v))
+            else:
+                wl = ld_v4_cached(qp_lo + Int64(128 * b + 16 * v))
+                wh = ld_v4_cached(qp_hi + Int64(128 * b + 16 * v))
+            r0 = ld_shared_v4(sb + (gq * SR + 64 * b + 16 * tq) * 2 + 16 * v)
+            r1 = ld_shared_v4(sb + ((gq + 8) * SR + 64 * b + 16 * tq) * 2 + 16 * v)
+            for w in cutlass.range_constexpr(4):
+                qa[4 * v + w] = wl[w]
+                qh[4 * v + w] = wh[w]
+                k0[4 * v + w] = r0[w]
+                k1[4 * v + w] = r1[w]
+        for j in cutlass.range_constexpr(4):
+            c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
+                               k0[2 * j], k0[2 * j + 1], S[0], S[1], S[2], S[3])
+            for e in cutlass.range_constexpr(4):
+                S[e] = c[e]
+            c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
+                               k1[2 * j], k1[2 * j + 1], S[4], S[5], S[6], S[7])
+            for e in cutlass.range_constexpr(4):
+                S[4 + e] = c[e]
+
+    @cute.jit
+    def sum_partials(self, S, rbase, warp, lane):
+        """ksplit: every warp of a head tile ends with the same S, the sum of its NCOL warps'
+        partials in warp order (one order for every warp, so their softmax agrees bit for bit).
+        The tile's closing barrier keeps the next tile's writes behind every read."""
+        NCOL = self.ncol
+        # [warp][half][lane] x 16 bytes: each 16-byte access of a warp is one contiguous run
+        for hf in cutlass.range_constexpr(2):
+            st_shared_v4_f32(rbase + ((warp * 2 + hf) * 32 + lane) * 16, S[4 * hf], S[4 * hf + 1],
+                             S[4 * hf + 2], S[4 * hf + 3])
+        cute.arch.sync_threads()
+        w0 = warp - warp % NCOL
+        for hf in cutlass.range_constexpr(2):
+            acc = ld_shared_v4_f32(rbase + ((w0 * 2 + hf) * 32 + lane) * 16)
+            for c in cutlass.range_constexpr(1, NCOL):
+                part = ld_shared_v4_f32(rbase + (((w0 + c) * 2 + hf) * 32 + lane) * 16)
+                for e in cutlass.range_constexpr(4):
+                    acc[e] = acc[e] + part[e]
+            for e in cutlass.range_constexpr(4):
+                S[4 * hf + e] = acc[e]
 
     @cute.jit
     def issue(self, kvb, sbase, t, Lcap, start, end, tile, bufno, i, NT: cutlass.Constexpr,

@@ -102,6 +102,23 @@ def ld_shared_v4(saddr, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def st_shared_v4_f32(saddr, v0, v1, v2, v3, *, loc=None, ip=None):
+    """16 bytes (4 f32) to shared memory, in program order with the other shared accesses."""
+    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip)] +
+           [Float32(v).ir_value(loc=loc, ip=ip) for v in (v0, v1, v2, v3)],
+           "st.shared.v4.f32 [$0], {$1, $2, $3, $4};", "r,f,f,f,f,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_shared_v4_f32(saddr, *, loc=None, ip=None):
+    """16 bytes from shared memory -> 4 f32 (in program order, like ld_shared_v4)."""
+    r = asm_op(4, T.f32(), [Int32(saddr).ir_value(loc=loc, ip=ip)],
+               "ld.shared.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,r,~{memory}", loc, ip,
+               side=True)
+    return [Float32(v) for v in r]
+
+
+@dsl_user_op
 def ldmatrix_x4_trans(saddr, *, loc=None, ip=None):
     """ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: four 8x8 b16 matrices, rows at the 16-byte
     aligned shared addresses of lanes 0-7, 8-15, 16-23, 24-31; register i of lane (g, t) holds

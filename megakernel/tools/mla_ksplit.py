@@ -1,0 +1,106 @@
+"""python -m megakernel.tools.mla_ksplit: MLA's tensor-core attention (k_mla_attn_mma.py) in its
+default layout against its `ksplit` variants, alone, side by side, full dims (issue 31).
+
+The default has every warp of a head tile score the whole 576-wide row (NCOL-fold score work);
+`ksplit` has each warp score its share of c and sums the partials through shared memory. Another
+sum order, so the bits differ: each variant's merged latent (softmax over every split, from the
+kernel's own partials) is held against a float64 attention over the same cache and query, beside
+the default's error, in units of max|ref| of the case. A variant that is faster but less accurate
+is a trade-off, printed as such, not a default. Timing as tune_attn.py's (R launches in one CUDA
+graph, median of 5). Exit 1 if a variant's error exceeds 2x the default's (2^-20 at least) or
+2^-12."""
+import argparse
+import sys
+
+import torch
+
+from megakernel import cache
+from megakernel.dims import MLA_FULL
+from megakernel.launch_streams import stream
+from megakernel.tools.bench import no_gpu
+
+DEV = torch.device("cuda")
+VARIANTS = {"default": {}, "ksplit": dict(ksplit=True), "ksplit+mtc2": dict(ksplit=True, mtc=2),
+            "ksplit+ncol8": dict(ksplit=True, ncol=8)}
+WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
+
+
+def merged(pm, pl, pa):
+    """The latent softmax(z) C from a kernel's split partials (m, l, acc), in float64."""
+    pm, pl, pa = pm.double(), pl.double(), pa.double()
+    M = pm.max(dim=2, keepdim=True).values
+    w = torch.exp(pm - M)                         # an empty split: exp(-inf) = 0
+    return (w.unsqueeze(-1) * pa).sum(2) / (w * pl).sum(2, keepdim=True)
+
+
+def exact(md, s, kv, lens):
+    """float64 attention of every token over its cache rows 0..L_t (the row of this step too)."""
+    Q = md.NP + md.RP
+    out = []
+    for t in range(kv.shape[0]):
+        n = int(lens[t]) + 1
+        rows = kv[t, :n].double()
+        q = torch.cat([s["ql"][t].double(), s["q"][t, :, md.NP:].double()], 1)   # [H, R + RP]
+        z = (q @ rows.T) * float(Q) ** -0.5
+        out.append(torch.softmax(z, 1) @ rows[:, :md.R])
+    return torch.stack(out)
+
+
+def row(T, L, names, R=4):
+    from megakernel.mla import MlaStep
+    from megakernel.tools.bench_kda import graph_us
+    from megakernel.tools.bench_mla import draw_weights
+    md = MLA_FULL
+    step = MlaStep(md, draw_weights(md), DEV)
+    kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
+    x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
+    lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
+    s = step.launch(x, kv, lens, max_len=L + R)                 # every launch once: the inputs
+    named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=s["pm"].shape[2])
+    ref = exact(md, s, kv, lens)
+    scale = float(ref.abs().max())
+    us, err = {}, {}
+    for name in names:
+        launch = cache.compiled("mla_attn_mma", md, **VARIANTS[name])
+        s["pa"].fill_(float("nan"))
+        launch(named, stream())
+        torch.cuda.synchronize()
+        err[name] = float((merged(s["pm"], s["pl"], s["pa"]) - ref).abs().max()) / scale
+        us[name] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
+    return us, err
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m megakernel.tools.mla_ksplit", description=__doc__.splitlines()[0])
+    p.add_argument("--rows", default="1x1024,1x32768,8x32768,64x8192,64x32768", help="batch x cache length")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    a = p.parse_args(argv)
+    names = [v for v in a.variants.split(",") if v]
+    try:
+        rows = [tuple(int(v) for v in c.split("x")) for c in a.rows.split(",") if c]
+        assert rows and all(len(c) == 2 and c[0] >= 1 and c[1] >= 0 for c in rows)
+    except (ValueError, AssertionError):
+        print("mla_ksplit: --rows takes batch x length pairs like 64x32768", file=sys.stderr)
+        return 2
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or "default" not in names:
+        print(f"mla_ksplit: --variants from {','.join(VARIANTS)}, default among them", file=sys.stderr)
+        return 2
+    if no_gpu("mla_ksplit"):
+        return 2
+    names = ["default"] + [v for v in names if v != "default"]
+    print("mla_attn_mma alone, us (x: the default's time over the variant's) | max|lat - exact| / max|exact|")
+    ok = True
+    for T, L in rows:
+        us, err = row(T, L, names)
+        for v in names[1:]:
+            ok &= err[v] <= max(2 * err["default"], 2.0 ** -20) and err[v] <= WORST
+        print(f"  T={T:3d} L={L:6d} " + "  ".join(
+            f"{v}: {us[v]:8.1f} (x{us['default'] / us[v]:.2f})" for v in names) + " | " +
+            "  ".join(f"{v} {err[v]:.2e}" for v in names), flush=True)
+    print("every variant within its error bound:", "ok" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""CPU: MLA's ksplit attention variants build for the H200 without spilling, and the yardstick of
+tools/mla_ksplit.py (the latent merged from a kernel's split partials) is the softmax it stands for."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CHILD = """
+import sys
+from megakernel import cache
+from megakernel.dims import MLA_FULL
+fn = cache.compile_kernel("mla_attn_mma", MLA_FULL, fresh=True, **eval(sys.argv[1]))
+open(sys.argv[2], "w").write(fn.__ptx__)
+"""
+
+
+@pytest.mark.parametrize("variant", ["dict(ksplit=True)", "dict(ksplit=True, mtc=2)"])
+def test_ksplit_builds_without_spilling(variant, tmp_path):
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+    from megakernel import config
+    env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
+                           CUTE_DSL_DUMP_DIR=str(tmp_path), MEGAKERNEL_CACHE="off")
+    ptx = tmp_path / "k.ptx"
+    r = subprocess.run([sys.executable, "-c", CHILD, variant, str(ptx)], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "mma.sync.aligned.m16n8k16" in ptx.read_text() and "st.shared.v4.f32" in ptx.read_text()
+    if shutil.which("ptxas") is None:
+        pytest.skip("no ptxas here to count spills")
+    from megakernel.tools.persistent_regs import parse_ptxas
+    p = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True, timeout=600)
+    regs, st, ld = parse_ptxas(p.stdout + p.stderr)
+    assert (st, ld) == (0, 0) and regs <= 255
+
+
+def test_merged_partials_are_the_softmax():
+    from megakernel.tools.mla_ksplit import merged
+    g = torch.Generator().manual_seed(3)
+    T, H, N, R, CH = 2, 3, 37, 8, 16
+    z = torch.randn(T, H, N, generator=g, dtype=torch.float64) * 4
+    v = torch.randn(T, N, R, generator=g, dtype=torch.float64)
+    NS = 4                                         # the last split is past the end: (-inf, 0, 0)
+    pm = torch.full((T, H, NS), float("-inf"), dtype=torch.float64)
+    pl = torch.zeros(T, H, NS, dtype=torch.float64)
+    pa = torch.zeros(T, H, NS, R, dtype=torch.float64)
+    for s in range(NS):
+        zs = z[:, :, s * CH:(s + 1) * CH]
+        if zs.shape[2] == 0:
+            continue
+        m = zs.max(2).values
+        p = torch.exp(zs - m.unsqueeze(2))
+        pm[:, :, s], pl[:, :, s] = m, p.sum(2)
+        pa[:, :, s] = torch.einsum("thn,tnr->thr", p, v[:, s * CH:(s + 1) * CH])
+    want = torch.einsum("thn,tnr->thr", torch.softmax(z, 2), v)
+    assert torch.allclose(merged(pm, pl, pa), want, rtol=1e-12, atol=1e-12)
+    pa[0, 0, 1] += 1.0                             # a wrong partial shows
+    assert not torch.allclose(merged(pm, pl, pa), want, rtol=1e-6, atol=1e-6)

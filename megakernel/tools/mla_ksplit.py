@@ -47,16 +47,10 @@ def exact(md, s, kv, lens):
 
 
 def row(T, L, names, R=4):
-    from megakernel.mla import MlaStep
     from megakernel.tools.bench_kda import graph_us
-    from megakernel.tools.bench_mla import draw_weights
+    from megakernel.tools.tune_attn import mla_step_scratch
     md = MLA_FULL
-    step = MlaStep(md, draw_weights(md), DEV)
-    kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
-    x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
-    lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
-    s = step.launch(x, kv, lens, max_len=L + R)                 # every launch once: the inputs
-    named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=s["pm"].shape[2])
+    s, named, kv, lens = mla_step_scratch(T, L, R)
     ref = exact(md, s, kv, lens)
     scale = float(ref.abs().max())
     us, err = {}, {}

@@ -53,11 +53,10 @@ def kda_rows(T, splits, R=8):
     return out, same, fla_core_us(kd, T, R)
 
 
-def mla_variant_rows(T, L, name, variants, ref, outputs, R=4):
-    """us of MLA kernel `name` in each variant (dicts) on one step's scratch at batch T with L
-    cache rows, and whether its `outputs` equal those of variant `ref` bit for bit."""
+def mla_step_scratch(T, L, R=4):
+    """One full-dims MLA step run once at batch T over L cache rows each: (its scratch, every
+    buffer by kernel argument name, the cache, the lengths), the inputs of any one launch."""
     from megakernel.mla import MlaStep
-    from megakernel.tools.bench_kda import graph_us
     from megakernel.tools.bench_mla import draw_weights
     md = MLA_FULL
     step = MlaStep(md, draw_weights(md), DEV)
@@ -66,6 +65,15 @@ def mla_variant_rows(T, L, name, variants, ref, outputs, R=4):
     lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
     s = step.launch(x, kv, lens, max_len=L + R)                 # every launch once: the inputs
     named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=s["pm"].shape[2])
+    return s, named, kv, lens
+
+
+def mla_variant_rows(T, L, name, variants, ref, outputs, R=4):
+    """us of MLA kernel `name` in each variant (dicts) on one step's scratch at batch T with L
+    cache rows, and whether its `outputs` equal those of variant `ref` bit for bit."""
+    from megakernel.tools.bench_kda import graph_us
+    md = MLA_FULL
+    s, named, _, _ = mla_step_scratch(T, L, R)
     out, bits = {}, {}
     for v in [ref] + [v for v in variants if v != ref]:
         key = tuple(v.values())

@@ -40,7 +40,8 @@ def exact(md, s, kv, lens):
     for t in range(kv.shape[0]):
         n = int(lens[t]) + 1
         rows = kv[t, :n].double()
-        q = torch.cat([s["ql"][t].double(), s["q"][t, :, md.NP:].double()], 1)   # [H, R + RP]
+        ql = s["ql"][t].reshape(md.H, md.R).double()                 # the scratch holds rows flat
+        q = torch.cat([ql, s["q"][t].reshape(md.H, Q)[:, md.NP:].double()], 1)   # [H, R + RP]
         z = (q @ rows.T) * float(Q) ** -0.5
         out.append(torch.softmax(z, 1) @ rows[:, :md.R])
     return torch.stack(out)

@@ -48,8 +48,9 @@ class MlaAttnMMA(MlaAttn):
         """ksplit: each of a head tile's NCOL warps scores only its share of the 64-wide blocks
         of c (b % NCOL == its column group) and the NCOL partial scores are summed through shared
         memory in warp order, instead of every warp scoring the whole row (the default: NCOL-fold
-        score work, ~70% of the mma at K3's dims). Another sum order, so other bits: not yet
-        measured on a GPU (issue 31; megakernel/tools/mla_ksplit.py measures it)."""
+        score work, ~70% of the mma at K3's dims). Another sum order, so other bits. Measured
+        (H200, tools/mla_ksplit.py): with mtc = 2, 1.9x faster alone at 32k caches and closer to
+        float64; off until the whole k3diff check runs with it (docs/megakernel-notes.md)."""
         assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
         self.md, self.mtc, self.ncol, self.ksplit = md, mtc, ncol, ksplit
         self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)

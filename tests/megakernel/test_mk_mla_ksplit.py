@@ -1,5 +1,6 @@
-"""CPU: MLA's ksplit attention variants build for the H200 without spilling, and the yardstick of
-tools/mla_ksplit.py (the latent merged from a kernel's split partials) is the softmax it stands for."""
+"""CPU: MLA's ksplit attention variants build for the H200 and the GB300 without spilling, and
+the yardstick of tools/mla_ksplit.py (the latent merged from a kernel's split partials) is the
+softmax it stands for."""
 import os
 import shutil
 import subprocess
@@ -19,11 +20,12 @@ open(sys.argv[2], "w").write(fn.__ptx__)
 """
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
 @pytest.mark.parametrize("variant", ["dict(ksplit=True)", "dict(ksplit=True, mtc=2)"])
-def test_ksplit_builds_without_spilling(variant, tmp_path):
+def test_ksplit_builds_without_spilling(variant, arch, tmp_path):
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
     from megakernel import config
-    env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
+    env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH=arch, CUTE_DSL_KEEP="ptx",
                            CUTE_DSL_DUMP_DIR=str(tmp_path), MEGAKERNEL_CACHE="off")
     ptx = tmp_path / "k.ptx"
     r = subprocess.run([sys.executable, "-c", CHILD, variant, str(ptx)], env=env, cwd=tmp_path,
@@ -33,7 +35,7 @@ def test_ksplit_builds_without_spilling(variant, tmp_path):
     if shutil.which("ptxas") is None:
         pytest.skip("no ptxas here to count spills")
     from megakernel.tools.persistent_regs import parse_ptxas
-    p = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+    p = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True, timeout=600)
     regs, st, ld = parse_ptxas(p.stdout + p.stderr)
     assert (st, ld) == (0, 0) and regs <= 255

@@ -16,7 +16,10 @@ from k3diff import ep_config
 from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
-CASE_VERSION = 1
+# what a case's numbers mean: 1 drew every input on the CPU; 2 draws a GPU case's caches and states
+# on its GPU (k3diff.materialize.inputs_draw_on). Both replay: a version-1 seed keeps its CPU draws.
+CASE_VERSION = 2
+CASE_VERSIONS = (1, 2)
 SEED_LIMIT = 1 << 63
 
 # high_ids (issue 28): every token routes among the ids past the route kernels' 256-expert edges
@@ -156,9 +159,9 @@ class Case:
         if not isinstance(d, dict):
             raise CaseError("case must be a JSON object")
         version = d.get("version")
-        if version != CASE_VERSION:
-            raise CaseError(f"case version {version!r} is not supported (this k3diff reads version "
-                            f"{CASE_VERSION}); regenerate the seed with a matching k3diff")
+        if type(version) is not int or version not in CASE_VERSIONS:
+            raise CaseError(f"case version {version!r} is not supported (this k3diff reads versions "
+                            f"{', '.join(map(str, CASE_VERSIONS))}); regenerate the seed with a matching k3diff")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

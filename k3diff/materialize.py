@@ -47,6 +47,15 @@ def draw_on(case: Case, device) -> str:
     return "device" if case.preset == "full" and torch.device(device).type == "cuda" else "cpu"
 
 
+def inputs_draw_on(case: Case, device) -> str:
+    """Where the case's caches and states are drawn: on a GPU on the GPU from case version 2 (on
+    the CPU they were half of a case's seconds in a GPU nightly: ~0.05 s at small dims, 0.1-0.3 s
+    at full), else on the CPU. Like draw_on, the rule reads only the case and the device type: a
+    GPU case replays bit for bit on the same kind of GPU (CUDA's generator spreads a draw over the
+    SMs, so another GPU model draws other bits); a version-1 seed keeps its CPU draws."""
+    return "device" if case.version >= 2 and torch.device(device).type == "cuda" else "cpu"
+
+
 def weight_key(case: Case, device) -> tuple:
     """The weights depend only on their names and shapes (the dims), the weight seed and where they
     are drawn -- not on top-k, scaling or grouping, so those share one cached set."""
@@ -200,7 +209,7 @@ def inputs_for(case: Case, device, step: int = 0) -> dict:
         layer_idx=_layer(case),
         value_dist=case.value_dist,
         cache_capacity=(max(case.cache_lens) + case.steps) if kind == "mla" else None,
-        device=device, caches=step == 0)
+        device=device, caches=step == 0, draw_on=inputs_draw_on(case, device))
 
 
 def materialize(case: Case, device="cpu"):
@@ -212,11 +221,11 @@ def materialize(case: Case, device="cpu"):
     if case.stage == "moe":
         weights, inputs = apply_routing(case, cfg, weights, inputs)
     if "state_idx" in inputs:
-        poison_unused_slots(inputs, case.seed)
+        poison_unused_slots(inputs, case.seed, on_device=inputs_draw_on(case, device) == "device")
     return cfg, weights, inputs
 
 
-def poison_unused_slots(inputs: dict, seed: int = 0) -> None:
+def poison_unused_slots(inputs: dict, seed: int = 0, on_device: bool = False) -> None:
     """State slots no row of this step owns (the null slot 0 included) hold finite sentinels drawn
     from the case seed (`reference.materialize.finite_sentinels`: random sign, |v| in [2^100, 2^128)),
     and must stay bitwise as they are.
@@ -227,7 +236,8 @@ def poison_unused_slots(inputs: dict, seed: int = 0) -> None:
     payload on CPUs, so even a random-payload NaN could come back bit-identical. A finite value moved
     by any arithmetic, or replaced by any NaN, shows bitwise. A READ stays visible too: a live row
     that reads a wrong slot takes the huge values into its new state (compared under the error rule)
-    and its outputs, and null rows must output exactly 0 whatever they read."""
+    and its outputs, and null rows must output exactly 0 whatever they read. on_device: drawn by
+    a generator on the states' device (inputs_draw_on), else on the CPU and copied there."""
     live = inputs["state_idx"][inputs["state_idx"] > 0].to(torch.int64)
     for name in ("conv_state", "recurrent_state"):
         state = inputs[name]
@@ -235,6 +245,7 @@ def poison_unused_slots(inputs: dict, seed: int = 0) -> None:
         unused[live] = False
         n = int(unused.sum())
         if n:
-            gen = torch.Generator().manual_seed(ref_mat._seed(seed, "unused_slot_sentinel", name))
+            gen = torch.Generator(device=state.device if on_device else "cpu").manual_seed(
+                ref_mat._seed(seed, "unused_slot_sentinel", name))
             fill = ref_mat.finite_sentinels((n,) + tuple(state.shape[1:]), state.dtype, gen)
             state[unused] = fill.to(state.device)

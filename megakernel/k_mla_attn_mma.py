@@ -13,8 +13,9 @@ fragment loads below are free of bank conflicts):
 - scores S = Q K^T: A = the head tile's query [ql | q_pe] (16 heads x 576, read through L1), B =
   the tile's rows; c in blocks of 64, lane (g, t) holding the 16 consecutive elements 64 b + 16 t
   of head g / g + 8 and of row g / g + 8, mma j taking its u32 words 2j, 2j+1 (the K permutation
-  of k_gemv_mma.py: the same on A and B, so the dot is unchanged). The warps of a head tile
-  compute the same scores (NCOL-fold, cheap next to P V);
+  of k_gemv_mma.py: the same on A and B, so the dot is unchanged). Warp cg of a head tile scores
+  only the blocks b % NCOL == cg (KSPLIT); the NCOL partials meet in shared memory, summed in warp
+  order by every warp, so all of a tile's warps hold the same S bit for bit;
 - z = s S, rows past the split's end -inf; per head the online softmax over the tile (the quad of
   lanes holding a head's 16 scores reduces its max with two butterflies);
 - O = O a + P V: the score accumulators are the A fragments of P (rows 2t, 2t + 1 of each 8-row
@@ -38,19 +39,21 @@ from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_c
                             ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, st_shared_v4_f32)
 
 RT = 16        # cache rows per tile
-MTC = 1        # 16-head tiles per CTA
+MTC = 2        # 16-head tiles per CTA: 2 with KSPLIT (1.6x alone at 32k; 1 before, H200, tools/mla_ksplit.py)
+KSPLIT = True  # each warp scores its share of c (below); False: every warp the whole row
 NCOL = 4       # warps per head tile (each over R / NCOL latent columns): 175 registers,
                # no spills (NCOL = 2: 255 and a spill; ptxas -v, sm_90a)
 
 
 class MlaAttnMMA(MlaAttn):
-    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = False):
+    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = KSPLIT):
         """ksplit: each of a head tile's NCOL warps scores only its share of the 64-wide blocks
         of c (b % NCOL == its column group) and the NCOL partial scores are summed through shared
-        memory in warp order, instead of every warp scoring the whole row (the default: NCOL-fold
-        score work, ~70% of the mma at K3's dims). Another sum order, so other bits. Measured
-        (H200, tools/mla_ksplit.py): with mtc = 2, 1.9x faster alone at 32k caches and closer to
-        float64; off until the whole k3diff check runs with it (docs/megakernel-notes.md)."""
+        memory in warp order, instead of every warp scoring the whole row (ksplit=False: NCOL-fold
+        score work, ~70% of the mma at K3's dims). Another sum order, so other bits than the
+        kernel before it. Measured (H200, tools/mla_ksplit.py, tree 3a7c2d9): with mtc = 2, 1.9x
+        faster alone at 32k caches than mtc = 1 without it, and closer to float64 (8.8e-7 against
+        1.4e-6); the default since the whole k3diff check ran with it (docs/megakernel-notes.md)."""
         assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
         self.md, self.mtc, self.ncol, self.ksplit = md, mtc, ncol, ksplit
         self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)

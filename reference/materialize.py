@@ -17,7 +17,9 @@ Full size: the MoE stage of the 'full' preset has 896 experts x 33 M weights (~3
 expert by expert, on the CPU this takes many minutes (and bf16 experts need ~60 GB; use
 expert_format="mxfp4", ~15 GB). ``draw_on="device"`` draws with a generator on `device` (e.g.
 CUDA) instead: fast, deterministic on that device type, but NOT bit-identical to the CPU draws --
-record it in the case.
+record it in the case. The same argument of `make_inputs` draws a case's caches and states
+(the MLA cache, the KDA conv and recurrent states: the bulk of a case's fresh numbers, ~0.1-0.3 s a
+case on the CPU at full dims) on `device`; the small inputs stay CPU draws.
 
 Inputs (activations RMS ~ 1): plain, outliers (a few fixed channels x100), large (x30),
 tiny (x1e-3). The value distribution reaches every input a stage reads: x / prefix / delta / blocks,
@@ -141,7 +143,7 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
     if draw_on not in ("cpu", "device"):
         raise ValueError(f"draw_on must be 'cpu' or 'device', got {draw_on!r}")
     shapes = _stage_weights(cfg, stage, layer_idx, expert_format)
-    gdev = torch.device(device) if draw_on == "device" else torch.device("cpu")
+    gdev = torch.device(device if draw_on == "device" else "cpu")
     out = {}
     for name, (shape, kind) in shapes.items():
         if kind in EXPERT_KINDS:
@@ -171,7 +173,7 @@ def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
     to draw one set for every E (k3diff.materialize)."""
     shapes = {name: sk for name, sk in _stage_weights(cfg, stage, layer_idx, expert_format).items()
               if sk[1] in EXPERT_KINDS}
-    gdev = torch.device(device) if draw_on == "device" else torch.device("cpu")
+    gdev = torch.device(device if draw_on == "device" else "cpu")
     out = {}
     for name, (shape, kind) in shapes.items():
         shape = (cfg.n_experts if n is None else n,) + tuple(shape[1:])
@@ -281,9 +283,10 @@ def finite_sentinels(shape, dtype: torch.dtype, gen: torch.Generator) -> torch.T
     bitwise (even a canonical NaN or a value passed through arithmetic); a read blows up whatever
     it enters (|v| >= 2^100: products with O(1) weights overflow or dwarf every real value)."""
     shape = tuple(shape)
-    sign = torch.randint(0, 2, shape, generator=gen).to(torch.float64) * 2 - 1
-    e = torch.randint(100, 127, shape, generator=gen).to(torch.float64)
-    m = torch.rand(shape, generator=gen, dtype=torch.float64)
+    dev = gen.device
+    sign = torch.randint(0, 2, shape, generator=gen, device=dev).to(torch.float64) * 2 - 1
+    e = torch.randint(100, 127, shape, generator=gen, device=dev).to(torch.float64)
+    m = torch.rand(shape, generator=gen, dtype=torch.float64, device=dev)
     return (sign * torch.exp2(e) * (1 + m)).to(dtype)
 
 
@@ -299,13 +302,37 @@ def _activations(shape, gen, scale: float, value_dist: str, outliers: torch.Tens
     return t.to(torch.bfloat16)
 
 
+def _kv_cache(cfg: K3Config, seed: int, lens: torch.Tensor, cap: int, scale: float, gdev,
+              by_sequence: bool) -> torch.Tensor:
+    """The MLA cache [T, cap, cache_dim] bf16: one normal draw for every row, rows < L_b the values
+    and the rest the sentinels made from the same (otherwise unused) draws, which costs no second
+    pass of the generator. draw_on="cpu": one draw of the whole cache (the bits of every seed so
+    far); "device": sequence by sequence from one generator, so the f32 draw in flight stays one
+    sequence's (a 32k cache of 256 sequences would be 19 GB of it at once)."""
+    T = lens.numel()
+    gen = _gen(seed, "in", "kv_cache", device=gdev)
+    free = (torch.arange(cap, device=gdev).view(1, cap) >= lens.to(gdev).view(T, 1)).unsqueeze(-1)
+    if not by_sequence:
+        drawn = _randn((T, cap, cfg.mla_cache_dim), gen).mul_(scale).to(torch.bfloat16)
+        return nan_sentinels_where(drawn, free)
+    cache = torch.empty((T, cap, cfg.mla_cache_dim), dtype=torch.bfloat16, device=gdev)
+    for b in range(T):
+        cache[b] = _randn((cap, cfg.mla_cache_dim), gen).mul_(scale)
+    return nan_sentinels_where(cache, free)
+
+
 def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=None, state_idx=None,
                 n_slots: int | None = None, layer_idx: int | None = None, value_dist: str = "plain",
-                cache_capacity: int | None = None, device="cpu", caches: bool = True) -> dict:
+                cache_capacity: int | None = None, device="cpu", caches: bool = True,
+                draw_on: str = "cpu") -> dict:
     """The inputs of one decode step of `stage` for `batch` sequences (see module doc). caches=False
     leaves out the MLA cache and the KDA states (a later decode step carries its own); every other
-    input is drawn from its own generator, so its bits do not depend on that choice."""
+    input is drawn from its own generator, so its bits do not depend on that choice. draw_on="device"
+    draws the caches and states with generators on `device` (module doc: not the CPU's bits)."""
     cfg.validate()
+    if draw_on not in ("cpu", "device"):
+        raise ValueError(f"draw_on must be 'cpu' or 'device', got {draw_on!r}")
+    gdev = torch.device(device if draw_on == "device" else "cpu")
     if batch < 0:
         raise ConfigError(f"batch must be >= 0, got {batch}")
     if value_dist not in VALUE_DISTS:
@@ -351,10 +378,8 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         # one draw for every row: rows < L_b hold the values, the rest the sentinels made from
         # the same (otherwise unused) draws, which costs no second pass of the generator
         if caches:
-            drawn = (_randn((T, cap, cfg.mla_cache_dim), _gen(seed, "in", "kv_cache"))
-                     .mul_(state_scale(value_dist)).to(torch.bfloat16))
-            free = (torch.arange(cap).view(1, cap) >= lens.view(T, 1)).unsqueeze(-1)
-            inp["kv_cache"] = nan_sentinels_where(drawn, free)
+            inp["kv_cache"] = _kv_cache(cfg, seed, lens, cap, state_scale(value_dist), gdev,
+                                        by_sequence=draw_on == "device")
     elif kind == "kda":
         if state_idx is None:
             S = batch + 1 if n_slots is None else n_slots
@@ -372,8 +397,9 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         P3, H, D = 3 * cfg.kda_proj, cfg.kda_heads, cfg.kda_head_dim
         sc = state_scale(value_dist)
         if caches:
-            inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state")) * sc
-                                 ).to(torch.bfloat16)
-            inp["recurrent_state"] = 0.5 * sc * _randn((S, H, D, D), _gen(seed, "in", "recurrent_state"))
+            inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state", device=gdev))
+                                 * sc).to(torch.bfloat16)
+            inp["recurrent_state"] = _randn((S, H, D, D), _gen(seed, "in", "recurrent_state", device=gdev)
+                                            ).mul_(0.5 * sc)
         inp["state_idx"] = idx
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}

@@ -37,3 +37,10 @@ finish() {
   cat /tmp/cache_start.txt $R/*.txt > $OUT/summary.txt; tar czf $OUT/res.tgz -C /tmp res
   tar czf $OUT/mkc.tgz -C .mkcache .; ls -la $OUT
 }
+nightly_shards() {  # nightly_shards SEED N I...: shards I/N of the nightly profile while > 150 s are left
+  local seed=$1 n=$2 i; shift 2
+  for i in "$@"; do
+    [ "$(left)" -lt 150 ] && { echo "=== N_${seed}_${i}of${n} not started: $(left) s left" > $R/N_${seed}_${i}of${n}.txt; continue; }
+    PROFILE=nightly ci N_${seed}_${i}of${n} $(left) --k3diff-seed $seed --k3diff-shard $i/$n
+  done
+}

@@ -27,3 +27,23 @@ def test_laps_add_up_per_phase_over_steps():
     clock.lap("b")
     clock.lap("a")
     assert set(into) == {"a", "b"} and into["a"] >= 0 and into["b"] >= 0
+
+
+def test_a_batch_invariance_check_records_its_phases_and_skips_the_reference_when_strict():
+    from k3diff.invariance import check_batch_invariance
+
+    cand = backends.load("torch-blocked")
+    case = Case(stage="moe", batch=4)
+    v = check_batch_invariance(case, cand, 2, device="cpu")
+    assert v.ok and set(v.phases) == PHASES
+    assert 0.9 * v.seconds <= sum(v.phases.values()) <= v.seconds
+
+    class Strict:                                # the same candidate, declaring batch invariance
+        batch_invariant = True
+
+        def __getattr__(self, name):
+            return getattr(cand, name)
+
+    v = check_batch_invariance(case, Strict(), 2, device="cpu")
+    assert v.ok and set(v.phases) == PHASES - {"reference"}
+    assert any(r.tensor.endswith(".alone_vs_batched") for r in v.reports)

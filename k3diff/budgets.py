@@ -70,6 +70,25 @@ class Budget:
 DEFAULT = Budget(2.0, 1.0, "docs/design.md default: within twice the bf16 baseline's error plus rounding noise; "
                  f"accumulated tensors also c = {C_ACCUM:g} x u·Σ|a||b| element-wise (C_ACCUM: measured)")
 
+# KDA's f32 state and readout carry no rounding of their own worth the name: their error is the
+# bf16 roundings of their inputs (k, v, q, the gates), which a correct candidate and the baseline
+# share value for value, so a correct candidate sits at 1.00x the baseline's error (share 50% at
+# rtol 2: the megakernel in 15 of the 18 full-dims cases scripts/gpu_calls/state_edge.py re-judged
+# on the H200, torch-blocked in all 18). Where the candidate's f32 accumulation lands one bf16
+# input on the other side of a rounding midpoint, that input's error changes sign, and a term that
+# cancelled another in the baseline adds to it instead: nightly seed 94001 on the H200 (6bcc3cc,
+# layer full B=7 E=512 rsf 2.5 layer 12, tiny values) met 1.94x the baseline's error at one
+# element, 96.8% of a rtol-2 bound, while every other of its 2475 state checks used <= 51%. rtol 4
+# is twice the worst measured; the bugs stay well past it (k3diff.tools.margins, H200 at rtol 2:
+# the delta rule one 16-wide chunk short 998% / 1301% of core / state, a GEMM one chunk short
+# 6983% / 7082%, so about half of that at rtol 4; a state stored in bf16 fails its own rule,
+# recurrent_state.f32). The false-alarm control gemm_across_midpoints makes such flips on purpose.
+_F32_STATE = Budget(
+    4.0, 1.0, "f32 KDA state / readout: error is its inputs' bf16 roundings, shared with the baseline; a "
+    "one-ulp flip of one input (another f32 sum order) turns a cancelling term into an adding one: "
+    "1.94x the baseline measured on the H200 (nightly 94001), rtol 4 = 2x that; the delta rule a "
+    "chunk short still lands >= 5x past it")
+
 # (stage, tensor) -> budget; stage "*" applies to every stage
 TABLE: dict[tuple[str, str], Budget] = {
     ("moe", "router_logits"): Budget(
@@ -90,8 +109,9 @@ TABLE: dict[tuple[str, str], Budget] = {
     ("kda", "decay"): Budget(
         4.0, 4.0, "f32 gate of a bf16 GEMV output; same reasoning as the router logits"),
     ("kda", "beta"): Budget(4.0, 4.0, "f32 sigmoid of a bf16 GEMV output"),
-    ("kda", "recurrent_state"): Budget(
-        2.0, 1.0, "f32 state: the delta rule is linear in its bf16 inputs, baseline error dominates"),
+    ("kda", "recurrent_state"): _F32_STATE,
+    ("layer", "recurrent_state"): _F32_STATE,
+    ("kda", "core"): _F32_STATE,
     ("*", "conv_state.history"): Budget(
         0.0, 0.0, "the short-conv state shift moves raw bf16 inputs: docs/k3-decode.md §11 says bitwise",
         bitwise=True),

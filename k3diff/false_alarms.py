@@ -6,9 +6,10 @@ with one helper swapped for a correct alternative that differs only in legitimat
 (k3diff/backends/blocked_variants.py): another f32 summation order, split-K merged by a tree,
 FMA or separately rounded products, exp/rsqrt/sigmoid at their documented ulp error, subnormals
 flushed to zero, a two-pass softmax, another split-KV partition, the combine in another slot
-order, TF32 on bf16-valued operands (CUDA only). Each must pass every stage: the false-alarm
-score (controls passing) must be 100%, as the mutation score is. Built with the mutants'
-mechanism (`mutants.Swap`, `mutants.MutantBackend`).
+order, GEMM results near a bf16 midpoint moved across it (their bf16 roundings flip, as another
+order's do on a GPU), TF32 on bf16-valued operands (CUDA only). Each must pass every stage: the
+false-alarm score (controls passing) must be 100%, as the mutation score is. Built with the
+mutants' mechanism (`mutants.Swap`, `mutants.MutantBackend`).
 """
 from __future__ import annotations
 
@@ -125,6 +126,9 @@ CONTROLS = [
             Patch(blocked_attn, "KV_CHUNK", 16), stages=("mla", "layer")),
     Control("split_kv_48", "split-kv", "MLA split-KV partials of 48 cache rows (not a power of two)",
             Patch(blocked_attn, "KV_CHUNK", 48), stages=("mla", "layer")),
+    Control("gemm_across_midpoints", "rounding", "every GEMV/GEMM: f32 results within 16 ulps of a bf16 "
+            "midpoint reflected across it (bf16 roundings flip, as another sum order's do)",
+            _gemm(bv.gemm_across_midpoints)),
     Control("combine_reversed", "order", "the MoE combine's f32 sum over slots in reverse order",
             Swap(blocked_moe, "combine", lambda o: bv.combine_reversed), stages=("moe", "layer")),
 ]

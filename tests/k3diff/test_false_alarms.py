@@ -43,6 +43,26 @@ def test_the_summation_orders_really_differ_and_stay_correct():
         assert float(((o.double() - exact).abs() / (2 ** -24 * absdot)).max()) < 8, name
 
 
+def test_results_across_bf16_midpoints_flip_their_rounding_and_stay_inside_the_floor():
+    from k3diff.budgets import C_ACCUM
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(64, 512, generator=g).bfloat16()
+    w = torch.randn(4096, 512, generator=g).bfloat16()
+    plain = blocked_ops.gemm(x, w)
+    moved = bv.gemm_across_midpoints(blocked_ops.gemm)(x, w)
+    changed = moved != plain
+    # about (2 * MIDPOINT_ULPS + 1) / 2^16 of the results: a few in ten thousand, not none
+    assert 20 < int(changed.sum()) < 0.002 * plain.numel()
+    # every one of them rounds to the other bf16 neighbour: one bf16 ulp from the baseline's value
+    assert bool((moved.bfloat16() != plain.bfloat16())[changed].all())
+    assert bool((moved.bfloat16() == plain.bfloat16())[~changed].all())
+    # and moved by no more than C_ACCUM u·|x| <= C_ACCUM u·Σ|a||b|: inside the floor of every GEMM
+    absdot = x.float().abs() @ w.float().abs().T
+    assert float(((moved - plain).abs() / (2 ** -24 * plain.abs())).max()) <= 30
+    assert bool(((moved - plain).abs() <= C_ACCUM * 2 ** -24 * absdot).all())
+
+
 def test_approximate_functions_sit_at_their_documented_error():
     x = torch.linspace(-20, 5, 1001)
     exact = torch.exp(x.double())

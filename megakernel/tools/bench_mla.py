@@ -9,8 +9,14 @@ bf16 rate, B or F the larger), measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
 k_mla_attn_mma.py: config.Attn.mla_mma), the step in the other stream mode (mla.py: "fused" or "fork";
-"x" is its time over the default's). Against k3diff's torch-blocked MLA (megakernel/ imports
-neither k3diff nor reference): `python -m k3diff.tools.step_time`.
+"x" is its time over the default's). Last, when flashinfer-python is installed (scripts/gpu_adapters.sh
+on the GPU machine), FlashInfer's MLA decode attention (BatchMLAPagedAttentionWrapper, FA2 plan,
+page size 1, planned once per shape outside the timing) on the same query, cache and lengths:
+"fi attn" is its run alone (events over 20 eager calls, median of 5) against ours, mla_attn + mla_merge
+alone (the merge also un-absorbs and gates: ours does more), and "fi step" the step with FlashInfer's
+attention in place of those two launches, composed from the times measured alone in this run (the
+un-absorption and gate left out, which favours FlashInfer). Against k3diff's torch-blocked MLA
+(megakernel/ imports neither k3diff nor reference): `python -m k3diff.tools.step_time`.
 """
 import argparse
 import sys
@@ -24,7 +30,7 @@ from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
 from megakernel.side_stream import other_mode
 from megakernel.tools import roofline
-from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, with_settings
+from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, time_events, with_settings
 from megakernel.tools.bench_kda import graph_us
 
 DEV = torch.device("cuda")
@@ -65,6 +71,61 @@ def step_flops(md, T, L):
     return 2 * T * weight_elements(md) + 2 * T * (L + 1) * md.H * (md.C + md.R)
 
 
+def csr_one_row_pages(lens, lcap):
+    """FlashInfer's CSR plan over a contiguous [T, Lcap, C] cache with every row a page, sequence b
+    attending over rows 0..lens[b]: (qo_indptr, kv_indptr, kv_indices, kv_len), int32."""
+    dev, T = lens.device, lens.numel()
+    n = lens.to(torch.int32) + 1
+    kv_indptr = torch.zeros(T + 1, dtype=torch.int32, device=dev)
+    kv_indptr[1:] = torch.cumsum(n, 0)
+    seq = torch.repeat_interleave(torch.arange(T, device=dev), n.to(torch.int64))
+    within = torch.arange(int(kv_indptr[-1]), device=dev) - kv_indptr[:-1][seq]
+    return (torch.arange(T + 1, dtype=torch.int32, device=dev), kv_indptr,
+            (seq * lcap + within).to(torch.int32), n)
+
+
+class FlashInferAttn:
+    """FlashInfer's MLA decode attention alone, timed, called as k3diff's flashinfer backend calls
+    it (k3diff/backends/flashinfer_mla.py, checked there against the reference on the H200); `us`
+    returns None without flashinfer (said once) or when a shape fails (said, the bench goes on)."""
+    WORKSPACE = 128 << 20
+
+    def __init__(self):
+        try:
+            from flashinfer.mla import BatchMLAPagedAttentionWrapper, MLAPlanMetadata
+        except Exception as e:  # noqa: BLE001 - optional column
+            print(f"fi column off: flashinfer does not import ({type(e).__name__}: {e})".splitlines()[0])
+            self.wrapper = None
+            return
+        self.meta = MLAPlanMetadata
+        self.wrapper = BatchMLAPagedAttentionWrapper(
+            torch.empty(self.WORKSPACE, dtype=torch.uint8, device=DEV), backend="fa2")
+
+    def us(self, md, cache, lens):
+        """cache [T, Lcap, C] bf16, lens [T]: every sequence attends over rows 0..lens (the new row
+        included, as the step's attention does), each cache row one page."""
+        if self.wrapper is None:
+            return None
+        try:
+            T, lcap, C = cache.shape
+            qo, kv_indptr, kv_indices, n = csr_one_row_pages(lens, lcap)
+            self.wrapper.plan(metadata=self.meta.csr(qo, kv_indptr, kv_indices, n), num_heads=md.H,
+                              head_dim_ckv=md.R, head_dim_kpe=md.RP, page_size=1, causal=False,
+                              sm_scale=float(md.NP + md.RP) ** -0.5, q_data_type=torch.bfloat16,
+                              kv_data_type=torch.bfloat16)
+            query = torch.randn(T, md.H, C, device=DEV).to(torch.bfloat16)     # [ql | q_pe], packed
+            out = torch.empty(T, md.H, md.R, dtype=torch.bfloat16, device=DEV)
+            pages = cache.view(T * lcap, 1, C)
+            run = lambda: self.wrapper.run(query=query, kv_cache=pages, out=out)  # noqa: E731
+            for _ in range(3):
+                run()
+            reps = 20
+            return time_events(lambda: [run() for _ in range(reps)]) / reps
+        except Exception as e:  # noqa: BLE001 - a column, not the run
+            print(f"  fi column failed at T={cache.shape[0]}: {type(e).__name__}: {e}".splitlines()[0])
+            return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.bench_mla", description=__doc__.splitlines()[0])
     p.add_argument("--dims", default="full", help="full, small or both")
@@ -83,6 +144,7 @@ def main(argv=None) -> int:
     bw = copy_bw()
     machine = roofline.measure(DEV)
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {machine.line()}")
+    fi = FlashInferAttn()
     print(f"{'dims':6} {'T':>4} {'L':>6} {'us':>9} {'MB':>8} {'roofline':>9} {'roof2':>8}  each launch alone (us)")
     for md, dn in zip(dims, a.dims.split(",")):
         w = draw_weights(md)
@@ -111,6 +173,11 @@ def main(argv=None) -> int:
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
                 alone += (f"  step with the attention on the {'CUDA' if mla_mma else 'tensor'} "
                           f"cores {alt_at:.1f}  {other} {one:.1f} (x{one / us[None]:.2f})")
+                fi_us = fi.us(md, cache, ln[0])
+                if fi_us is not None:
+                    ours = us[("mla_attn",)] + us[("mla_merge",)]
+                    alone += (f"  fi attn {fi_us:.1f} vs ours {ours:.1f} (x{fi_us / ours:.2f})"
+                              f"  fi step {us[None] - ours + fi_us:.1f} (x{(us[None] - ours + fi_us) / us[None]:.2f})")
                 two = roofline.share(machine, us[None], mb, step_flops(md, T, L))
                 print(f"{dn:6} {T:>4} {L:>6} {us[None]:9.1f} {mb / 1e6:8.1f} "
                       f"{mb / (us[None] * 1e-6) / bw:8.1%} {two}  {alone}",

@@ -117,3 +117,24 @@ def _worst(rs):
     from k3diff.budgets import pct
 
     return f"{worst[0]} {pct(worst[1])}" if worst else "-"
+
+
+NEAR_EDGE = 0.9      # a passing case this close to a bound is named: on a correct kernel it is a
+                     # false alarm waiting (docs/verdicts.md: KDA's state at 96.8% in nightly 94001)
+
+
+def near_edge_lines(results, at: float = NEAR_EDGE, most: int = 3) -> list:
+    """The passing cases whose worst tensor used at least `at` of its budget, closest first: a
+    line that counts them, then up to `most` of them with their tensor, share and label."""
+    from k3diff.budgets import pct
+
+    near = sorted((r for r in distinct_judged(results) if r["ok"] and r.get("worst") and r["worst"][1] >= at),
+                  key=lambda r: -r["worst"][1])
+    if not near:
+        return []
+    lines = [f"near the edge: {len(near)} passing case(s) used >= {pct(at)} of a budget (a correct kernel "
+             "this close fails on a slightly different draw; is the rule or the kernel off?)"]
+    lines += [f"  {r['stage']} {r['worst'][0]} {pct(r['worst'][1])}: {r.get('label', r['id'])}" for r in near[:most]]
+    if len(near) > most:
+        lines.append(f"  (+{len(near) - most} more in the results file)")
+    return lines

@@ -332,6 +332,23 @@ def test_fail_column_counts_distinct_cases():
     assert cols == {"stage": "moe", "cases": "3", "shrink": "3", "fail": "1", "crash": "0"}
 
 
+def test_passing_cases_near_a_bound_are_named_closest_first():
+    from k3diff.summary import near_edge_lines
+
+    rec = lambda i, ok, share, phase="generate": {  # noqa: E731
+        "stage": "layer", "id": i, "ok": ok, "skipped": None, "phase": phase, "label": f"case {i}",
+        "worst": ["recurrent_state", share] if share is not None else None}
+    records = [rec("a", True, 0.5), rec("b", True, 0.93), rec("c", True, 0.968), rec("d", False, 1.3),
+               rec("e", True, 0.99, "shrink"), rec("f", True, None)]
+    lines = near_edge_lines(records)
+    assert lines[0].startswith("near the edge: 2 passing case(s) used >= 90% of a budget")
+    assert lines[1:] == ["  layer recurrent_state 97%: case c", "  layer recurrent_state 93%: case b"]
+    assert near_edge_lines(records, at=0.97) == []                    # 96.8% is under 97%
+    assert near_edge_lines([rec("a", True, 0.5)]) == []
+    many = [rec(str(i), True, 0.91 + i / 1000) for i in range(5)]
+    assert near_edge_lines(many)[-1] == "  (+2 more in the results file)"
+
+
 def test_save_folder_that_breaks_mid_run_never_loses_the_seed(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     from k3diff import corpus

@@ -67,12 +67,7 @@ def apply_ranks(session, ranks) -> None:
                            f"{session.space.preset!r}")
     if ranks > MAX_RANKS:
         raise UsageProblem(f"--k3diff-ranks {ranks}: at most {MAX_RANKS} ranks (one host)")
-    if str(session.device).startswith("cuda"):
-        import torch
-
-        if ranks > torch.cuda.device_count():
-            raise UsageProblem(f"--k3diff-ranks {ranks}: this machine has {torch.cuda.device_count()} GPU(s) "
-                               "(NCCL: one rank per GPU)")
+    # more ranks than GPUs is allowed: they exchange over gloo (DistributedCandidate.run)
     session.space = replace(session.space, ranks=ranks)
 
 
@@ -90,6 +85,9 @@ class DistributedCandidate:
     batch_invariant = False
     rank_impl = ""                  # "module:object" of the per-rank implementation
     rank_timeout = RANK_TIMEOUT
+    # on a GPU case: False, ranks without a GPU of their own work on the CPU (gloo); True, every
+    # rank runs on a GPU, sharing one when there are fewer GPUs than ranks (a kernel candidate)
+    ranks_on_gpu = False
 
     def __init__(self):
         self._impl = load_impl(self.rank_impl)      # asked for stages and outputs, never run here
@@ -121,14 +119,15 @@ class DistributedCandidate:
             raise RuntimeError(f"{self.name}: run() before bind_case(case): a distributed candidate needs "
                                "the case's layout (k3diff.distributed.bind_case)")
         layout = layout_of(self._case, cfg.n_experts, inputs["x"].shape[0])
-        kind = "gloo"
+        kind, on_gpu = "gloo", False
         if inputs["x"].device.type == "cuda":
             import torch
 
             # NCCL puts rank r on cuda:r and refuses two ranks on one GPU (the H200 run of cd21222:
             # 3 ranks on 1 GPU, DistBackendError); with fewer GPUs than ranks they exchange over gloo
             kind = "nccl" if layout.ranks <= torch.cuda.device_count() else "gloo"
-        pool = self._pool_for(layout.ranks, kind)
+            on_gpu = kind == "nccl" or self.ranks_on_gpu
+        pool = self._pool_for(layout.ranks, kind, on_gpu)
         key = (prepared["key"], layout.owners)
         if key not in self._sent:
             msgs = [("shard", key, stage, cfg, layout, _pack(shard_of(prepared["weights"], layout, r)))
@@ -153,16 +152,17 @@ class DistributedCandidate:
                 buf[a:b] = got.to(buf.device)
 
     # -- the pool
-    def _pool_for(self, world: int, kind: str) -> RankPool:
+    def _pool_for(self, world: int, kind: str, on_gpu: bool = False) -> RankPool:
         if world > MAX_RANKS and kind == "gloo":
             raise RuntimeError(f"{world} ranks: at most {MAX_RANKS} on one host")
         pool = self._pool
-        if pool is None or pool.world != world or pool.kind != kind or not pool.alive():
+        if (pool is None or pool.world != world or pool.kind != kind or pool.on_gpu != on_gpu
+                or not pool.alive()):
             if pool is not None:
                 pool.kill()
             self._sent.clear()
             self._pool = None
-            self._pool = RankPool(self.rank_impl, world, kind, self.rank_timeout)
+            self._pool = RankPool(self.rank_impl, world, kind, self.rank_timeout, on_gpu)
         return self._pool
 
     def rank_pids(self) -> list:
@@ -180,6 +180,34 @@ class DistributedCandidate:
                 self._pool.kill()
         except Exception:  # noqa: BLE001
             pass
+
+
+class Declared(DistributedCandidate):
+    """A distributed candidate declared by a package that cannot import k3diff (the megakernel:
+    ARCHITECTURE.md's import rules): any backend object with `distributed = True` and a
+    `rank_impl`, and none of run / prepare, is run as a DistributedCandidate with its `name`,
+    `rank_impl`, `ranks_on_gpu`, `boundaries`, `stages`, and its `available()` and `supports()`
+    asked too."""
+
+    def __init__(self, declared):
+        self._declared = declared
+        self.name = str(getattr(declared, "name", type(declared).__name__))
+        self.rank_impl = declared.rank_impl
+        self.ranks_on_gpu = bool(getattr(declared, "ranks_on_gpu", False))
+        self.boundaries = dict(getattr(declared, "boundaries", {}) or {})
+        super().__init__()
+
+    def available(self) -> str | None:
+        return super().available() or getattr(self._declared, "available", lambda: None)()
+
+    def supports(self, cfg, stage) -> str | None:
+        return getattr(self._declared, "supports", lambda cfg, stage: None)(cfg, stage)
+
+
+def declared(obj) -> bool:
+    """Whether `obj` declares a distributed candidate for Declared to run."""
+    return (bool(getattr(obj, "distributed", False)) and isinstance(getattr(obj, "rank_impl", None), str)
+            and not isinstance(obj, DistributedCandidate) and not hasattr(obj, "run"))
 
 
 def shard_of(weights: dict, layout: Layout, r: int) -> dict:

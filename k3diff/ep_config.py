@@ -21,6 +21,11 @@ from dataclasses import dataclass
 
 PLACEMENTS = ("contiguous", "strided", "uneven", "scattered")
 MAX_RANKS = 8               # gloo on 2 CPU cores; a GPU host has at most 8 NVLink peers
+# a rank's shard travels by value (k3diff/rank_pool.py: torch.save bytes through a pipe, through
+# host memory): a drawn distributed case keeps its routed experts within this many bytes in
+# bf16, fewer experts where the widths are large (32 at K3's r 3584 and I 3072, where all 896
+# would be 59 GB); E's boundaries (256, 512) are crossed at the small widths (fit_experts)
+EP_EXPERT_BYTES = 2 << 30
 FIELDS = ("ep_ranks", "ep_placement", "ep_owners")
 DEFAULTS = {"ep_ranks": 0, "ep_placement": "", "ep_owners": ()}
 
@@ -128,6 +133,19 @@ def label(case) -> str:
 
 # ------------------------------------------------------------------ the strategy
 
+def fit_experts(cfg, overrides: tuple) -> tuple:
+    """`overrides` with n_experts (and top_k with it) lowered until the routed experts, in bf16,
+    fit EP_EXPERT_BYTES; unchanged when they fit."""
+    per = 3 * cfg.moe_intermediate * cfg.latent_dim * 2
+    cap = max(1, EP_EXPERT_BYTES // per)
+    if cfg.n_experts <= cap:
+        return overrides
+    ov = dict(overrides, n_experts=cap)
+    if cfg.top_k > cap:
+        ov["top_k"] = cap
+    return tuple(sorted(ov.items()))
+
+
 def hot_experts(seed: int, E: int, k: int) -> list:
     """The experts routing mode `hot` boosts (k3diff.routing.apply_routing draws them from this
     generator; tests/k3diff/test_distributed.py checks the two agree)."""
@@ -135,6 +153,25 @@ def hot_experts(seed: int, E: int, k: int) -> list:
 
     g = torch.Generator().manual_seed(seed + 7919)
     return torch.randperm(E, generator=g)[:k].tolist()
+
+
+def sweep_layout(case, ranks: int, i: int, rng):
+    """Case number i of a boundary sweep (k3diff/strategies.py boundary_plan) on `ranks` ranks:
+    its experts fitted (fit_experts), the placements in turn (uneven: every expert on one rank)."""
+    from dataclasses import replace
+
+    case = replace(case, overrides=fit_experts(case.config(), case.overrides))
+    E, N = case.config().n_experts, ranks
+    placement = PLACEMENTS[i % len(PLACEMENTS)]
+    if placement == "contiguous":
+        owners = contiguous(E, N)
+    elif placement == "strided":
+        owners = strided(E, N)
+    elif placement == "uneven":
+        owners = rotate(from_counts([E] + [0] * (N - 1)), i % N, N)
+    else:
+        owners = tuple(rng.randrange(N) for _ in range(E))
+    return replace(case, ep_ranks=N, ep_placement=placement, ep_owners=owners).validate()
 
 
 def draw_ep(draw, fields: dict, cfg, ranks: int) -> dict:

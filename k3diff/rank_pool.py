@@ -141,7 +141,7 @@ def _die_with(owner: int) -> None:
 
 
 def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: str, timeout: float,
-               owner: int) -> None:
+               owner: int, on_gpu: bool = False) -> None:
     _die_with(owner)
     import datetime
 
@@ -151,13 +151,14 @@ def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: st
     torch.set_num_threads(1)
     if kind == "nccl":
         os.environ["NCCL_NVLS_ENABLE"] = "0"     # NVLink multicast off (these machines, KINDS.md)
-        device = f"cuda:{rank % max(1, torch.cuda.device_count())}"
-        torch.cuda.set_device(device)
-    else:
-        device = "cpu"
+    device = "cpu"
+    if kind == "gloo":
         if "GLOO_SOCKET_IFNAME" not in os.environ and os.path.exists("/sys/class/net/lo"):
             os.environ["GLOO_SOCKET_IFNAME"] = "lo"       # ranks of one host: loopback only
     try:
+        if kind == "nccl" or on_gpu:             # gloo with on_gpu: ranks share the GPUs there are
+            device = f"cuda:{rank % max(1, torch.cuda.device_count())}"
+            torch.cuda.set_device(device)
         impl = load_impl(impl_spec)
         dist.init_process_group(kind, init_method=f"file://{store}", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=timeout + 60))
@@ -186,7 +187,7 @@ def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: st
                 ctx = RankContext(rank, world, layout, device, dist.group.WORLD)
                 with torch.no_grad():
                     rows = impl.run_rank(stage, cfg, shards[key], _unpack(blob, device), ctx)
-                if kind == "nccl":
+                if device != "cpu":
                     torch.cuda.synchronize()
                 conn.send(("ok", _pack(_to_cpu(rows))))
         except BaseException as exc:  # noqa: BLE001 - the parent tears the pool down
@@ -199,9 +200,9 @@ def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: st
 
 def load_impl(spec: str):
     """A per-rank implementation by "module:object" (a class is instantiated)."""
-    from k3diff.backends import _load_target
+    from k3diff.backends.targets import load_target
 
-    obj = _load_target(spec)
+    obj = load_target(spec)
     impl = obj() if isinstance(obj, type) else obj
     missing = [m for m in ("prepare_rank", "run_rank", "provides") if not hasattr(impl, m)]
     if missing:
@@ -232,11 +233,15 @@ def _close_pools():
 class RankPool:
     """N rank processes and one pipe to each. Any failure kills them all (`kill`)."""
 
-    def __init__(self, impl_spec: str, world: int, kind: str, timeout: float = RANK_TIMEOUT):
+    def __init__(self, impl_spec: str, world: int, kind: str, timeout: float = RANK_TIMEOUT,
+                 on_gpu: bool = False):
+        """kind: the process group's backend; on_gpu: every rank on a GPU (rank r on cuda:r mod
+        the GPUs there are), as NCCL always is and gloo is for a candidate whose ranks run GPU
+        kernels on fewer GPUs than ranks."""
         import multiprocessing
 
-
         self.world, self.kind, self.timeout = world, kind, timeout
+        self.on_gpu = on_gpu or kind == "nccl"
         self.dir = tempfile.mkdtemp(prefix="k3diff-ranks-")
         # forkserver: one server imports torch once; every rank of every later pool forks from it
         # (a pool restarted after a failure costs milliseconds, not N interpreters importing torch)
@@ -248,7 +253,7 @@ class RankPool:
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_rank_main, name=f"k3diff-rank{r}", daemon=True,
                                args=(child, r, world, os.path.join(self.dir, "store"), impl_spec, kind, timeout,
-                                     os.getpid()))
+                                     os.getpid(), self.on_gpu))
             with _main_not_reimported():         # spawn must not rerun the caller's script
                 proc.start()
             child.close()

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 from k3diff.case import EXPERT_FORMATS, ROUTING_MODES, VALUE_DISTS, Case
-from k3diff.ep_config import draw_ep
+from k3diff.ep_config import draw_ep, fit_experts, sweep_layout
 from reference.config import ConfigError, preset
 
 BOUNDARY_BATCHES = (1, 2, 3, 33, 64, 65, 73, 128)
@@ -276,8 +276,9 @@ def production_dims(draw, stage: str, base: str, space: Space):
 
 def _space_of_case(draw, stage: str, space: Space) -> Space:
     if space.mix and draw(st.integers(0, space.mix_share - 1)) == 0:
-        # one case in mix_share at the mixed-in preset's production space
-        return replace(PRODUCTION[space.mix], boundaries=space.boundaries)
+        # one case in mix_share at the mixed-in preset's production space (on the same ranks:
+        # else a distributed run's mixed-in cases would run on one rank, unsharded)
+        return replace(PRODUCTION[space.mix], boundaries=space.boundaries, ranks=space.ranks)
     return space
 
 
@@ -295,6 +296,9 @@ def cases(draw, stage: str, space: Space = CPU_SPACE):
     else:
         overrides = (draw(dims_around(stage, space.preset, space))
                      if space.vary_dims and draw(st.booleans()) else ())
+    if space.ranks and stage == "moe":       # shards travel by value: experts within EP_EXPERT_BYTES
+        overrides = fit_experts(Case(stage=stage, preset=space.preset, overrides=overrides).config(),
+                                overrides)
     probe = Case(stage=stage, preset=space.preset, overrides=overrides)
     cfg = probe.config()
     fields = dict(stage=stage, preset=space.preset, overrides=overrides)
@@ -353,9 +357,14 @@ def boundary_plan(stage: str, space: Space, seed: int) -> list:
         return []
     full = [] if "full" not in (space.preset, space.mix) else _full_plan(
         stage, replace(PRODUCTION["full"], boundaries=space.boundaries), random.Random(seed + 1))
+    ranks = space.ranks
     if space.mix == "small":
         space = replace(PRODUCTION["small"], boundaries=space.boundaries)
-    return _small_plan(stage, space, random.Random(seed)) + full
+    plan = _small_plan(stage, space, random.Random(seed)) + full
+    if ranks and stage == "moe":             # the same sizes on the run's ranks
+        rng = random.Random(seed + 2)
+        plan = [sweep_layout(c, ranks, i, rng) for i, c in enumerate(plan)]
+    return plan
 
 
 # batches of the real-dims sweep: one token, a full and a second token tile, a full and a second

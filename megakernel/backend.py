@@ -166,3 +166,26 @@ class MegakernelBackend:
         for n, buf in out.items():
             buf.copy_(s[n])
 
+
+
+class MegakernelEPBackend:
+    """k3diff backend "megakernel-ep": the moe stage with expert parallelism (megakernel/ep.py),
+    `--k3diff-ranks N`. A declaration, not a Backend: k3diff runs `rank_impl` on N rank
+    processes (k3diff/distributed.py `Declared`), each on a GPU (`ranks_on_gpu`: ranks share the
+    GPUs there are, exchanging over gloo when there are fewer GPUs than ranks; NCCL otherwise)."""
+
+    name = "megakernel-ep"
+    distributed = True
+    rank_impl = "megakernel.ep:MegakernelEPRank"
+    ranks_on_gpu = True
+    stages = ("moe",)
+    from megakernel.dims import BOUNDARIES as boundaries
+
+    def available(self) -> str | None:
+        return MegakernelBackend().available()
+
+    def supports(self, cfg, stage) -> str | None:
+        return MegakernelBackend().supports(cfg, stage)
+
+    def provides(self, stage: str) -> set[str]:
+        return set(OUTPUTS[stage])

@@ -56,21 +56,36 @@ def stream() -> int:
     return torch.cuda.current_stream().cuda_stream
 
 
-def launches(moe, T, forced):
-    """The 11 compiled launches, in STAGES order."""
+def expert_launches(moe, T):
+    """The schedule and the two expert launches for batch T (compiled once)."""
     dm, s = moe.dm, moe.settings
-    te = k_expert.tile(T)
     c = cache.compiled
     if moe.uses_mma():
         f_up = c("expert_up_mma", dm, **dict(s.moe.up or k_expert_mma.UP))
         f_down = c("expert_down_mma", dm, **dict(s.moe.down or k_expert_mma.DOWN))
     else:
+        te = k_expert.tile(T)
         f_up = c("expert_up", dm, fmt=moe.fmt, TT=te)
         f_down = c("expert_down", dm, fmt=moe.fmt, TT=te)
+    return c("schedule", dm), f_up, f_down
+
+
+def launches(moe, T, forced):
+    """The 11 compiled launches, in STAGES order."""
+    dm, s, c = moe.dm, moe.settings, cache.compiled
     gv = lambda n: c(n, dm, **gemv.variant(n, T, s.gemv))  # noqa: E731
-    return (gv("gemv_x"), c("route", dm, forced=forced), c("schedule", dm),
-            f_up, f_down, c("combine", dm), gv("out_routed"),
+    return (gv("gemv_x"), c("route", dm, forced=forced), *expert_launches(moe, T),
+            c("combine", dm), gv("out_routed"),
             gv("gemv_shared"), c("shared_act", dm), gv("out_shared"), c("final_sum", dm))
+
+
+def launch_experts(moe, named, T):
+    """Only the schedule and the expert launches, on the caller's stream, over ids and hl as
+    `named` holds them: a rank's own experts over the rows it received (megakernel/ep.py), which
+    compiles nothing else for its dims."""
+    st = stream()
+    for name, fn in zip(("schedule", "expert_up", "expert_down"), expert_launches(moe, T)):
+        fn(named, st, BIND.get(name))
 
 
 # the serial order: the shared experts' launches right after gemv_x, as on the side stream

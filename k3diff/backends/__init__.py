@@ -5,12 +5,10 @@ the kernel cannot (no GPU, no CuTe DSL): such a backend loads, then says why it 
 """
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 from importlib.metadata import entry_points
 
 from k3diff.backends.base import Backend, BackendError
+from k3diff.backends.targets import _one_line, load_target as _load_target
 
 BUILTIN = {
     "reference": "k3diff.backends.oracle:exact",
@@ -38,45 +36,21 @@ def is_registered(spec) -> bool:
     return isinstance(spec, str) and (spec in BUILTIN or spec in _entry_points())
 
 
-def _load_target(target: str):
-    module_name, _, attr = target.partition(":")
-    if not module_name or not all(p.isidentifier() for p in module_name.split(".")) or (
-            attr and not all(p.isidentifier() for p in attr.split("."))):
-        raise BackendError(f"backend {target!r} is not module:object (a dotted module name, then an attribute)")
-    # a candidate module beside the user (`--backend mykernels.fused:Step`) imports from the
-    # current folder under the `k3diff` console script too, as under `python -m` and pytest:
-    # the replay line a run prints must work as printed
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.append(cwd)
-    try:
-        obj = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise BackendError(f"cannot import backend module {module_name!r}: {exc}") from None
-    except BaseException as exc:  # noqa: BLE001 - SyntaxError, sys.exit, a raise at import: the module's bug
-        raise BackendError(f"backend module {module_name!r} failed at import: {_one_line(exc)}") from None
-    for part in attr.split(".") if attr else []:
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise BackendError(f"module {module_name!r} has no attribute {attr!r}") from None
-    return obj
-
-
 def _instantiate(obj, label: str):
     try:
         backend = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run")) else obj
     except BaseException as exc:  # noqa: BLE001 - a constructor that raises or exits (`sys:exit`): one line
         raise BackendError(f"backend {label!r} failed to construct: {_one_line(exc)}") from None
+    from k3diff import distributed
+    if distributed.declared(backend):     # ranks declared by a package that cannot import k3diff
+        try:
+            backend = distributed.Declared(backend)
+        except BaseException as exc:  # noqa: BLE001 - e.g. a rank_impl that does not import: one line
+            raise BackendError(f"backend {label!r} failed to construct: {_one_line(exc)}") from None
     missing = [m for m in ("run", "available", "provides", "prepare") if not hasattr(backend, m)]
     if missing:
         raise BackendError(f"backend {label!r} lacks {', '.join(missing)} (see k3diff/backends/base.py)")
     return backend
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:300]
 
 
 def check_contract(backend, label: str) -> None:

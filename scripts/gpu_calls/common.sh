@@ -11,11 +11,11 @@ R=/tmp/res; mkdir -p $R/seeds
 MK=megakernel.backend:MegakernelBackend
 T0=$SECONDS
 left() { echo $(( ${END:-575} - (SECONDS - T0) )); }
-ci() {  # ci NAME TIMEOUT [pytest args]: the ci profile against the megakernel
+ci() {  # ci NAME TIMEOUT [pytest args]: the ci profile against the megakernel (BACKEND=...: another)
   local name=$1 t=$2; shift 2
   [ "$t" -gt "$(left)" ] && t=$(left); [ "$t" -lt 20 ] && { echo "=== $name skipped: no time" > $R/$name.txt; return; }
   local s=$SECONDS
-  timeout -s INT -k 20 $t python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend $MK \
+  timeout -s INT -k 20 $t python3 -m pytest -p k3diff.plugin tests/differential --k3diff --k3diff-backend ${BACKEND:-$MK} \
     --k3diff-profile ${PROFILE:-ci} --k3diff-report $R/$name.jsonl --k3diff-save /tmp/seeds-$name -q -p no:cacheprovider "$@" > $R/$name.log 2>&1
   local rc=$?
   { echo "=== $name rc=$rc $((SECONDS-s)) s (ended at $((SECONDS-T0)) s)"; sed -n '/k3diff summary/,/^coverage/p' $R/$name.log | head -16;

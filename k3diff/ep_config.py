@@ -155,23 +155,30 @@ def hot_experts(seed: int, E: int, k: int) -> list:
     return torch.randperm(E, generator=g)[:k].tolist()
 
 
+def placed(case, ranks: int, placement: str = "contiguous", owners=None, rng=None):
+    """`case` on `ranks` ranks, validated: the given owners, else the placement's (contiguous,
+    strided; uneven: every expert on rank 0; scattered: drawn from `rng`, a random.Random)."""
+    from dataclasses import replace
+
+    E, N = case.config().n_experts, ranks
+    if owners is None:
+        owners = {"contiguous": lambda: contiguous(E, N), "strided": lambda: strided(E, N),
+                  "uneven": lambda: from_counts([E] + [0] * (N - 1)),
+                  "scattered": lambda: tuple(rng.randrange(N) for _ in range(E))}[placement]()
+    return replace(case, ep_ranks=N, ep_placement=placement, ep_owners=tuple(owners)).validate()
+
+
 def sweep_layout(case, ranks: int, i: int, rng):
     """Case number i of a boundary sweep (k3diff/strategies.py boundary_plan) on `ranks` ranks:
-    its experts fitted (fit_experts), the placements in turn (uneven: every expert on one rank)."""
+    its experts fitted (fit_experts), the placements in turn (uneven: all on rank i mod N)."""
     from dataclasses import replace
 
     case = replace(case, overrides=fit_experts(case.config(), case.overrides))
-    E, N = case.config().n_experts, ranks
     placement = PLACEMENTS[i % len(PLACEMENTS)]
-    if placement == "contiguous":
-        owners = contiguous(E, N)
-    elif placement == "strided":
-        owners = strided(E, N)
-    elif placement == "uneven":
-        owners = rotate(from_counts([E] + [0] * (N - 1)), i % N, N)
-    else:
-        owners = tuple(rng.randrange(N) for _ in range(E))
-    return replace(case, ep_ranks=N, ep_placement=placement, ep_owners=owners).validate()
+    out = placed(case, ranks, placement, rng=rng)
+    if placement == "uneven":
+        out = replace(out, ep_owners=rotate(out.ep_owners, i % ranks, ranks))
+    return out
 
 
 def draw_ep(draw, fields: dict, cfg, ranks: int) -> dict:

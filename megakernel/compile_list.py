@@ -3,6 +3,8 @@ builds for each set of dims (and warms the disk cache with), and what the PTX ch
 (tools/ptx_dump.py). The steps choose from the same functions, so the list cannot drift from
 what runs.
 """
+from dataclasses import replace
+
 from megakernel import gemv, k_expert_mma, k_kda_core, k_mla_merge
 from megakernel.config import KDA_GEMVS, MLA_GEMVS, MOE_GEMVS
 from megakernel.k_expert import TT_EXPERT
@@ -30,6 +32,17 @@ def moe(s):
     out += [("persistent", persistent_variant(s, fmt, forced, T1, m))
             for fmt in ("bf16", "mxfp4") for T1 in (True, False) for forced in (False, True)]
     return out
+
+
+def ep(s):
+    """A megakernel-ep rank's own experts (ep.py), compiled for the MoE's dims with k = 1: the
+    schedule and the expert launches the fork-join would choose."""
+    out = [("schedule", {})]
+    for fmt in ("bf16", "mxfp4"):
+        for TT in (1, TT_EXPERT):
+            out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
+    return out + [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
+                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN))]
 
 
 def persistent_variant(s, fmt, forced, T1, gemv_mma):
@@ -76,6 +89,8 @@ def entries(dims_names, s, extra=None):
         out += [(dn, n, v, kd) for n, v in kda(s)]
         out += [(dn, n, v, md) for n, v in mla(s)]
         out += [(dn, n, v, dm) for n, v in layer(s)]
+        # under a label of their own: ptx_dump names its files by (label, kernel, variant)
+        out += [(f"{dn}-ep", n, v, replace(dm, k=1)) for n, v in ep(s)]
         if extra is not None:
             out += [(dn, n, v, dm) for n, v in extra(s)]
     return out

@@ -9,7 +9,7 @@ Per step, on every rank (the math of docs/k3-decode.md §5, split where the data
               counts first, then the rows: all_to_all_single with uneven splits)
     experts   the rank's own experts over every row it received: the single-GPU step's
               schedule and expert kernels, the received rows taken as tokens of one slot each
-              (dims E = the rank's expert count, k = 1), in passes of at most MAX_T rows
+              (dims k = 1, ids the experts' local indices), in passes of at most MAX_T rows
     combine   the y rows back to their home ranks, each into its (token, slot) place of the
               home's pair buffer, then the single-GPU step's combine (slot order, one
               rounding), latent norm, W_up, shared experts and final add
@@ -107,7 +107,7 @@ def ep_step(engine, x: torch.Tensor, forced, owners: torch.Tensor, world: int, g
 class MegakernelEngine:
     """The megakernel's kernels as an Engine: the home step is a LatentMoE of the case's dims
     (only its route and after-combine launches run), the rank's experts a LatentMoE of dims
-    (E = its expert count, k = 1) of which only the schedule and expert launches run."""
+    k = 1 over its own experts' weights, of which only the schedule and expert launches run."""
 
     def __init__(self, dims, shard: dict, device, settings=None):
         from megakernel.moe import LatentMoE
@@ -121,8 +121,9 @@ class MegakernelEngine:
         if self.ids.numel():
             # only its experts run: the replicated weights go in as empty views, not copies
             own = {n: t if n.startswith("experts.") else t[:0] for n, t in weights.items()}
-            self.own = LatentMoE(replace(dims, E=int(self.ids.numel()), k=1).check(), own, device,
-                                 streams="serial", settings=settings)
+            # dims k = 1 and the case's E: one compiled set whatever the placement (a local
+            # index is below E, so the schedule's E slots hold it; the weights hold only these)
+            self.own = LatentMoE(replace(dims, k=1), own, device, streams="serial", settings=settings)
 
     def route(self, x, forced):
         from megakernel.launch_streams import STAGES

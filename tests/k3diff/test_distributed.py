@@ -3,7 +3,6 @@ torch-blocked-ep judged over gloo, the planted dispatch bug caught, and --k3diff
 About 25 s of CPU on 2 cores (more wall time on a loaded machine): the first rank pool of a
 process (a forkserver importing torch), one `pytest --k3diff` run, and a 10 s hang timeout."""
 import json
-import os
 import subprocess
 import sys
 import time
@@ -26,11 +25,7 @@ if str(HERE) not in sys.path:                # ep_faulty: loaded by name in the 
 
 
 def ep_case(ranks=2, placement="contiguous", owners=None, **kw):
-    kw.setdefault("stage", "moe")
-    case = Case(**kw)
-    E = case.config().n_experts
-    owners = owners if owners is not None else getattr(ep_config, placement)(E, ranks)
-    return replace(case, ep_ranks=ranks, ep_placement=placement, ep_owners=tuple(owners)).validate()
+    return ep_config.placed(Case(**{"stage": "moe", **kw}), ranks, placement, owners)
 
 
 def _gone(pid: int) -> bool:

@@ -22,11 +22,7 @@ if str(HERE) not in sys.path:                # ep_torch: loaded by name in the r
 
 
 def ep_case(ranks=2, placement="contiguous", owners=None, **kw):
-    kw.setdefault("stage", "moe")
-    case = Case(**kw)
-    E = case.config().n_experts
-    owners = owners if owners is not None else getattr(ep_config, placement)(E, ranks)
-    return replace(case, ep_ranks=ranks, ep_placement=placement, ep_owners=tuple(owners)).validate()
+    return ep_config.placed(Case(**{"stage": "moe", **kw}), ranks, placement, owners)
 
 
 @pytest.fixture(scope="module")
@@ -141,3 +137,18 @@ def test_ranks_on_a_gpu_are_asked_for_by_the_candidate_not_the_group():
     from k3diff.backends import load
 
     assert load("megakernel-ep").ranks_on_gpu and not load("torch-blocked-ep").ranks_on_gpu
+
+
+def test_the_ranks_expert_kernels_are_compiled_in_ci():
+    """`python -m megakernel compile` (CI, both archs) builds what a megakernel-ep rank launches:
+    the schedule and expert kernels at dims k = 1, under labels of their own (ptx_dump's files)."""
+    from megakernel import compile_list, config
+    from megakernel.dims import FULL, SMALL
+
+    entries = compile_list.entries(["full", "small"], config.current())
+    ep = {(dn, n, dm) for dn, n, v, dm in entries if dn.endswith("-ep")}
+    for dn, dm in (("full-ep", FULL), ("small-ep", SMALL)):
+        for name in ("schedule", "expert_up", "expert_down", "expert_up_mma", "expert_down_mma"):
+            assert (dn, name, replace(dm, k=1)) in ep
+    labels = [(dn, n, tuple(sorted(v.items()))) for dn, n, v, _ in entries]
+    assert len(labels) == len(set(labels))

@@ -29,10 +29,7 @@ def mk_ep():
 
 
 def ep_case(ranks, placement="contiguous", owners=None, **kw):
-    case = Case(stage="moe", **kw)
-    E = case.config().n_experts
-    owners = owners if owners is not None else getattr(ep_config, placement)(E, ranks)
-    return replace(case, ep_ranks=ranks, ep_placement=placement, ep_owners=tuple(owners)).validate()
+    return ep_config.placed(Case(stage="moe", **kw), ranks, placement, owners)
 
 
 def run(backend, case):

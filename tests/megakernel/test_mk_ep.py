@@ -152,3 +152,22 @@ def test_the_ranks_expert_kernels_are_compiled_in_ci():
             assert (dn, name, replace(dm, k=1)) in ep
     labels = [(dn, n, tuple(sorted(v.items()))) for dn, n, v, _ in entries]
     assert len(labels) == len(set(labels))
+
+
+def test_a_rank_launches_the_fork_joins_own_expert_kernels(monkeypatch):
+    """launch_streams.expert_launches is what launches() runs as schedule, expert_up and
+    expert_down (both formats, both expert kernels, every batch class): megakernel-ep's bitwise
+    claim rests on the same kernels (the compile replaced by its key: no GPU, no compile)."""
+    from types import SimpleNamespace
+
+    from megakernel import cache, config, launch_streams
+    from megakernel.dims import SMALL
+
+    monkeypatch.setattr(cache, "compiled", lambda name, dims, **v: (name, dims, tuple(sorted(v.items()))))
+    for fmt, mma in (("bf16", False), ("mxfp4", False), ("mxfp4", True)):
+        moe = SimpleNamespace(dm=SMALL, settings=config.current(), fmt=fmt, uses_mma=lambda m=mma: m)
+        for T in (1, 2, 8, 9, 64, 256):
+            every = launch_streams.launches(moe, T, forced=False)
+            assert every[2:5] == launch_streams.expert_launches(moe, T)
+            assert [k[0] for k in every[2:5]] == ["schedule", "expert_up_mma" if mma else "expert_up",
+                                                 "expert_down_mma" if mma else "expert_down"]

@@ -167,7 +167,6 @@ class MegakernelBackend:
             buf.copy_(s[n])
 
 
-
 class MegakernelEPBackend:
     """k3diff backend "megakernel-ep": the moe stage with expert parallelism (megakernel/ep.py),
     `--k3diff-ranks N`. A declaration, not a Backend: k3diff runs `rank_impl` on N rank

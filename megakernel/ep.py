@@ -37,8 +37,7 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-MOE_OUTPUTS = ("out", "router_logits", "topk_ids", "topk_weights", "latent", "combined",
-               "latent_normed", "routed_out", "shared_out")
+from megakernel.backend import MOE_OUTPUTS
 
 
 class Engine:

@@ -5,7 +5,7 @@ what runs.
 """
 from dataclasses import replace
 
-from megakernel import gemv, k_expert_mma, k_kda_core, k_mla_merge
+from megakernel import gemv, k_expert_mma, k_kda_core, k_mla_heads, k_mla_merge
 from megakernel.config import KDA_GEMVS, MLA_GEMVS, MOE_GEMVS
 from megakernel.k_expert import TT_EXPERT
 
@@ -64,12 +64,15 @@ def kda(s):
         ("kda_norm", {})]
 
 
-def mla(s):
-    """The MLA step's (dims.MlaDims): both attention kernels (MK_MLA_MMA picks one)."""
+def mla(s, md):
+    """The MLA step's (dims.MlaDims): both paths (MK_MLA_MMA picks one: mla.MlaStep.kernel)."""
+    heads = [(n, k_mla_heads.variant(n, T)) for n in k_mla_heads.VARIANT for T in (1, 9)]
     return _gemvs(MLA_GEMVS, s) + [
         ("mla_absorb", dict(TT=1)), ("mla_absorb", dict(TT=gemv.TT_GEMV)), ("mla_norm", {}),
         ("mla_attn", {}), ("mla_attn_mma", {})] + [
-        ("mla_merge", k_mla_merge.variant(T)) for T in (1, 2)]
+        ("mla_merge", k_mla_merge.variant(T)) for T in (1, 2)] + (
+        heads + [("mla_merge", k_mla_merge.variant(1, md, value=False))]
+        if k_mla_heads.fits(md) else [])
 
 
 def layer(s):
@@ -87,7 +90,7 @@ def entries(dims_names, s, extra=None):
         dm, kd, md = table[dn]
         out += [(dn, n, v, dm) for n, v in moe(s)]
         out += [(dn, n, v, kd) for n, v in kda(s)]
-        out += [(dn, n, v, md) for n, v in mla(s)]
+        out += [(dn, n, v, md) for n, v in mla(s, md)]
         out += [(dn, n, v, dm) for n, v in layer(s)]
         # under a label of their own: ptx_dump names its files by (label, kernel, variant)
         out += [(f"{dn}-ep", n, v, replace(dm, k=1)) for n, v in ep(s)]

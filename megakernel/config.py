@@ -14,7 +14,7 @@ imports no cutlass.
   MEGAKERNEL_STREAMS        moe.streams            fork (default) | serial | persistent
   MEGAKERNEL_ATTN_STREAMS   attn.streams           fused | fork (unset: each step's measured default)
   MK_GEMV_MMA               gemv.mma               0 | 1 | names (unset: every GEMV on the tensor cores)
-  MK_MLA_MMA                attn.mla_mma           0: MLA's attention on the CUDA cores
+  MK_MLA_MMA                attn.mla_mma           0: MLA's absorb, attention, value projection on the CUDA cores
   MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
   MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
   MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
@@ -69,7 +69,7 @@ class Moe:
 @dataclass(frozen=True)
 class Attn:
     streams: str | None = None   # None: each step's measured default (mla.py fork, kda.py fused)
-    mla_mma: bool = True         # MLA's attention on the tensor cores (k_mla_attn_mma.py)
+    mla_mma: bool = True         # MLA's products on the tensor cores (k_mla_attn_mma.py, k_mla_heads.py)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""MLA launch 5: the splits merged, the value up-projection and the output gate (docs/k3-decode.md §3.4-3.5),
-for a tile of TT tokens and one of VQ slices of a head's V output columns per CTA: M = max_s m_s,
+"""MLA launch 5: the splits merged, then (value=True, the CUDA-core path) the value up-projection and
+the output gate (docs/k3-decode.md §3.4-3.5); with value=False only lat, the rest being the tensor
+cores' (k_mla_heads.py, mla_uv), and the VQ slices are slices of lat's columns. For a tile of TT tokens and one of VQ slices of a head's V output columns per CTA: M = max_s m_s,
 w_s = exp(m_s - M) (0 for an empty split), lat = bf16(sum_s w_s acc_s / sum_s w_s l_s) in split
 order; o[c] = bf16(sum_l lat[l] W_UV[h, c, l]) (W_UV[h] = rows NP..NP+V-1 of head h's block of
 kv_b); gated = bf16(o sigmoid(gz)), gz the gate columns of the fused x-side projection. f32 math,
@@ -31,9 +32,12 @@ class MlaMerge:
     ARGS = (("pm", Float32), ("pl", Float32), ("pa", Float32), ("kv_b", BFloat16), ("z", BFloat16),
             ("lat", BFloat16), ("o", BFloat16), ("gated", BFloat16), ("T", INT), ("NS", INT))
 
-    def __init__(self, md, TT: int = 1, VQ: int = 1):
-        assert md.V % (VQ * OC) == 0, (md.V, VQ)
-        self.md, self.TT, self.VQ = md, TT, VQ
+    def __init__(self, md, TT: int = 1, VQ: int = 1, value: bool = True):
+        """value=False: the splits merged into lat only, the CTA's slice q of VQ being latent
+        columns [q R / VQ, (q + 1) R / VQ); the value projection and the gate are then
+        k_mla_heads.py's (mla_uv)."""
+        assert (md.V if value else md.R) % (VQ * (OC if value else 1)) == 0, (md.V, md.R, VQ)
+        self.md, self.TT, self.VQ, self.value = md, TT, VQ, value
 
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
@@ -50,23 +54,23 @@ class MlaMerge:
     def body(self, pm, pl, pa, kv_b, z, lat, o, gated, T, NS, bx, by):
         md, TT, VQ = self.md, self.TT, self.VQ
         H, R, NP, V, NA = md.H, md.R, md.NP, md.V, md.NA
-        G0 = md.QL + md.C                    # first gate column of z
         h, q = by // VQ, by % VQ
         t0 = bx * TT
         i, _, _ = cute.arch.thread_idx()
         PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         PA = cute.make_tensor(pa, cute.make_layout((T, H, NS, R), stride=(H * NS * R, NS * R, R, 1)))
-        Z = cute.make_tensor(z, cute.make_layout((T, NA), stride=(NA, 1)))
         LAT = cute.make_tensor(lat, cute.make_layout((T, H, R), stride=(H * R, R, 1)))
-        O = cute.make_tensor(o, cute.make_layout((T, H, V), stride=(H * V, V, 1)))
-        GT = cute.make_tensor(gated, cute.make_layout((T, H * V), stride=(H * V, 1)))
-        smem = cutlass.memory.SmemAllocator()
-        sl = smem.allocate_tensor(Float32, cute.make_layout((TT, R), stride=(R, 1)), 16)
+        sl = None
+        if cutlass.const_expr(self.value):
+            smem = cutlass.memory.SmemAllocator()
+            sl = smem.allocate_tensor(Float32, cute.make_layout((TT, R), stride=(R, 1)), 16)
         # the splits merged for every tile token at once: the split loop outside, the tokens and
         # this thread's columns inside (independent chains, so their loads overlap); each sum
         # still runs over the splits in order
-        NCC = (R + THREADS - 1) // THREADS   # columns per thread
+        RS = R if self.value else R // VQ    # the latent columns this CTA merges, from c0
+        c0 = 0 if self.value else q * RS
+        NCC = (RS + THREADS - 1) // THREADS  # columns per thread
         tix = cute.make_rmem_tensor((TT,), Int32)
         Mv = cute.make_rmem_tensor((TT,), Float32)
         Lv = cute.make_rmem_tensor((TT,), Float32)
@@ -85,17 +89,32 @@ class MlaMerge:
                 e = cute.math.exp(PM[tix[j], h, s] - Mv[j])
                 Lv[j] = Lv[j] + e * PL[tix[j], h, s]
                 for cc in cutlass.range_constexpr(NCC):
-                    c = i + THREADS * cc
-                    if c < R:
+                    c = c0 + i + THREADS * cc
+                    if i + THREADS * cc < RS:
                         acc1[j, cc] = acc1[j, cc] + e * PA[tix[j], h, s, c]
         for j in cutlass.range_constexpr(TT):
             for cc in cutlass.range_constexpr(NCC):
-                c = i + THREADS * cc
-                if c < R:
+                c = c0 + i + THREADS * cc
+                if i + THREADS * cc < RS:
                     v = (acc1[j, cc] / Lv[j]).to(BFloat16)
-                    if q == 0 and t0 + j < T:
+                    if cutlass.const_expr(self.value):
+                        if q == 0 and t0 + j < T:     # the slices share lat: one writes it
+                            LAT[tix[j], h, c] = v
+                        sl[j, c] = v.to(Float32)
+                    elif t0 + j < T:
                         LAT[tix[j], h, c] = v
-                    sl[j, c] = v.to(Float32)
+        if cutlass.const_expr(self.value):
+            self.value_part(kv_b, z, o, gated, sl, T, t0, h, q, i)
+
+    @cute.jit
+    def value_part(self, kv_b, z, o, gated, sl, T, t0, h, q, i):
+        """o and gated from the merged lat of the tile's tokens (in `sl`), on the CUDA cores."""
+        md, TT, VQ = self.md, self.TT, self.VQ
+        H, R, NP, V, NA = md.H, md.R, md.NP, md.V, md.NA
+        G0 = md.QL + md.C                    # first gate column of z
+        Z = cute.make_tensor(z, cute.make_layout((T, NA), stride=(NA, 1)))
+        O = cute.make_tensor(o, cute.make_layout((T, H, V), stride=(H * V, V, 1)))
+        GT = cute.make_tensor(gated, cute.make_layout((T, H * V), stride=(H * V, 1)))
         cute.arch.sync_threads()
         NCH = R // 8                         # 8-element chunks of a W_UV row
         NC = (NCH + 31) // 32                # per lane (the last one guarded when R % 256)
@@ -129,10 +148,13 @@ class MlaMerge:
                         GT[t, h * V + c] = (ob.to(Float32) * sigmoid(Z[t, G0 + h * V + c].to(Float32))).to(BFloat16)
 
 
-def variant(T):
-    """The tile of tokens and slices of a head's output columns at batch T (the bits depend on
+def variant(T, md=None, value=True):
+    """value=False (the splits only): VQ slices of 128 latent columns (one per thread) where R
+    allows, at every batch (they decide no bit). Else The tile of tokens and slices of a head's output columns at batch T (the bits depend on
     neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200, fifth
     session; timings in docs/megakernel-notes.md). Merging the splits is the cost, and a token tile merges its
     tokens' splits in one CTA, so tiles never paid; slices pay only while the heads alone leave
     SMs idle."""
+    if not value:
+        return dict(TT=1, VQ=md.R // 128 if md.R % 128 == 0 else 1, value=False)
     return dict(TT=1, VQ=4 if T == 1 else 1)

@@ -1,17 +1,21 @@
-"""The gated MLA decode step (docs/k3-decode.md §3) on the GPU: seven launches on the caller's stream
-("fused"), or eight with the gate's GEMV on a side stream beside the chain ("fork", below).
+"""The gated MLA decode step (docs/k3-decode.md §3) on the GPU: eight launches on the caller's stream
+("fused"), or nine with the gate's GEMV on a side stream beside the chain ("fork", below).
 
   fused: 0 mla_x  z = [q_c | kv_c | k_pe | gz] = bf16(x [W_q_a | W_kv_a | W_g]^T), then 1-6
   fork: main stream                                                          side stream
   0 mla_a       [q_c | kv_c | k_pe] = bf16(x [W_q_a | W_kv_a]^T)    GEMV     mla_g  gz = bf16(x W_g^T)
   1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]    k_mla_norm.py    (z's last H V
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]              GEMV              columns)
-  3 mla_absorb  ql = bf16(q_nope W_UK)                              k_mla_absorb.py
+  3 mla_absorb  ql = bf16(q_nope W_UK)                              k_mla_heads.py
   4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_mma.py
-                (on the tensor cores; Settings.attn.mla_mma off: k_mla_attn.py)
                                                    <-- join --
-  5 mla_merge   lat = merge; o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_merge.py
-  6 mla_out     out = bf16(gated W_o^T)                             GEMV
+  5 mla_merge   lat = merge of the splits                          k_mla_merge.py
+  6 mla_uv      o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_heads.py
+  7 mla_out     out = bf16(gated W_o^T)                             GEMV
+  3, 4 and 6 run on the tensor cores; with Settings.attn.mla_mma off (MK_MLA_MMA=0), or dims
+  their tiles do not take, on the CUDA cores: k_mla_absorb.py, k_mla_attn.py, and the merge
+  does 6 itself (mla_uv is then no launch). The two paths round differently; one serves every
+  batch.
 
 mla_a and mla_g are the rows of mla_x (one weight tensor, three views) written into the columns
 of the same buffer z (ldy): each row's dot is the same in every launch, so the modes share their
@@ -28,12 +32,13 @@ timed by `python -m megakernel.tools.bench_mla` (docs/megakernel-notes.md).
 """
 import torch
 
-from megakernel import gemv, k_mla_merge, side_stream
+from megakernel import gemv, k_mla_heads, k_mla_merge, side_stream
 from megakernel.k_mla_attn import max_splits
 from megakernel.k_mla_attn_mma import attention_kernel
 
 STEPS = side_stream.Stages(
-    chain=("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_out"),
+    chain=("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_uv",
+           "mla_out"),
     side=("mla_g",), fused="mla_x", join="mla_merge",     # mla_x: mla_a and mla_g in one launch
     forks={"start": None, "after_a": "mla_a"},
     bind={   # a GEMV stage -> {kernel argument: buffer} (the generic GEMV's w, x, y, ctas)
@@ -43,8 +48,7 @@ STEPS = side_stream.Stages(
         "mla_qb": dict(w="w_qb", x="qc", y="q", ctas="full_grid"),
         "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
     },
-    variant={"mla_absorb": lambda T: dict(TT=1 if T == 1 else gemv.TT_GEMV),
-             "mla_merge": k_mla_merge.variant},
+    variant={},             # MlaStep.kernel: absorb, attention, merge and uv by the path
     # the default, measured faster (`python -m megakernel.tools.tune_fork`, bench_mla, H200,
     # sixth session: 1.03-1.05x over fused at batch 1 and 8; docs/megakernel-notes.md): forked at the start,
     # the gate's GEMV capped at 2 CTAs per SM (uncapped, its CTAs hold the SMs and mla_a ends
@@ -67,8 +71,12 @@ class MlaStep(side_stream.Modes):
         w = {n.removesuffix(".weight"): t.to(device) for n, t in weights.items()}
         bf = lambda t: t.to(torch.bfloat16).contiguous()          # noqa: E731
         w_x = bf(torch.cat([w["q_a"], w["kv_a"], w["g"]]))      # mla_a: its first rows (a view)
+        kv_b = bf(w["kv_b"])
+        # W_UK[h]^T, [H, R, NP]: the absorb's rows on the tensor cores (k_mla_heads.py), made
+        # once with the weights (12.6 MB at full dims)
+        wuk_t = bf(kv_b.view(md.H, md.NP + md.V, md.R)[:, :md.NP].transpose(1, 2))
         self._weights = dict(w_x=w_x, w_a=w_x[:md.G0], w_g=w_x[md.G0:], w_qb=bf(w["q_b"]),
-                             kv_b=bf(w["kv_b"]), w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
+                             kv_b=kv_b, wuk_t=wuk_t, w_o=bf(w["o"]), q_norm=bf(w["q_a_norm"]),
                              kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
 
@@ -112,7 +120,21 @@ class MlaStep(side_stream.Modes):
         self.run(named, T, md, stages)
         return s
 
+    def heads_mma(self):
+        """Absorb and value projection on the tensor cores (k_mla_heads.py): with the attention's
+        switch, where the dims fit its tiles."""
+        return self.settings.attn.mla_mma and k_mla_heads.fits(self.md)
+
     def kernel(self, stage, T):
+        """(kernel name or None: no launch in this path, variant) of `stage` at batch T."""
+        mma = self.heads_mma()
         if stage == "mla_attn":
             return attention_kernel(self.md, self.settings.attn), {}
+        if stage == "mla_absorb":
+            return (("mla_absorb_mma", k_mla_heads.variant("mla_absorb_mma", T)) if mma else
+                    ("mla_absorb", dict(TT=1 if T == 1 else gemv.TT_GEMV)))
+        if stage == "mla_merge":
+            return stage, k_mla_merge.variant(T, self.md, value=not mma)
+        if stage == "mla_uv":
+            return ("mla_uv", k_mla_heads.variant("mla_uv", T)) if mma else (None, {})
         return super().kernel(stage, T)

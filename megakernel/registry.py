@@ -16,6 +16,7 @@ from megakernel.k_kda_norm import KdaNorm
 from megakernel.k_mla_absorb import MlaAbsorb
 from megakernel.k_mla_attn import MlaAttn
 from megakernel.k_mla_attn_mma import MlaAttnMMA
+from megakernel.k_mla_heads import MlaAbsorbMMA, MlaValueMMA
 from megakernel.k_mla_merge import MlaMerge
 from megakernel.k_mla_norm import MlaNorm
 from megakernel.k_persistent import PersistentStep
@@ -82,6 +83,8 @@ KERNELS.update({
     "mla_attn": lambda md, **v: MlaAttn(md, **v),
     "mla_attn_mma": lambda md, **v: MlaAttnMMA(md, **v),
     "mla_merge": lambda md, **v: MlaMerge(md, **v),
+    "mla_absorb_mma": lambda md, **v: MlaAbsorbMMA(md, **v),
+    "mla_uv": lambda md, **v: MlaValueMMA(md, **v),
     # the layer (layer.py; dims.Dims)
     "attn_res": lambda dm: AttnRes(dm),
     # a GEMV of any shape (N, K, out_bf16, ldx) from a variant (tools/tune_gemv.py)

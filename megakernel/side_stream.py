@@ -101,7 +101,7 @@ class Modes:
 
     def kernel(self, stage, T):
         """(kernel name, variant) of `stage` at batch T: a GEMV's from gemv.py, another's from
-        STEPS.variant."""
+        STEPS.variant (a step may override it; a None name: the stage is no launch here)."""
         from megakernel import gemv
         d = self.STEPS
         if stage in d.bind:
@@ -113,8 +113,8 @@ class Modes:
         from megakernel import cache
 
         def go(name, st):
-            if stages is None or name in stages:
-                kname, v = self.kernel(name, T)
+            kname, v = self.kernel(name, T)
+            if kname is not None and (stages is None or name in stages):
                 cache.compiled(kname, dims, **v)(named, st, self.STEPS.bind.get(name))
 
         self._streams.run(self.plan(), go, one_stream=self.streams == "fused")

@@ -7,15 +7,16 @@ cache rows once, its new row written) / the device-copy bandwidth measured in th
 is issue 31's two-limit floor (tools/roofline.py: bytes over read bandwidth or flops over the dense
 bf16 rate, B or F the larger), measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
-(k_gemv.py / k_gemv_mma.py), the step with the other attention kernel (k_mla_attn.py /
-k_mla_attn_mma.py: config.Attn.mla_mma), the step in the other stream mode (mla.py: "fused" or "fork";
+(k_gemv.py / k_gemv_mma.py), the step on MLA's other path (config.Attn.mla_mma: the attention,
+absorb and value projection on the CUDA cores, k_mla_attn.py, k_mla_absorb.py and k_mla_merge.py's
+value part, or on the tensor cores, k_mla_attn_mma.py and k_mla_heads.py), the step in the other stream mode (mla.py: "fused" or "fork";
 "x" is its time over the default's). Last, when flashinfer-python is installed (scripts/gpu_adapters.sh
 on the GPU machine), FlashInfer's MLA decode attention (BatchMLAPagedAttentionWrapper, FA2 plan,
 page size 1, planned once per shape outside the timing) on the same query, cache and lengths:
 "fi attn" is its run alone (events over 20 eager calls, median of 5) against ours, mla_attn + mla_merge
-alone (the merge also un-absorbs and gates: ours does more), and "fi step" the step with FlashInfer's
-attention in place of those two launches, composed from the times measured alone in this run (the
-un-absorption and gate left out, which favours FlashInfer). Against k3diff's torch-blocked MLA
+alone (on the tensor-core path the merge yields lat only, as FlashInfer's attention does; on the
+CUDA-core path it also un-absorbs and gates), and "fi step" the step with FlashInfer's attention in
+place of those two launches, composed from the times measured alone in this run. Against k3diff's torch-blocked MLA
 (megakernel/ imports neither k3diff nor reference): `python -m k3diff.tools.step_time`.
 """
 import argparse
@@ -171,7 +172,7 @@ def main(argv=None) -> int:
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
-                alone += (f"  step with the attention on the {'CUDA' if mla_mma else 'tensor'} "
+                alone += (f"  step with MLA's products on the {'CUDA' if mla_mma else 'tensor'} "
                           f"cores {alt_at:.1f}  {other} {one:.1f} (x{one / us[None]:.2f})")
                 fi_us = fi.us(md, cache, ln[0])
                 if fi_us is not None:

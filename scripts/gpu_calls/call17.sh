@@ -10,8 +10,8 @@
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-575}
 TAIL=30 cmd A_ep_gpu_tests 200 python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_mk_ep_gpu.py
-BACKEND=megakernel-ep ci B_ep_ci_2ranks 150 -k moe --k3diff-ranks 2 --k3diff-seed 97001
-BACKEND=megakernel-ep ci C_ep_ci_3ranks 120 -k moe --k3diff-ranks 3 --k3diff-seed 97002 --k3diff-preset full
+BACKEND=megakernel.backend:MegakernelEPBackend ci B_ep_ci_2ranks 150 -k moe --k3diff-ranks 2 --k3diff-seed 97001
+BACKEND=megakernel.backend:MegakernelEPBackend ci C_ep_ci_3ranks 120 -k moe --k3diff-ranks 3 --k3diff-seed 97002 --k3diff-preset full
 TAIL=20 cmd D_mk_gpu_tests 120 python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_mk_gpu.py
 ci E_def_95008 100 --k3diff-seed 95008
 finish

@@ -23,7 +23,7 @@ from megakernel.backend import MegakernelBackend  # noqa: E402
 
 @pytest.fixture(scope="module")
 def mk_ep():
-    b = load("megakernel-ep")
+    b = load("megakernel.backend:MegakernelEPBackend")   # the entry point needs a pip install
     yield b
     b.close()
 

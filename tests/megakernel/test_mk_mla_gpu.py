@@ -44,24 +44,31 @@ def test_mla_step_is_batch_invariant(backend):
     assert v.ok, v.failures()
 
 
+@pytest.mark.parametrize("mma", [True, False])
 @pytest.mark.parametrize("lens", [(0, 70, 2100, 5, 64, 300, 1, 999, 31)])
-def test_mla_merge_tiles_and_slices_keep_the_bits(monkeypatch, lens):
+def test_mla_merge_tiles_and_slices_keep_the_bits(monkeypatch, lens, mma):
     """k_mla_merge.py's token tiles and column slices change only which CTA sums what: every
-    variant gives the same bits (the batch-9 grid has a padded tile at TT = 8)."""
-    from megakernel import cache
+    variant gives the same bits (the batch-9 grid has a padded tile at TT = 8), in both paths
+    (the merge does the value projection, or only lat)."""
+    from megakernel import k_mla_merge
     from megakernel.dims import MLA_SMALL
     from megakernel.mla import MlaStep
     from megakernel.tools.bench_mla import draw_weights
     dev = torch.device("cuda")
     md, T = MLA_SMALL, len(lens)
-    step = MlaStep(md, draw_weights(md), dev)
+    from dataclasses import replace
+    from megakernel import config
+    base = config.current()
+    step = MlaStep(md, draw_weights(md), dev,
+                   settings=replace(base, attn=replace(base.attn, mla_mma=mma)))
     g = torch.Generator(dev).manual_seed(7)
     kv0 = torch.randn(T, max(lens) + 2, md.C, generator=g, device=dev).to(torch.bfloat16)
     x = torch.randn(T, md.d, generator=g, device=dev).to(torch.bfloat16)
     ln = torch.tensor(lens, dtype=torch.int64, device=dev)
     got = []
     for v in (dict(TT=1, VQ=1), dict(TT=1, VQ=4), dict(TT=8, VQ=4), dict(TT=8, VQ=1)):
-        monkeypatch.setattr(cache, "mla_merge_variant", lambda T, v=v: v)
+        monkeypatch.setattr(k_mla_merge, "variant", lambda T, md=None, value=True, v=v: dict(
+            v, **({} if value else dict(value=False))))
         s = step.launch(x, kv0.clone(), ln)
         got.append([s[n].clone() for n in ("lat", "o", "gated", "out")])
     for other in got[1:]:

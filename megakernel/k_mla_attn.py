@@ -43,21 +43,15 @@ class MlaAttn:
         self.md, self.hg = md, hg
         self.groups = (md.H + hg - 1) // hg
 
-    GROUPS_FIRST = False    # grid (group, token, split): a row's head groups run side by side
-
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
-        grid = (A.T, self.groups, A.NS)
-        if cutlass.const_expr(self.GROUPS_FIRST):
-            grid = (self.groups, A.T, A.NS)
-        self.kernel(*A.kernel()).launch(grid=grid, block=(32 * self.hg, 1, 1), stream=A.stream)
+        self.kernel(*A.kernel()).launch(grid=(A.T, self.groups, A.NS), block=(32 * self.hg, 1, 1),
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
         t, g, s = cute.arch.block_idx()
-        if cutlass.const_expr(self.GROUPS_FIRST):
-            g, t, s = cute.arch.block_idx()
         self.body(*a, t, g, s)
 
     @cute.jit

@@ -46,21 +46,16 @@ NCOL = 4       # warps per head tile (each over R / NCOL latent columns): 175 re
 
 
 class MlaAttnMMA(MlaAttn):
-    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = KSPLIT,
-                 pv_lo: bool = True, gfirst: bool = False):
+    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = KSPLIT):
         """ksplit: each of a head tile's NCOL warps scores only its share of the 64-wide blocks
         of c (b % NCOL == its column group) and the NCOL partial scores are summed through shared
         memory in warp order, instead of every warp scoring the whole row (ksplit=False: NCOL-fold
         score work, ~70% of the mma at K3's dims). Another sum order, so other bits than the
         kernel before it. Measured (H200, tools/mla_ksplit.py, tree 3a7c2d9): with mtc = 2, 1.9x
         faster alone at 32k caches than mtc = 1 without it, and closer to float64 (8.8e-7 against
-        1.4e-6); the default since the whole k3diff check ran with it (docs/megakernel-notes.md).
-        pv_lo=False: P V in one bf16 mma (p rounded to bf16, as FlashInfer and FlashMLA do)
-        instead of hi + lo: half the P V work, less accurate (tools/mla_ksplit.py measures both
-        against float64). gfirst: the grid walks a row's head groups first (same bits)."""
+        1.4e-6); the default since the whole k3diff check ran with it (docs/megakernel-notes.md)."""
         assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
-        self.md, self.mtc, self.ncol, self.ksplit, self.pv_lo = md, mtc, ncol, ksplit, pv_lo
-        self.GROUPS_FIRST = gfirst
+        self.md, self.mtc, self.ncol, self.ksplit = md, mtc, ncol, ksplit
         self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)
         self.groups = (md.H + 16 * mtc - 1) // (16 * mtc)
         self.SR = md.C + 8                        # shared row stride, elements
@@ -206,7 +201,7 @@ class MlaAttnMMA(MlaAttn):
                 bv = ldmatrix_x4_trans(sb + ((lane % 16) * SR + n0 + 8 * (lane // 16)) * 2)
                 for hf in cutlass.range_constexpr(2):
                     jn = 2 * jp + hf
-                    for part in cutlass.range_constexpr(2 if self.pv_lo else 1):
+                    for part in cutlass.range_constexpr(2):
                         A = ph if part == 0 else pr
                         c = mma_bf16_16816(A[0], A[1], A[2], A[3], bv[2 * hf], bv[2 * hf + 1],
                                            O[4 * jn], O[4 * jn + 1], O[4 * jn + 2], O[4 * jn + 3])

@@ -7,8 +7,7 @@ warp scores its share of c, the partials summed through shared memory; two head 
 the default now. Other sum orders, so the bits differ: each layout's merged latent (softmax over
 every split, from the kernel's own partials) is held against a float64 attention over the same
 cache and query, in units of max|ref| of the case. A layout faster but less accurate than
-`unsplit` is a trade-off, printed as such (`default+pv1`, P V in one bf16 pass, is one to
-measure, not a default). Timing as tune_attn.py's (R launches in one CUDA graph,
+`unsplit` is a trade-off, printed as such. Timing as tune_attn.py's (R launches in one CUDA graph,
 median of 5). Exit 1 if a layout's error exceeds 2x unsplit's (2^-20 at least) or 2^-12."""
 import argparse
 import sys
@@ -23,11 +22,7 @@ from megakernel.tools.bench import no_gpu
 DEV = torch.device("cuda")
 # explicit, so a row means the same layout whatever the defaults; ksplit+mtc2 is the default's
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
-            "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
-            # the default walked head groups first (same bits: only which CTAs run together)
-            "default+gfirst": dict(ksplit=True, mtc=2, gfirst=True),
-            # P V once, p in bf16 (FlashInfer's and FlashMLA's choice): a trade-off to measure
-            "default+pv1": dict(ksplit=True, mtc=2, pv_lo=False)}
+            "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8)}
 BASE = "unsplit"
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 

@@ -6,6 +6,7 @@ Each module's docstring opens with its state: what it is, what was measured, wha
   k_gemv_route.py   gemv_x fused with route + schedule at batch 1: measured slower, off
   k_l2_prefetch.py  a later GEMV's weights into L2 (bulk prefetch): never run on a GPU
   peek.py           the persistent launch's ready-ticket scheduler: never run on a GPU
+  measure.py        their first GPU run: `python -m megakernel.experimental.measure peek|prefetch`
   task_graph.py, layer_graph.py, task_sim.py
                     a persistent schedule for a whole decode layer, checked on the CPU; no
                     kernel runs it
@@ -33,6 +34,6 @@ def variants(settings):
     out = [("gemv_route", dict(gemv.variant("gemv_x", 1, settings.gemv, threads=256), forced=f))
            for f in (False, True)]
     out += [("l2_prefetch", dict(ctas=132, last=False))]
-    out += [("persistent_peek", dict(fmt=fmt, forced=False, T1=False, gemv_mma=m))
-            for fmt in ("bf16", "mxfp4")]
+    out += [("persistent_peek", dict(fmt=fmt, forced=False, T1=t1, gemv_mma=m))
+            for fmt in ("bf16", "mxfp4") for t1 in (True, False)]
     return out

@@ -23,8 +23,6 @@ Details that matter:
   and moe.LatentMoE.check_persistent reports it): a broken plan costs a one-line error, not a
   hung GPU;
 - the last CTA to leave resets the counters, so the next launch (or graph replay) starts clean;
-- PEEK, a class hook: a subclass with PEEK = True and a `next_ready_task` compiles another
-  scheduler (experimental/peek.py, not yet run); the default kernel compiles without it;
 - the stages' shared memory is unioned (smem_merge_branch_allocs): the largest, the expert_up
   cp.async ring, sets the CTA's footprint; registers are capped for `ctas_per_sm` CTAs per SM.
 
@@ -50,7 +48,6 @@ SPIN_LIMIT = 1 << 22      # polls (~1 us each) before a wait is declared broken
 
 @declare
 class PersistentStep:
-    PEEK = False      # the ready-ticket scheduler (experimental/peek.py); a compile-time hook
     # every buffer of the step (moe.LatentMoE names them alike), then the plan (plan.py), the
     # counters, the trace buffer (the plan again when not tracing), T and the grid size
     ARGS = (("w1", BF), ("x", BF), ("s1", F32), ("bias", F32), ("fids", I32), ("ids", I32),
@@ -135,7 +132,7 @@ class PersistentStep:
         if bid < pl[P.HDR_SHARED_FIRST]:
             s_first = Int32(1)
         if tid == 0:
-            if (s_first == 0) & (not self.PEEK):
+            if s_first == 0:
                 pend = cute.arch.atomic_add(SY.iterator + P.ROUTED_TICKET, Int32(1),
                                             scope="gpu")
         go = Int32(1)
@@ -144,12 +141,8 @@ class PersistentStep:
                 t_draw = Int64(0)
                 if cutlass.const_expr(self.trace):
                     t_draw = globaltimer()
-                if cutlass.const_expr(self.PEEK):
-                    q, st, loc, grp, tick, sir, sis = self.next_ready_task(
-                        pl, SY, sir, sis, s_first)
-                else:
-                    q, st, loc, grp, tick, pend, sir, sis, s_open = self.next_task(
-                        pl, SY, pend, sir, sis, s_open, s_first)
+                q, st, loc, grp, tick, pend, sir, sis, s_open = self.next_task(
+                    pl, SY, pend, sir, sis, s_open, s_first)
                 if q == 1:                          # a shared task: wait for its inputs
                     _wait_deps(pl, SY, st, grp)
                 if q < 2:

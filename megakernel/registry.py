@@ -34,11 +34,10 @@ def persist_experts(persist):
 
 
 def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=(), persist=Persist(), only=(),
-                    mx_mma=True, cls=PersistentStep):
+                    mx_mma=True):
     """The PersistentStep object (not compiled) for these dims / format / batch class; gemv_mma:
     the MoE's GEMVs on the tensor cores (part of the key, so that a process can hold several);
-    persist: its build (config.Persist); mx_mma: Settings.moe.mx_mma; cls: the kernel class (an
-    experimental scheduler subclasses it: experimental/peek.py)."""
+    persist: its build (config.Persist); mx_mma: Settings.moe.mx_mma."""
     from megakernel.config import Gemv
     mma = fmt == "mxfp4" and mx_mma and fits(dm)
     T = 1 if T1 else gemv.TT_GEMV + 1          # a batch of the class
@@ -52,7 +51,7 @@ def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=(), persist=Persi
         # out_routed and out_shared read what the same launch wrote (yn, act_s)
         gemvs[g] = gemv.obj(g, dm, coherent=g.startswith("out_") and "TT" not in v, **v)
     up, down = persist_experts(persist)
-    return cls(dm, fmt, forced, gemvs, 1 if T1 else TT_EXPERT,
+    return PersistentStep(dm, fmt, forced, gemvs, 1 if T1 else TT_EXPERT,
                           up if mma else None, down if mma else None, trace, persist.ctas, only)
 
 

@@ -47,22 +47,35 @@ def moe(g: Graph, dm, fmt: str, T: int, after: str | None, order: Order = Order(
 
 
 def _mla(g, md, T, NS):
-    from megakernel import k_mla_merge
+    """The shipped MLA chain (mla.MlaStep.kernel): absorb and value projection on the tensor
+    cores where the dims fit (k_mla_heads.py), else the CUDA-core absorb and a merge that does the
+    value projection itself."""
+    from megakernel import k_mla_heads, k_mla_merge
     from megakernel.k_mla_absorb import MlaAbsorb
     from megakernel.k_mla_attn_mma import attention_kernel
-    absorb = MlaAbsorb(md, 1 if T == 1 else gemv.TT_GEMV)
+    mma = k_mla_heads.fits(md)
     attn = registry.KERNELS[attention_kernel(md, config.Attn())](md)
-    mv = k_mla_merge.variant(T)
+    mv = k_mla_merge.variant(T, md, value=not mma)
     pre = (Dep("attn_res_pre"),)
     g.add(Stage("mla_a", _gemv_tiles("mla_a", md, T), CRIT, pre))
     g.add(Stage("mla_g", _gemv_tiles("mla_g", md, T), FILL, pre))
     g.add(Stage("mla_norm", T, CRIT, (Dep("mla_a"),)))
     g.add(Stage("mla_qb", _gemv_tiles("mla_qb", md, T), CRIT, (Dep("mla_norm"),)))
-    g.add(Stage("mla_absorb", md.H * absorb.ctas * -(-T // absorb.TT), CRIT, (Dep("mla_qb"),)))
+    if mma:
+        absorb = k_mla_heads.MlaAbsorbMMA(md, **k_mla_heads.variant("mla_absorb_mma", T))
+        g.add(Stage("mla_absorb", md.H * absorb.tiles, CRIT, (Dep("mla_qb"),)))
+    else:
+        absorb = MlaAbsorb(md, 1 if T == 1 else gemv.TT_GEMV)
+        g.add(Stage("mla_absorb", md.H * absorb.ctas * -(-T // absorb.TT), CRIT, (Dep("mla_qb"),)))
     g.add(Stage("mla_attn", T * attn.groups * NS, CRIT, (Dep("mla_absorb"), Dep("mla_norm"))))
-    g.add(Stage("mla_merge", -(-T // mv["TT"]) * md.H * mv["VQ"], CRIT,
-                (Dep("mla_attn"), Dep("mla_g"))))
-    g.add(Stage("mla_out", _gemv_tiles("mla_out", md, T), CRIT, (Dep("mla_merge"),)))
+    merge = (Dep("mla_attn"),) if mma else (Dep("mla_attn"), Dep("mla_g"))
+    g.add(Stage("mla_merge", -(-T // mv["TT"]) * md.H * mv["VQ"], CRIT, merge))
+    last = "mla_merge"
+    if mma:
+        uv = k_mla_heads.MlaValueMMA(md, **k_mla_heads.variant("mla_uv", T))
+        g.add(Stage("mla_uv", md.H * uv.tiles, CRIT, (Dep("mla_merge"), Dep("mla_g"))))
+        last = "mla_uv"
+    g.add(Stage("mla_out", _gemv_tiles("mla_out", md, T), CRIT, (Dep(last),)))
     return "mla_out"
 
 

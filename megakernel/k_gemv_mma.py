@@ -25,7 +25,7 @@ one per batch size: that would break batch invariance). Padded token columns rep
 are not stored; rows past N repeat row N-1 and are not stored; a token tile wholly past T is
 skipped.
 """
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int64, Uint32
 from megakernel.kernel_args import declare
 from megakernel.k_gemv import GemvLaunch
 from megakernel.ptx import ld_v4_stream, ld_v4_cached, mma_bf16_16816
@@ -72,6 +72,15 @@ class GemvMMA(GemvLaunch):
         tid, _, _ = cute.arch.thread_idx()
         warp = tid // 32
         Y = cute.make_tensor(y, cute.make_layout((T, self.N), stride=(self.ldy, 1)))
+        part = self.partials()
+        for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
+            rt = warp // self.KS
+            self.warp_tile(w.toint(), x.toint(), Y, part, T,
+                           (tile * self.RT + rt) * self.RW, rt, warp % self.KS, tid % 32)
+
+    @cute.jit
+    def partials(self):
+        """The K splits' partial sums in shared memory ([RT][KS - 1][NACC][lane]; None at KS = 1)."""
         part = None
         if cutlass.const_expr(self.KS > 1):
             smem = cutlass.memory.SmemAllocator()
@@ -79,10 +88,7 @@ class GemvMMA(GemvLaunch):
                 Float32, cute.make_layout((self.RT, self.KS - 1, self.NACC, 32),
                                           stride=((self.KS - 1) * self.NACC * 32,
                                                   self.NACC * 32, 32, 1)), 16)
-        for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
-            rt = warp // self.KS
-            self.warp_tile(w.toint(), x.toint(), Y, part, T,
-                           (tile * self.RT + rt) * self.RW, rt, warp % self.KS, tid % 32)
+        return part
 
     @cute.jit
     def warp_tile(self, wb, xb, Y, part, T, r0, rt, ks, lane):
@@ -193,8 +199,12 @@ class GemvMMA(GemvLaunch):
                         for hh in cutlass.range_constexpr(2):
                             row = r0 + 16 * m + 8 * hh + g
                             if row < self.N:
-                                v = acc[4 * (m * self.NTT + n) + 2 * hh + cc]
-                                if cutlass.const_expr(self.out_bf16):
-                                    Y[tok, row] = v.to(BFloat16)
-                                else:
-                                    Y[tok, row] = v
+                                self.put(Y, tok, row, acc[4 * (m * self.NTT + n) + 2 * hh + cc])
+
+    @cute.jit
+    def put(self, Y, tok, row, v):
+        """One output (a subclass may write elsewhere: k_mla_heads.py)."""
+        if cutlass.const_expr(self.out_bf16):
+            Y[tok, row] = v.to(BFloat16)
+        else:
+            Y[tok, row] = v

@@ -23,7 +23,7 @@ or the grid: batch-invariant and deterministic. Other bits than the CUDA-core ke
 step uses one pair for every batch (Settings.attn.mla_mma, and `fits`: dims these tiles do not
 take use the CUDA-core pair; the merge then does the value projection itself).
 """
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int64
+from megakernel.device import cute, BFloat16, Float32, Int64
 from megakernel.kernel_args import INT, Args, declare
 from megakernel.k_gemv_mma import GemvMMA
 from megakernel.pointwise import sigmoid
@@ -47,7 +47,8 @@ def variant(name, T):
 class _Heads(GemvMMA):
     """GemvMMA over the H heads: CTA (tile, h) runs row tile(s) `tile` of head h's GEMV, whose
     weight rows start at element w_off + h w_hs (row stride K), activations at x_off + h x_hs
-    (token stride ldx) and outputs at h y_hs (token stride ldy)."""
+    (token stride ldx); GemvMMA.store hands each output to `put` (the subclass's: ql, or o and
+    gated), with `out` the tensors and h."""
     HOST_ONLY = ()
 
     def __init__(self, md, N, K, w_off, w_hs, x_off, x_hs, ldx, y_hs, ldy, **v):
@@ -65,32 +66,12 @@ class _Heads(GemvMMA):
     def head_tile(self, w, x, out, T, tile, h):
         tid, _, _ = cute.arch.thread_idx()
         warp = tid // 32
-        part = None
-        if cutlass.const_expr(self.KS > 1):
-            smem = cutlass.memory.SmemAllocator()
-            part = smem.allocate_tensor(
-                Float32, cute.make_layout((self.RT, self.KS - 1, self.NACC, 32),
-                                          stride=((self.KS - 1) * self.NACC * 32,
-                                                  self.NACC * 32, 32, 1)), 16)
+        part = self.partials()
         rt = warp // self.KS
         wb = w.toint() + (Int64(self.w_off) + Int64(h) * Int64(self.w_hs)) * Int64(2)
         xb = x.toint() + (Int64(self.x_off) + Int64(h) * Int64(self.x_hs)) * Int64(2)
         self.warp_tile(wb, xb, out, part, T, (tile * self.RT + rt) * self.RW, rt, warp % self.KS,
                        tid % 32)
-
-    @cute.jit
-    def store(self, out, acc, T, t0, r0, g, tg):
-        """As GemvMMA.store (the lane holds tokens 2 tg, 2 tg + 1 of rows g, g + 8 of each tile),
-        into head out[-1]'s columns through self.put."""
-        for n in cutlass.range_constexpr(self.NTT):
-            for cc in cutlass.range_constexpr(2):
-                tok = t0 + 8 * n + 2 * tg + cc
-                if tok < T:
-                    for m in cutlass.range_constexpr(self.MT):
-                        for hh in cutlass.range_constexpr(2):
-                            row = r0 + 16 * m + 8 * hh + g
-                            if row < self.N:
-                                self.put(out, tok, row, acc[4 * (m * self.NTT + n) + 2 * hh + cc])
 
 
 @declare

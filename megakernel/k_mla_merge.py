@@ -53,7 +53,7 @@ class MlaMerge:
     @cute.jit
     def body(self, pm, pl, pa, kv_b, z, lat, o, gated, T, NS, bx, by):
         md, TT, VQ = self.md, self.TT, self.VQ
-        H, R, NP, V, NA = md.H, md.R, md.NP, md.V, md.NA
+        H, R = md.H, md.R
         h, q = by // VQ, by % VQ
         t0 = bx * TT
         i, _, _ = cute.arch.thread_idx()

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 
 from k3diff.ep_config import MAX_RANKS, Layout, layout_of
-from k3diff.rank_pool import RANK_TIMEOUT, RankPool, _pack, _to_cpu, _unpack, load_impl
+from k3diff.rank_pool import RANK_TIMEOUT, RankPool, _pack, _shared, _to_cpu, _unpack, load_impl
 
 
 def is_distributed(backend) -> bool:
@@ -130,7 +130,7 @@ class DistributedCandidate:
         pool = self._pool_for(layout.ranks, kind, on_gpu)
         key = (prepared["key"], layout.owners)
         if key not in self._sent:
-            msgs = [("shard", key, stage, cfg, layout, _pack(shard_of(prepared["weights"], layout, r)))
+            msgs = [("shard", key, stage, cfg, layout, _shared(shard_of(prepared["weights"], layout, r)))
                     for r in range(layout.ranks)]
             pool.broadcast(msgs, "prepare")
             if len(self._sent) > 4:
@@ -212,7 +212,8 @@ def declared(obj) -> bool:
 
 def shard_of(weights: dict, layout: Layout, r: int) -> dict:
     """Rank r's weights: everything replicated except `experts.*`, of which only r's own experts
-    (ascending id), with `expert_ids` naming them. CPU copies: they travel through a pipe."""
+    (ascending id), with `expert_ids` naming them: CPU copies of their own (rank_pool._shared moves
+    them into shared memory for the pipe; the case's weights stay where they are)."""
     import torch
 
     mine = layout.experts_of(r)
@@ -225,6 +226,6 @@ def shard_of(weights: dict, layout: Layout, r: int) -> dict:
         if k.startswith("experts.") or ".experts." in k:
             shard[k] = v.index_select(0, index.to(v.device)).cpu()
         else:
-            shard[k] = v.cpu()
+            shard[k] = v.clone() if v.device.type == "cpu" else v.cpu()
     shard["expert_ids"] = index
     return shard

@@ -314,3 +314,30 @@ def test_the_ep_candidate_shares_no_math_with_the_reference():
         mods = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert not any(m == "reference" or m.startswith("reference.") and m != "reference.config" for m in mods), name
+
+
+def test_a_shard_travels_shared_or_by_value_when_shm_is_short(monkeypatch):
+    """rank_pool._shared: shared-memory tensors where /dev/shm has room, torch.save bytes where it
+    has not (a full tmpfs kills the writer with SIGBUS); _placed takes either, the same values."""
+    import os
+
+    import torch
+
+    from k3diff import rank_pool
+    from k3diff.rank_pool import _placed, _shared
+
+    def shard():
+        return {"experts.w": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4), "n": 3}
+
+    shared = _shared(shard())
+    assert isinstance(shared, dict) and shared["experts.w"].is_shared()
+    assert torch.equal(_placed(shared, "cpu")["experts.w"], shard()["experts.w"])
+
+    class Full:
+        f_bavail, f_frsize = 1, 4096
+    monkeypatch.setattr(rank_pool.os, "statvfs", lambda p: Full())
+    blob = _shared(shard())
+    assert isinstance(blob, bytes)
+    got = _placed(blob, "cpu")
+    assert torch.equal(got["experts.w"], shard()["experts.w"]) and got["n"] == 3
+    assert os.statvfs("/dev/shm").f_bavail == 1       # the patch is what made it bytes

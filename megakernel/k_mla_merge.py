@@ -1,6 +1,7 @@
 """MLA launch 5: the splits merged, then (value=True, the CUDA-core path) the value up-projection and
 the output gate (docs/k3-decode.md §3.4-3.5); with value=False only lat, the rest being the tensor
-cores' (k_mla_heads.py, mla_uv), and the VQ slices are slices of lat's columns. For a tile of TT tokens and one of VQ slices of a head's V output columns per CTA: M = max_s m_s,
+cores' (k_mla_heads.py, mla_uv), and the VQ slices are slices of lat's columns. For a tile of TT
+tokens and one of VQ slices of a head's V output columns per CTA: M = max_s m_s,
 w_s = exp(m_s - M) (0 for an empty split), lat = bf16(sum_s w_s acc_s / sum_s w_s l_s) in split
 order; o[c] = bf16(sum_l lat[l] W_UV[h, c, l]) (W_UV[h] = rows NP..NP+V-1 of head h's block of
 kv_b); gated = bf16(o sigmoid(gz)), gz the gate columns of the fused x-side projection. f32 math,
@@ -150,8 +151,8 @@ class MlaMerge:
 
 def variant(T, md=None, value=True):
     """value=False (the splits only): VQ slices of 128 latent columns (one per thread) where R
-    allows, at every batch (they decide no bit). Else The tile of tokens and slices of a head's output columns at batch T (the bits depend on
-    neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200, fifth
+    allows, at every batch (they decide no bit). value=True: the tile of tokens and slices of a
+    head's output columns at batch T (the bits depend on neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200, fifth
     session; timings in docs/megakernel-notes.md). Merging the splits is the cost, and a token tile merges its
     tokens' splits in one CTA, so tiles never paid; slices pay only while the heads alone leave
     SMs idle."""

@@ -1,7 +1,7 @@
 """The gated MLA decode step (docs/k3-decode.md §3) on the GPU: eight launches on the caller's stream
 ("fused"), or nine with the gate's GEMV on a side stream beside the chain ("fork", below).
 
-  fused: 0 mla_x  z = [q_c | kv_c | k_pe | gz] = bf16(x [W_q_a | W_kv_a | W_g]^T), then 1-6
+  fused: 0 mla_x  z = [q_c | kv_c | k_pe | gz] = bf16(x [W_q_a | W_kv_a | W_g]^T), then 1-7
   fork: main stream                                                          side stream
   0 mla_a       [q_c | kv_c | k_pe] = bf16(x [W_q_a | W_kv_a]^T)    GEMV     mla_g  gz = bf16(x W_g^T)
   1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]    k_mla_norm.py    (z's last H V
@@ -39,6 +39,8 @@ from megakernel.k_mla_attn_mma import attention_kernel
 STEPS = side_stream.Stages(
     chain=("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_uv",
            "mla_out"),
+    # join at the merge: the CUDA-core path's merge reads gz (on the tensor-core path mla_uv does,
+    # one launch later, so that path could join later still: not measured)
     side=("mla_g",), fused="mla_x", join="mla_merge",     # mla_x: mla_a and mla_g in one launch
     forks={"start": None, "after_a": "mla_a"},
     bind={   # a GEMV stage -> {kernel argument: buffer} (the generic GEMV's w, x, y, ctas)

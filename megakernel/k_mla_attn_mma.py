@@ -35,7 +35,6 @@ MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
-from megakernel.kernel_args import Args, declare
 from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_cached,
                             ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, st_shared_v4_f32)
 
@@ -44,70 +43,33 @@ MTC = 2        # 16-head tiles per CTA: 2 with KSPLIT (1.6x alone at 32k; 1 befo
 KSPLIT = True  # each warp scores its share of c (below); False: every warp the whole row
 NCOL = 4       # warps per head tile (each over R / NCOL latent columns): 175 registers,
                # no spills (NCOL = 2: 255 and a spill; ptxas -v, sm_90a)
-STAGES = 2     # cache tiles in the cp.async ring (2: one tile loads while one is used)
-WALK = False   # a CTA walks several consecutive splits, the ring running on through them
-QREG = False   # the warp's query fragments loaded once into registers, not once per tile
-WALK_CTAS = 8 * 132   # walk: about this many CTAs (8 per SM of the H200), whatever T and NS
-OCC = 0        # CTAs per SM the registers must allow (ptxas's minctasm; 0: ptxas's choice)
 
 
-@declare
 class MlaAttnMMA(MlaAttn):
-    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = KSPLIT,
-                 stages: int = STAGES, walk: bool = WALK, qreg: bool = QREG,
-                 occ: int = OCC):
+    def __init__(self, md, mtc: int = MTC, ncol: int = NCOL, ksplit: bool = KSPLIT):
         """ksplit: each of a head tile's NCOL warps scores only its share of the 64-wide blocks
         of c (b % NCOL == its column group) and the NCOL partial scores are summed through shared
         memory in warp order, instead of every warp scoring the whole row (ksplit=False: NCOL-fold
         score work, ~70% of the mma at K3's dims). Another sum order, so other bits than the
         kernel before it. Measured (H200, tools/mla_ksplit.py, tree 3a7c2d9): with mtc = 2, 1.9x
         faster alone at 32k caches than mtc = 1 without it, and closer to float64 (8.8e-7 against
-        1.4e-6); the default since the whole k3diff check ran with it (docs/megakernel-notes.md).
-        stages, walk and qreg change where and when the same products run, never their order:
-        every split's partials are the same bits whatever they are (tools/mla_ksplit.py checks)."""
+        1.4e-6); the default since the whole k3diff check ran with it (docs/megakernel-notes.md)."""
         assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
-        assert stages >= 2 and (ksplit or not qreg)
         self.md, self.mtc, self.ncol, self.ksplit = md, mtc, ncol, ksplit
-        self.stages, self.walk, self.qreg, self.occ = stages, walk, qreg, occ
-        self.hg = mtc * ncol                      # warps per CTA
+        self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)
         self.groups = (md.H + 16 * mtc - 1) // (16 * mtc)
         self.SR = md.C + 8                        # shared row stride, elements
         # ksplit's partial scores: 8 floats per lane of every warp
         self.RED = 8 * 32 * self.hg * 4 if ksplit else 0
-        assert stages * RT * self.SR * 2 + self.RED <= 200 * 1024
+        assert 2 * RT * self.SR * 2 + self.RED <= 48 * 1024
 
     @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        A = Args(self, a, host=True)
-        G = A.NS                      # CTAs along the splits: one per split ...
-        if cutlass.const_expr(self.walk):
-            # ... or W consecutive splits each, W from the launch's size only: which CTA runs a
-            # split never changes its bits
-            W = cutlass.max(Int32(1), (A.T * Int32(self.groups) * A.NS) // Int32(WALK_CTAS))
-            G = (A.NS + W - 1) // W
-        if cutlass.const_expr(self.occ > 0):
-            # the carveout given: otherwise the DSL asks the driver while tracing (k_persistent.py)
-            self.kernel(*A.kernel()).launch(grid=(A.T, self.groups, G), block=(32 * self.hg, 1, 1),
-                                            stream=A.stream, min_blocks_per_mp=self.occ,
-                                            preferred_smem_carveout=100)
-        else:
-            self.kernel(*A.kernel()).launch(grid=(A.T, self.groups, G), block=(32 * self.hg, 1, 1),
-                                            stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS
-        t, g, z = cute.arch.block_idx()
-        _, _, G = cute.arch.grid_dim()
-        self.body(*a, t, g, z, G)
-
-    @cute.jit
-    def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, z, G):
+    def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, s):
         md = self.md
         H, R, RP, NP, C = md.H, md.R, md.RP, md.NP, md.C
         Q = NP + RP
-        SR, NCOL, ST = self.SR, self.ncol, self.stages
+        SR, NCOL = self.SR, self.ncol
         NB = C // 64                  # 64-wide blocks of c
-        JB = (NB + NCOL - 1) // NCOL  # ksplit: blocks per warp (warp cg: cg, cg + NCOL, ...)
         CW = R // NCOL                # latent columns per warp
         NJ = CW // 8                  # their 8-column mma tiles
         CPR = C * 2 // 16             # 16-byte chunks per cache row
@@ -128,9 +90,9 @@ class MlaAttnMMA(MlaAttn):
         PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         PA = cute.make_tensor(pa, cute.make_layout((T, H, NS, R), stride=(H * NS * R, NS * R, R, 1)))
         smem = cutlass.memory.SmemAllocator()
-        buf = smem.allocate(ST * TB + self.RED, 16)
+        buf = smem.allocate(2 * TB + self.RED, 16)
         sbase = buf.toint()
-        rbase = sbase + ST * TB                   # ksplit's partial scores
+        rbase = sbase + 2 * TB                    # ksplit's partial scores
         kvb = kv_cache.toint()
         # this lane's query rows (heads past H read head H - 1 and store nothing)
         qlb = ql.toint()
@@ -140,23 +102,15 @@ class MlaAttnMMA(MlaAttn):
         qp_lo = qb + ((Int64(t) * Int64(H) + Int64(cutlass.min(hlo, H - 1))) * Int64(Q) + Int64(NP - R)) * Int64(2) + Int64(32 * tq)
         qp_hi = qb + ((Int64(t) * Int64(H) + Int64(cutlass.min(hhi, H - 1))) * Int64(Q) + Int64(NP - R)) * Int64(2) + Int64(32 * tq)
 
-        # this CTA's splits [s0, s1) and their rows [rstart, rend): consecutive splits are
-        # consecutive rows, and a split is a whole number of tiles (ch % RT == 0), so tile k of
-        # the walk lies in split s0 + k RT / ch; only the last split of a sequence is short
         n = LENS[t] + 1
         ch = CH
         if n <= SHORT:
             ch = CH_SHORT
-        W = (NS + G - 1) // G
-        s0 = z * W
-        s1 = cutlass.min(s0 + W, NS)
-        rstart = s0 * ch
-        rend = cutlass.min(s1 * ch, n)
+        start = s * ch
+        end = cutlass.min(start + ch, n)
         ntiles = Int32(0)
-        nfull = Int32(0)              # splits of [s0, s1) holding a row
-        if rend > rstart:
-            ntiles = (rend - rstart + RT - 1) // RT
-            nfull = (rend - rstart + ch - 1) // ch
+        if end > start:
+            ntiles = (end - start + RT - 1) // RT
 
         m_lo = Float32(-float("inf"))
         m_hi = Float32(-float("inf"))
@@ -166,65 +120,43 @@ class MlaAttnMMA(MlaAttn):
         for e in cutlass.range_constexpr(NJ * 4):
             O[e] = Float32(0.0)
         S = cute.make_rmem_tensor((8,), Float32)
-        z8 = cute.make_rmem_tensor((8,), Float32)
+        z = cute.make_rmem_tensor((8,), Float32)
         qa = cute.make_rmem_tensor((8,), Uint32)
         qh = cute.make_rmem_tensor((8,), Uint32)
         k0 = cute.make_rmem_tensor((8,), Uint32)
         k1 = cute.make_rmem_tensor((8,), Uint32)
-        qf = cute.make_rmem_tensor((JB * 16 if self.qreg else 1,), Uint32)
-        if cutlass.const_expr(self.qreg):
-            for j in cutlass.range_constexpr(JB):
-                if cg + NCOL * j < NB:
-                    self.load_q(cg + NCOL * j, qf, 16 * j, ql_lo, ql_hi, qp_lo, qp_hi)
 
-        for st in cutlass.range_constexpr(ST - 1):
-            if st < ntiles:
-                self.issue(kvb, sbase, t, Lcap, rstart, rend, st, st, i, NT, CPR, SR)
-            cute.arch.cp_async_commit_group()
+        if ntiles > 0:
+            self.issue(kvb, sbase, t, Lcap, start, end, 0, 0, i, NT, CPR, SR)
+        cute.arch.cp_async_commit_group()
         for it in cutlass.range(ntiles):
-            nx = it + ST - 1
-            if nx < ntiles:
-                self.issue(kvb, sbase, t, Lcap, rstart, rend, nx, nx % ST, i, NT, CPR, SR)
+            if it + 1 < ntiles:
+                self.issue(kvb, sbase, t, Lcap, start, end, it + 1, (it + 1) % 2, i, NT, CPR, SR)
             cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(ST - 1)
+            cute.arch.cp_async_wait_group(1)
             cute.arch.sync_threads()
-            sb = sbase + (it % ST) * TB
-            rb = rstart + RT * it
-            if cutlass.const_expr(self.walk):
-                if (rb - rstart) % ch == 0:       # a split's first tile: its softmax starts
-                    m_lo = Float32(-float("inf"))
-                    m_hi = Float32(-float("inf"))
-                    l_lo = Float32(0.0)
-                    l_hi = Float32(0.0)
-                    for e in cutlass.range_constexpr(NJ * 4):
-                        O[e] = Float32(0.0)
+            sb = sbase + (it % 2) * TB
             # --- scores: S[0..3] rows 0-7 of the tile, S[4..7] rows 8-15
             for e in cutlass.range_constexpr(8):
                 S[e] = Float32(0.0)
-            if cutlass.const_expr(self.ksplit and self.qreg):
-                for j in cutlass.range_constexpr(JB):
-                    if cg + NCOL * j < NB:
-                        self.score_block(cg + NCOL * j, S, qf, 16 * j, k0, k1, sb, gq, tq, SR)
-                self.sum_partials(S, rbase, warp, lane)
-            elif cutlass.const_expr(self.ksplit):
+            if cutlass.const_expr(self.ksplit):
                 for b in cutlass.range_constexpr(NB):
                     if cg == b % NCOL:
-                        self.load_q(b, qf, 0, ql_lo, ql_hi, qp_lo, qp_hi, qa, qh)
-                        self.score_block(b, S, qa, -1, k0, k1, sb, gq, tq, SR, qh)
+                        self.score_block(b, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb, gq, tq, SR)
                 self.sum_partials(S, rbase, warp, lane)
             else:
                 for b in cutlass.range_constexpr(NB):
-                    self.load_q(b, qf, 0, ql_lo, ql_hi, qp_lo, qp_hi, qa, qh)
-                    self.score_block(b, S, qa, -1, k0, k1, sb, gq, tq, SR, qh)
+                    self.score_block(b, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb, gq, tq, SR)
             # --- online softmax: element e of half nt is row 8 nt + 2 tq + e % 2 of head lo (e < 2)
             # or hi (e >= 2)
+            rb = start + RT * it
             mx_lo = Float32(-float("inf"))
             mx_hi = Float32(-float("inf"))
             for e in cutlass.range_constexpr(8):
                 zv = S[e] * scale
-                if rb + 8 * (e // 4) + 2 * tq + e % 2 >= rend:
+                if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
                     zv = Float32(-float("inf"))
-                z8[e] = zv
+                z[e] = zv
                 if cutlass.const_expr(e % 4 < 2):
                     mx_lo = cutlass.max(mx_lo, zv)
                 else:
@@ -240,11 +172,11 @@ class MlaAttnMMA(MlaAttn):
             l_hi = l_hi * a_hi
             for e in cutlass.range_constexpr(8):
                 if cutlass.const_expr(e % 4 < 2):
-                    z8[e] = cute.math.exp(z8[e] - mn_lo)
-                    l_lo = l_lo + z8[e]
+                    z[e] = cute.math.exp(z[e] - mn_lo)
+                    l_lo = l_lo + z[e]
                 else:
-                    z8[e] = cute.math.exp(z8[e] - mn_hi)
-                    l_hi = l_hi + z8[e]
+                    z[e] = cute.math.exp(z[e] - mn_hi)
+                    l_hi = l_hi + z[e]
             for jn in cutlass.range_constexpr(NJ):
                 O[4 * jn] = O[4 * jn] * a_lo
                 O[4 * jn + 1] = O[4 * jn + 1] * a_lo
@@ -257,8 +189,8 @@ class MlaAttnMMA(MlaAttn):
             ph = []
             pr = []
             for w in cutlass.range_constexpr(4):
-                x0 = z8[4 * (w // 2) + 2 * (w % 2)]
-                x1 = z8[4 * (w // 2) + 2 * (w % 2) + 1]
+                x0 = z[4 * (w // 2) + 2 * (w % 2)]
+                x1 = z[4 * (w // 2) + 2 * (w % 2) + 1]
                 h0v = x0.to(BFloat16).to(Float32)
                 h1v = x1.to(BFloat16).to(Float32)
                 ph.append(pack_bf16x2(h0v, h1v))
@@ -275,27 +207,8 @@ class MlaAttnMMA(MlaAttn):
                                            O[4 * jn], O[4 * jn + 1], O[4 * jn + 2], O[4 * jn + 3])
                         for e in cutlass.range_constexpr(4):
                             O[4 * jn + e] = c[e]
-            if cutlass.const_expr(self.walk):
-                if it == ntiles - 1 or (rb + RT - rstart) % ch == 0:     # a split's last tile
-                    self.store(PM, PL, PA, O, m_lo, m_hi, l_lo, l_hi, t, s0 + (rb - rstart) // ch,
-                               hlo, cg, tq, H, CW, NJ)
-            cute.arch.sync_threads()          # the tile is refilled ST steps on
+            cute.arch.sync_threads()          # the tile is refilled two steps on
         cute.arch.cp_async_wait_group(0)
-        if cutlass.const_expr(not self.walk):     # one split, held or empty
-            self.store(PM, PL, PA, O, m_lo, m_hi, l_lo, l_hi, t, s0, hlo, cg, tq, H, CW, NJ)
-        else:
-            # the splits of [s0, s1) past the sequence: (-inf, 0, 0), which the merge weighs 0
-            for e in cutlass.range_constexpr(NJ * 4):
-                O[e] = Float32(0.0)
-            for s in cutlass.range(s0 + nfull, s1):
-                self.store(PM, PL, PA, O, Float32(-float("inf")), Float32(-float("inf")),
-                           Float32(0.0), Float32(0.0), t, s, hlo, cg, tq, H, CW, NJ)
-
-    @cute.jit
-    def store(self, PM, PL, PA, O, m_lo, m_hi, l_lo, l_hi, t, s, hlo, cg, tq, H, CW: cutlass.Constexpr,
-              NJ: cutlass.Constexpr):
-        """Split s's partials (m, l, acc) of the lane's two heads; l summed over the quad of
-        lanes holding a head's scores, in butterfly order."""
         for off in cutlass.range_constexpr(1, 3):
             l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
             l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
@@ -312,52 +225,32 @@ class MlaAttnMMA(MlaAttn):
                     PA[t, h, s, col + 1] = O[4 * jn + 2 * hh + 1]
 
     @cute.jit
-    def load_q(self, b, qf, at: cutlass.Constexpr, ql_lo, ql_hi, qp_lo, qp_hi, qa=None, qh=None):
-        """The query fragments of c's 64-wide block b (lane (g, t): the 16 consecutive elements
-        64 b + 16 t of heads g and g + 8): into qa / qh, or (qreg) words at .. at + 15 of qf, the
-        head-lo words first. b < R / 64 is the latent part ql, the rest the rope part of q."""
-        lat = Int64(64) * Int64(b) < Int64(self.md.R)
-        for v in cutlass.range_constexpr(2):
-            off = Int64(128) * Int64(b) + Int64(16 * v)
-            alo = qp_lo + off
-            ahi = qp_hi + off
-            if lat:
-                alo = ql_lo + off
-                ahi = ql_hi + off
-            wl = ld_v4_cached(alo)
-            wh = ld_v4_cached(ahi)
-            for w in cutlass.range_constexpr(4):
-                if cutlass.const_expr(qa is None):
-                    qf[at + 4 * v + w] = wl[w]
-                    qf[at + 8 + 4 * v + w] = wh[w]
-                else:
-                    qa[4 * v + w] = wl[w]
-                    qh[4 * v + w] = wh[w]
-
-    @cute.jit
-    def score_block(self, b, S, qa, at: cutlass.Constexpr, k0, k1, sb, gq, tq, SR: cutlass.Constexpr,
-                    qh=None):
+    def score_block(self, b: cutlass.Constexpr, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb,
+                    gq, tq, SR: cutlass.Constexpr):
         """S += the head tile's query times the tile's rows over c's 64-wide block b (lane (g, t)
         holds the 16 consecutive elements 64 b + 16 t of heads g, g + 8 and rows g, g + 8; mma j
-        takes its words 2j, 2j + 1: the same K permutation on both sides). The query's words:
-        qa / qh (at < 0), or words at .. at + 15 of qa (load_q's qreg layout)."""
+        takes its words 2j, 2j + 1: the same K permutation on both sides)."""
         for v in cutlass.range_constexpr(2):
+            if cutlass.const_expr(64 * b < self.md.R):
+                wl = ld_v4_cached(ql_lo + Int64(128 * b + 16 * v))
+                wh = ld_v4_cached(ql_hi + Int64(128 * b + 16 * v))
+            else:
+                wl = ld_v4_cached(qp_lo + Int64(128 * b + 16 * v))
+                wh = ld_v4_cached(qp_hi + Int64(128 * b + 16 * v))
             r0 = ld_shared_v4(sb + (gq * SR + 64 * b + 16 * tq) * 2 + 16 * v)
             r1 = ld_shared_v4(sb + ((gq + 8) * SR + 64 * b + 16 * tq) * 2 + 16 * v)
             for w in cutlass.range_constexpr(4):
+                qa[4 * v + w] = wl[w]
+                qh[4 * v + w] = wh[w]
                 k0[4 * v + w] = r0[w]
                 k1[4 * v + w] = r1[w]
         for j in cutlass.range_constexpr(4):
-            if cutlass.const_expr(at >= 0):
-                a0, a2 = qa[at + 2 * j], qa[at + 2 * j + 1]
-                a1, a3 = qa[at + 8 + 2 * j], qa[at + 8 + 2 * j + 1]
-            else:
-                a0, a2 = qa[2 * j], qa[2 * j + 1]
-                a1, a3 = qh[2 * j], qh[2 * j + 1]
-            c = mma_bf16_16816(a0, a1, a2, a3, k0[2 * j], k0[2 * j + 1], S[0], S[1], S[2], S[3])
+            c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
+                               k0[2 * j], k0[2 * j + 1], S[0], S[1], S[2], S[3])
             for e in cutlass.range_constexpr(4):
                 S[e] = c[e]
-            c = mma_bf16_16816(a0, a1, a2, a3, k1[2 * j], k1[2 * j + 1], S[4], S[5], S[6], S[7])
+            c = mma_bf16_16816(qa[2 * j], qh[2 * j], qa[2 * j + 1], qh[2 * j + 1],
+                               k1[2 * j], k1[2 * j + 1], S[4], S[5], S[6], S[7])
             for e in cutlass.range_constexpr(4):
                 S[4 + e] = c[e]
 

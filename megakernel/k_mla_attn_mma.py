@@ -41,8 +41,9 @@ from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_c
 RT = 16        # cache rows per tile
 MTC = 2        # 16-head tiles per CTA: 2 with KSPLIT (1.6x alone at 32k; 1 before, H200, tools/mla_ksplit.py)
 KSPLIT = True  # each warp scores its share of c (below); False: every warp the whole row
-NCOL = 4       # warps per head tile (each over R / NCOL latent columns): 175 registers,
-               # no spills (NCOL = 2: 255 and a spill; ptxas -v, sm_90a)
+NCOL = 4       # warps per head tile (each over R / NCOL latent columns): with MTC = 2, 127
+               # registers, no spill, so 2 CTAs per SM (ptxas -v, sm_90a; ncu, call 22); without
+               # KSPLIT 175; NCOL = 2: 255 and a spill
 
 
 class MlaAttnMMA(MlaAttn):

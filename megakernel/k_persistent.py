@@ -19,9 +19,10 @@ Details that matter:
   under the body);
 - activations written in this launch are read with plain loads, never the read-only .nc path
   (ExpertMMA coherent=True); the weights keep .nc;
-- a wait that exceeds SPIN_LIMIT polls sets the ERROR word and gives up (results are then wrong
-  and moe.LatentMoE.check_persistent reports it): a broken plan costs a one-line error, not a
-  hung GPU;
+- a wait that exceeds SPIN_LIMIT polls gives up (the watchdog, `_give_up`): the first one writes
+  which task waited on which counter, at what count of what target, into the ERR sync words, and
+  moe.LatentMoE.check_persistent raises plan.describe's one line naming it (results are then
+  wrong): a broken plan costs a one-line error that says where it is, not a hung GPU;
 - the last CTA to leave resets the counters, so the next launch (or graph replay) starts clean;
 - the stages' shared memory is unioned (smem_merge_branch_allocs): the largest, the expert_up
   cp.async ring, sets the CTA's footprint; registers are capped for `ctas_per_sm` CTAs per SM.
@@ -144,7 +145,7 @@ class PersistentStep:
                 q, st, loc, grp, tick, pend, sir, sis, s_open = self.next_task(
                     pl, SY, pend, sir, sis, s_open, s_first)
                 if q == 1:                          # a shared task: wait for its inputs
-                    _wait_deps(pl, SY, st, grp)
+                    _wait_deps(pl, SY, st, loc, grp, tick)
                 if q < 2:
                     if pl[P.DEPS + 8 * st] != -1:
                         cute.arch.fence_acq_rel_gpu()
@@ -180,7 +181,7 @@ class PersistentStep:
         if tk[5] == A.ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             for i in cutlass.range(tid, P.SYNC_WORDS, THREADS):
-                if i != P.ERROR:
+                if (i < P.ERROR) | ((i > P.ERROR) & (i < P.ERR_QUEUE)) | (i > P.ERR_TARGET):
                     SY[i] = Int32(0)
 
     @cute.jit
@@ -217,8 +218,8 @@ class PersistentStep:
                         take_shared = Int32(1)
                     else:
                         spins = spins + 1
-                        if spins > SPIN_LIMIT:      # give up: flag it and run (wrong results)
-                            SY[P.ERROR] = Int32(1)
+                        if spins > SPIN_LIMIT:      # give up: name it and run (wrong results)
+                            _give_up(pl, SY, Int32(0), rst, rloc, pend, rgrp)
                             q, st, loc, grp, tick = Int32(0), rst, rloc, rgrp, pend
                             pend = cute.arch.atomic_add(SY.iterator + P.ROUTED_TICKET,
                                                         Int32(1), scope="gpu")
@@ -320,12 +321,38 @@ def _missing(pl, SY, st, grp):
 
 
 @cute.jit
-def _wait_deps(pl, SY, st, grp):
-    """Spin until stage st's inputs are complete, or flag ERROR after SPIN_LIMIT polls."""
+def _wait_deps(pl, SY, st, loc, grp, tick):
+    """Spin until shared task (st, loc)'s inputs are complete, or give up after SPIN_LIMIT polls."""
     n = Int32(0)
     miss = _missing(pl, SY, st, grp)
     while (miss > 0) & (n < SPIN_LIMIT):
         miss = _missing(pl, SY, st, grp)
         n = n + 1
     if miss > 0:
-        SY[P.ERROR] = Int32(1)
+        _give_up(pl, SY, Int32(1), st, loc, tick, grp)
+
+
+@cute.jit
+def _give_up(pl, SY, q, st, loc, tick, grp):
+    """The watchdog: the first wait to pass SPIN_LIMIT names itself in the ERR sync words (its
+    queue, stage, local index, ticket and expert group, and the first counter short of its
+    target, with both values: plan.describe words the error), so a schedule bug says where it
+    is instead of hanging the GPU; later give-ups only count in ERROR."""
+    if cute.arch.atomic_add(SY.iterator + P.ERROR, Int32(1), scope="gpu") == 0:
+        SY[P.ERR_QUEUE] = q
+        SY[P.ERR_STAGE] = st
+        SY[P.ERR_LOCAL] = loc
+        SY[P.ERR_TICKET] = tick
+        SY[P.ERR_GROUP] = grp
+        SY[P.ERR_COUNTER] = Int32(-1)
+        for j in cutlass.range_constexpr(2):
+            ctr = pl[P.DEPS + 8 * st + 2 * (1 - j)]     # the first short counter wins: j = 1 last
+            tgt = pl[P.DEPS + 8 * st + 2 * (1 - j) + 1]
+            if ctr == P.PER_GROUP:
+                ctr = P.GROUP + grp
+            if ctr >= 0:
+                v = cute.arch.load(SY.iterator + ctr, Int32, sem="acquire", scope="gpu")
+                if v < tgt:
+                    SY[P.ERR_COUNTER] = ctr
+                    SY[P.ERR_SEEN] = v
+                    SY[P.ERR_TARGET] = tgt

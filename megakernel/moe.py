@@ -137,10 +137,11 @@ class LatentMoE:
 
     def check_persistent(self):
         """One-line error if a persistent launch so far gave up waiting on a dependency (its
-        results are then wrong); reads one word from the GPU, so call it outside timed loops."""
-        if int(self._sync[plan.ERROR]) != 0:
-            raise RuntimeError("megakernel persistent launch: a task waited past its spin limit "
-                               "(a dependency never signalled); that launch's results are wrong")
+        results are then wrong), naming the task and the counter (plan.describe); reads the sync
+        words back from the GPU, so call it outside timed loops."""
+        words = self._sync[:plan.DONE].tolist()
+        if words[plan.ERROR] != 0:
+            raise RuntimeError(plan.describe(words))
 
     def debug_outputs(self, s, T):
         """The intermediates k3diff compares, as views of the kernels' own buffers."""

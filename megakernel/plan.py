@@ -30,8 +30,11 @@ STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", 
  FINAL_SUM) = range(11)
 NST = len(STAGES)
 
-# sync words (int32, zero before the first launch; the last CTA out resets all but ERROR)
+# sync words (int32, zero before the first launch; the last CTA out resets all but the ERR ones)
 TICKET, EXITED, ERROR = 0, 1, 2
+# the watchdog's record of the first wait that gave up (k_persistent._give_up; `describe`)
+ERR_QUEUE, ERR_STAGE, ERR_LOCAL, ERR_TICKET, ERR_GROUP, ERR_COUNTER, ERR_SEEN, ERR_TARGET = range(4, 12)
+ERR_WORDS = (ERROR,) + tuple(range(ERR_QUEUE, ERR_TARGET + 1))
 DONE = 16                 # DONE + stage: tasks of the stage finished
 GROUP = 32                # GROUP + g: up tasks of expert group g finished
 MAX_GROUPS = 32
@@ -174,3 +177,25 @@ def _check(segs, n, deps, sh):
     for g, t0 in down_start.items():
         if up_end.get(g, t0) >= t0:
             raise AssertionError(f"persistent plan: expert_down group {g} before its up group")
+
+
+def describe(words) -> str:
+    """The one-line error for sync words (a list of ints) whose ERROR is set: which task's wait
+    the watchdog gave up on, and on which counter, at what count of what target."""
+    q, st, loc, tick, grp = (words[i] for i in (ERR_QUEUE, ERR_STAGE, ERR_LOCAL, ERR_TICKET, ERR_GROUP))
+    ctr, seen, tgt = words[ERR_COUNTER], words[ERR_SEEN], words[ERR_TARGET]
+    stage = STAGES[st] if 0 <= st < NST else f"stage {st}"
+    if ctr >= GROUP:
+        counter = f"GROUP+{ctr - GROUP} (expert_up tasks of expert group {ctr - GROUP} done)"
+    elif DONE <= ctr < DONE + NST:
+        counter = f"DONE+{STAGES[ctr - DONE]} ({STAGES[ctr - DONE]} tasks done)"
+    elif ctr < 0:
+        counter = "a counter that had reached its target by the time it was read (it arrived late)"
+    else:
+        counter = f"sync word {ctr}"
+    task = f"{('routed', 'shared')[q] if q in (0, 1) else f'queue {q}'} ticket {tick} ({stage} task {loc}"
+    task += f", expert group {grp})" if st in (UP, DOWN) else ")"
+    where = (f"it waited on {counter}, which stood at {seen} of {tgt} after the spin limit "
+             "(a dependency never signalled)" if ctr >= 0 else f"it waited on {counter}")
+    return (f"megakernel persistent launch: the watchdog gave up on {task}: {where}; that "
+            "launch's results are wrong")

@@ -194,21 +194,31 @@ def test_persistent_launch_equals_eleven_launches(fmt, T):
     assert int(one._sync.abs().sum()) == 0, "counters not reset by the last CTA"
 
 
-def test_persistent_reports_a_broken_wait():
-    """A dependency that can never be met (planted in the plan table) ends in the one-line
-    error, not a hung GPU."""
+@pytest.mark.parametrize("stage,queue,counter", [("COMBINE", "routed", "expert_down"),
+                                                  ("OUT_SHARED", "shared", "shared_act")])
+def test_persistent_watchdog_names_a_broken_wait(stage, queue, counter):
+    """A dependency that can never be met (planted in the plan table: the stage waits for one
+    task too many) ends in the one-line error naming the waiting task and the counter, with its
+    count one short of the target, not a hung GPU."""
+    import re
     from megakernel import launch_persistent, plan as P
     w = weights("bf16")
     one = LatentMoE(SMALL, w, DEV, streams="persistent")
     x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)
     one.launch(x)
     one.check_persistent()
+    st = getattr(P, stage)
     pl = launch_persistent.task_table(one, 1, SMALL.k)
-    pl[P.DEPS + 8 * P.COMBINE + 1] += 1            # combine waits for one down task too many
+    assert pl[P.DEPS + 8 * st] == P.DONE + P.STAGES.index(counter)   # the plant's premise
+    pl[P.DEPS + 8 * st + 1] += 1
     one.launch(x)
     torch.cuda.synchronize()
-    with pytest.raises(RuntimeError, match="waited past its spin limit"):
+    with pytest.raises(RuntimeError) as e:
         one.check_persistent()
+    m = re.search(rf"gave up on {queue} ticket \d+ \({P.STAGES[st]} task \d+\): it waited on "
+                  rf"DONE\+{counter} .*stood at (\d+) of (\d+)", str(e.value))
+    assert m, str(e.value)
+    assert int(m.group(1)) + 1 == int(m.group(2)) == int(pl[P.DEPS + 8 * st + 1]), str(e.value)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])

@@ -140,3 +140,21 @@ def test_task_table_follows_the_gemv_kernels():
     assert len(moe._plans) == 2 and not bool((core == mma).all())
     words, _, _ = P.build(_shape(SMALL, "bf16", False, ("gemv_shared",)), 5, 4, P.Order(), 132)
     assert mma.tolist() == words
+
+
+def test_watchdog_words_are_described():
+    """plan.describe names the task and the counter the watchdog gave up on (k_persistent._give_up
+    writes the words; test_mk_gpu.py plants a broken wait on the GPU), and the ERR words are
+    outside what the last CTA resets and what the stages count."""
+    assert P.TICKET < P.ERROR < P.ERR_QUEUE <= P.ERR_TARGET < P.DONE
+    assert P.SHARED_TICKET not in P.ERR_WORDS
+    w = [0] * P.SYNC_WORDS
+    w[P.ERROR], w[P.ERR_QUEUE], w[P.ERR_STAGE], w[P.ERR_LOCAL], w[P.ERR_TICKET] = 1, 0, P.DOWN, 7, 41
+    w[P.ERR_GROUP], w[P.ERR_COUNTER], w[P.ERR_SEEN], w[P.ERR_TARGET] = 3, P.GROUP + 3, 5, 6
+    line = P.describe(w)
+    assert "routed ticket 41 (expert_down task 7, expert group 3)" in line
+    assert "GROUP+3" in line and "stood at 5 of 6" in line and "\n" not in line
+    w[P.ERR_QUEUE], w[P.ERR_STAGE], w[P.ERR_COUNTER] = 1, P.OUT_SHARED, P.DONE + P.SHARED_ACT
+    assert "shared ticket 41 (out_shared task 7): it waited on DONE+shared_act" in P.describe(w)
+    w[P.ERR_COUNTER] = -1
+    assert "arrived late" in P.describe(w)

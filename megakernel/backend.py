@@ -171,7 +171,8 @@ class MegakernelEPBackend:
     """k3diff backend "megakernel-ep": the moe stage with expert parallelism (megakernel/ep.py),
     `--k3diff-ranks N`. A declaration, not a Backend: k3diff runs `rank_impl` on N rank
     processes (k3diff/distributed.py `Declared`), each on a GPU (`ranks_on_gpu`: ranks share the
-    GPUs there are, exchanging over gloo when there are fewer GPUs than ranks; NCCL otherwise)."""
+    GPUs there are under a gloo group when there are fewer GPUs than ranks, exchanging through
+    CUDA IPC (ep_ipc.py; MEGAKERNEL_EP_EXCHANGE); NCCL otherwise)."""
 
     name = "megakernel-ep"
     distributed = True

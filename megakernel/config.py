@@ -18,6 +18,8 @@ imports no cutlass.
   MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
   MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
   MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
+  MEGAKERNEL_EP_EXCHANGE    ep_exchange            auto (default) | ipc | dist: megakernel-ep's
+                                                   dispatch and combine (ep.py, ep_ipc.py)
 """
 import os
 from dataclasses import dataclass, field, replace
@@ -31,6 +33,10 @@ MLA_GEMVS = ("mla_x", "mla_a", "mla_g", "mla_qb", "mla_out")
 ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed") + KDA_GEMVS + MLA_GEMVS
 MOE_MODES = ("fork", "serial", "persistent")
 ATTN_MODES = ("fused", "fork")
+# megakernel-ep's exchange (ep.py): "ipc" writes rows straight into the peers' device buffers
+# (ep_ipc.py: ranks of one host on GPUs, a gloo group); "dist" torch.distributed's
+# all_to_all_single (NCCL, or gloo through host copies); "auto" ipc where it can run, else dist
+EP_EXCHANGES = ("auto", "ipc", "dist")
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,7 @@ class Settings:
     layer: bool = True
     kernel_cache: str = ""
     fast_call: bool = True
+    ep_exchange: str = "auto"
 
 
 def _gemv_mma(v):
@@ -111,7 +118,8 @@ def from_env(env=None) -> Settings:
                   mla_mma=env.get("MK_MLA_MMA") != "0"),
         layer=env.get("MEGAKERNEL_LAYER") != "0",
         kernel_cache=env.get("MEGAKERNEL_CACHE", ""),
-        fast_call=env.get("MEGAKERNEL_FAST_CALL", "1") != "0")
+        fast_call=env.get("MEGAKERNEL_FAST_CALL", "1") != "0",
+        ep_exchange=_choice(env, "MEGAKERNEL_EP_EXCHANGE", EP_EXCHANGES, "auto"))
 
 
 @lru_cache(maxsize=1)
@@ -142,6 +150,14 @@ def child_env(path_first=None, **overrides) -> dict:
     if path_first:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (path_first, env.get("PYTHONPATH")) if p)
     return env
+
+
+def gloo_loopback() -> None:
+    """Ranks of one host under gloo talk over the loopback device, as k3diff's ranks do
+    (rank_pool.py): GLOO_SOCKET_IFNAME=lo in this process unless the environment names a
+    device (tools/ep_time.py's ranks, before init_process_group)."""
+    if "GLOO_SOCKET_IFNAME" not in os.environ and os.path.exists("/sys/class/net/lo"):
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
 
 
 def dsl_arch() -> str:

@@ -6,7 +6,7 @@ Per step, on every rank (the math of docs/k3-decode.md §5, split where the data
     route     gemv_x + route over the rank's home tokens (router and W_down replicated):
               logits, ids, weights, hl
     dispatch  each valid route's hl row to the owner of its expert, with the expert's id (the
-              counts first, then the rows: all_to_all_single with uneven splits)
+              counts first, then the rows: by one of two exchanges, below)
     experts   the rank's own experts over every row it received: the single-GPU step's
               schedule and expert kernels, the received rows taken as tokens of one slot each
               (dims k = 1, ids the experts' local indices), in passes of at most MAX_T rows
@@ -19,10 +19,16 @@ kernels are batch-invariant: a row's y does not depend on the rows beside it in 
 combine sums the slots in the same order, so the step equals the single-GPU launch bit for bit
 (tests/megakernel/test_mk_ep_gpu.py checks it on a GPU).
 
-Exchange: torch.distributed over the caller's group. NCCL (a GPU per rank) moves device tensors;
-gloo (the CPU, or ranks sharing one GPU) moves host copies. Nothing is overlapped yet: the
-exchange waits for the route and the experts for the exchange (docs/megakernel-notes.md says
-what is left of issue 34).
+Exchange, one of two (`MegakernelEPRank.exchange`, else MEGAKERNEL_EP_EXCHANGE, config.py):
+  ipc   (ep_ipc.py; "auto" picks it for ranks on CUDA devices of one host under a gloo group,
+        e.g. ranks sharing one GPU) each rank writes its rows straight into the owners' device
+        buffers and the owners write the y rows straight back; the rank's own routes go to its
+        experts while its rows are in flight, then the rows it received.
+  dist  torch.distributed's all_to_all_single over the caller's group: NCCL (a GPU per rank)
+        moves device tensors; gloo (the CPU, or ranks sharing one GPU) moves host copies;
+        nothing overlaps.
+Both give the same rows to the same kernels, so the same bits (and the test on the CPU runs
+ep_ipc's offsets and fences over shared file mappings, tests/megakernel/test_mk_ep.py).
 
 The compute is an engine with three calls (route, experts, finish: `Engine` below); `ep_step`
 is the same for any engine, so tests run it on the CPU with a torch engine
@@ -37,6 +43,7 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
+from megakernel import ep_ipc
 from megakernel.backend import MOE_OUTPUTS
 
 
@@ -71,9 +78,13 @@ def exchange(send: torch.Tensor, send_counts: list, recv_counts: list, group) ->
 
 
 def ep_step(engine, x: torch.Tensor, forced, owners: torch.Tensor, world: int, group,
-            k: int, r: int) -> dict:
+            k: int, r: int, ipc=None, mark=None) -> dict:
     """One MoE step of this rank over its home tokens x (module docstring); `owners` [E] int64
-    on x's device: the rank of each expert. Returns the stage's outputs for the home rows."""
+    on x's device: the rank of each expert; `ipc` an ep_ipc.IpcExchange, or None for
+    torch.distributed's all-to-all over `group`; `mark(phase)`, if given, is called as each of
+    route, dispatch, experts, combine, finish ends (tools/ep_time.py). Returns the stage's
+    outputs for the home rows."""
+    mark = mark or (lambda phase: None)
     T = x.shape[0]
     routed = engine.route(x, forced) if T else None
     ids = routed["topk_ids"].reshape(-1).to(torch.int64) if T else x.new_zeros(0, dtype=torch.int64)
@@ -85,22 +96,55 @@ def ep_step(engine, x: torch.Tensor, forced, owners: torch.Tensor, world: int, g
     order = torch.sort(dest, stable=True).indices
     routes, dest = routes[order], dest[order]
     send_counts = torch.bincount(dest, minlength=world).to(torch.int64)
-    counts = exchange(send_counts, [1] * world, [1] * world, group)
-    sc, rc = send_counts.tolist(), counts.tolist()
-    got_ids = exchange(ids[routes], sc, rc, group)
-    got_rows = exchange(hl[torch.div(routes, k, rounding_mode="floor")], sc, rc, group)
-
-    y = engine.experts(got_rows, got_ids) if got_rows.shape[0] else got_rows.new_zeros(0, r)
-
-    # combine: back the same way reversed, into (token, slot) places; slots of dropped routes
-    # stay 0 and the combine skips them (ids -1)
-    back = exchange(y, rc, sc, group)
+    send_ids, send_rows = ids[routes], hl[torch.div(routes, k, rounding_mode="floor")]
+    mark("route")
+    if ipc is None:
+        counts = exchange(send_counts, [1] * world, [1] * world, group)
+        sc, rc = send_counts.tolist(), counts.tolist()
+        got_ids = exchange(send_ids, sc, rc, group)
+        got_rows = exchange(send_rows, sc, rc, group)
+        mark("dispatch")
+        y = engine.experts(got_rows, got_ids) if got_rows.shape[0] else got_rows.new_zeros(0, r)
+        mark("experts")
+        # combine: back the same way reversed
+        back = exchange(y, rc, sc, group)
+        mark("combine")
+    else:
+        back = _through_ipc(engine, ipc, send_counts, send_rows, send_ids, r, mark)
     if not T:
+        mark("finish")
         return {}
+    # into (token, slot) places; slots of dropped routes stay 0 and the combine skips them (ids -1)
     pairs = torch.zeros(T * k, r, dtype=torch.bfloat16, device=x.device)
     pairs[routes] = back
     done = engine.finish(x, routed, pairs)
+    mark("finish")
     return {**routed, **done}
+
+
+def _through_ipc(engine, ipc, send_counts, rows, ids, r, mark) -> torch.Tensor:
+    """Dispatch, experts and combine through peer memory (ep_ipc.py); returns the y rows in the
+    send order (rows' order), as the all-to-all back does."""
+    C = ipc.counts(send_counts)
+    me = ipc.rank
+    a = sum(C[me][:me])
+    b = a + C[me][me]
+    ipc.dispatch(C, rows, ids)
+    # the rank's own routes need no exchange: its experts run on them while the copies to the
+    # peers are in flight. The expert kernels are batch-invariant per row (a row's y does not
+    # depend on the rows beside it in a pass, nor on the pass's size), so two passes, own rows
+    # then received, give the bits of one (tests/megakernel/test_mk_ep_gpu.py checks it)
+    y_own = engine.experts(rows[a:b], ids[a:b]) if b > a else rows.new_zeros(0, r)
+    ipc.fence()
+    mark("dispatch")                # with the rank's own experts, which overlap it
+    got_rows, got_ids = ipc.received(C)
+    y = engine.experts(got_rows, got_ids) if got_rows.shape[0] else rows.new_zeros(0, r)
+    mark("experts")
+    ipc.combine(C, y)
+    ipc.fence()
+    mark("combine")
+    back = ipc.returned(C)          # the other owners' y, by owner rank: ours go between
+    return torch.cat([back[:a], y_own, back[a:]])
 
 
 class MegakernelEngine:
@@ -170,12 +214,27 @@ class MegakernelEngine:
 
 class MegakernelEPRank:
     """One rank of `megakernel-ep` (the per-rank protocol of k3diff/distributed.py, duck-typed):
-    prepare_rank builds the engine from the rank's shard, run_rank runs ep_step on its rows."""
+    prepare_rank builds the engine from the rank's shard and picks the exchange, run_rank runs
+    ep_step on its rows."""
 
     stages = ("moe",)
+    exchange = None                 # "auto" | "ipc" | "dist"; None: MEGAKERNEL_EP_EXCHANGE (config.py)
+    ipc_class = ep_ipc.IpcExchange  # tests plant a bug in a subclass
 
     def provides(self, stage):
         return set(MOE_OUTPUTS)
+
+    def exchange_setting(self) -> str:
+        from megakernel import config
+
+        return self.exchange or config.current().ep_exchange
+
+    def ipc_for(self, ctx, r: int):
+        """The IPC exchange where it runs, else None (torch.distributed). ep_ipc.pick is a
+        collective: every rank calls this in prepare_rank."""
+        if ep_ipc.pick(self.exchange_setting(), ctx.device, ctx.group) != "ipc":
+            return None
+        return self.ipc_class(ctx.group, ctx.rank, ctx.world, ctx.device, r)
 
     def prepare_rank(self, cfg, stage, shard, ctx):
         from megakernel.dims import from_cfg
@@ -186,7 +245,8 @@ class MegakernelEPRank:
             raise ValueError("megakernel-ep: a dense layer has no experts to shard")
         dims = from_cfg(cfg)
         owners = torch.tensor(ctx.layout.owners, dtype=torch.int64, device=ctx.device)
-        return {"engine": MegakernelEngine(dims, shard, ctx.device), "owners": owners, "dims": dims}
+        return {"engine": MegakernelEngine(dims, shard, ctx.device), "owners": owners, "dims": dims,
+                "ipc": self.ipc_for(ctx, dims.r)}
 
     def run_rank(self, stage, cfg, p, inputs, ctx):
         a, b = ctx.rows
@@ -194,7 +254,7 @@ class MegakernelEPRank:
         forced = inputs.get("forced_ids")
         dims = p["dims"]
         out = ep_step(p["engine"], x, None if forced is None else forced[a:b], p["owners"], ctx.world,
-                      ctx.group, dims.k, dims.r)
+                      ctx.group, dims.k, dims.r, ipc=p.get("ipc"))
         if not out:                     # no home token: empty rows of each output
             out = _empty(dims, x.device)
         out["topk_ids"] = out["topk_ids"].to(torch.int32)

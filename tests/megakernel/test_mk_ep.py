@@ -1,9 +1,11 @@
 """The megakernel's expert parallelism on the CPU (issue 34): megakernel/ep.py's `ep_step` (the
 dispatch, the rank's experts over what it received, the combine back into (token, slot) places)
-judged by k3diff on gloo ranks with a torch engine in place of the kernels (ep_torch.py); a
-dispatch to the wrong rank caught; the `megakernel-ep` declaration loaded as a distributed
-candidate that says in one line why it cannot run without a GPU. On a GPU the same plumbing
-runs the kernels: tests/megakernel/test_mk_ep_gpu.py."""
+judged by k3diff on gloo ranks with a torch engine in place of the kernels (ep_torch.py), over
+both exchanges (torch.distributed's all-to-all; ep_ipc.py's, its buffers shared file mappings
+here); ep_ipc's buffers against all_to_all_single's output, its offsets, who picks it, its
+setting; a dispatch to the wrong rank and rows at a wrong offset caught; the `megakernel-ep`
+declaration loaded as a distributed candidate that says in one line why it cannot run without
+a GPU. On a GPU the same plumbing runs the kernels: tests/megakernel/test_mk_ep_gpu.py."""
 import subprocess
 import sys
 from dataclasses import replace
@@ -34,22 +36,144 @@ def torch_ep():
     cand.close()
 
 
+@pytest.fixture(scope="module")
+def torch_ep_ipc():
+    import ep_torch
+
+    cand = ep_torch.TorchEngineIpcEP()
+    yield cand
+    cand.close()
+
+
 ODD = (("n_experts", 15),)          # 15 % 2 != 0 and 15 % 4 != 0: uneven shards
-
-
-@pytest.mark.parametrize("case", [
+CASES = [
     ep_case(2, "contiguous", batch=1),                                       # rank 1: no token
     ep_case(3, "uneven", owners=(2,) * 6 + (0,) * 6, batch=5, routing="hot", seed=2),  # rank 1: no expert
     ep_case(2, "strided", batch=7, overrides=ODD, routing="dropped", seed=5),
     ep_case(4, "scattered", owners=[(e * 7) % 5 % 4 for e in range(12)], batch=9, expert_format="mxfp4",
             routing="forced", seed=9),
     ep_case(3, "contiguous", batch=2, overrides=ODD, routing="ties", seed=11),  # a rank with no token
-], ids=["idle-rank", "empty-rank-hot", "E%N-dropped", "scattered-mxfp4-forced", "fewer-tokens-than-ranks"])
-def test_ep_step_passes_the_runner(torch_ep, case):
-    verdict = check_case(case, torch_ep)
+]
+CASE_IDS = ["idle-rank", "empty-rank-hot", "E%N-dropped", "scattered-mxfp4-forced", "fewer-tokens-than-ranks"]
+
+
+@pytest.mark.parametrize("exchange", ["dist", "ipc"])
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_ep_step_passes_the_runner(request, exchange, case):
+    """Over torch.distributed's all-to-all and over ep_ipc's exchange (its buffers shared file
+    mappings on the CPU: the same offsets, growth and fences as CUDA IPC)."""
+    verdict = check_case(case, request.getfixturevalue("torch_ep" if exchange == "dist" else "torch_ep_ipc"))
     assert verdict.ok, verdict.failures()
     names = {r.tensor for r in verdict.reports}
     assert {"out", "combined", "routed_out"} <= names, names       # the combine's own tensors compared
+
+
+def test_ipc_rows_at_a_wrong_offset_fail_numerically(torch_ep_ipc):
+    """The planted IPC bug (each block's rows one row late in the receiver, ids in place): the
+    experts see other tokens' rows, so the combine is wrong and k3diff says so."""
+    import ep_torch
+
+    case = ep_case(3, "contiguous", batch=9, seed=3)
+    assert check_case(case, torch_ep_ipc).ok               # the exchange without the bug passes it
+    bug = ep_torch.RowsOneOffTorchEP()
+    try:
+        verdict = check_case(case, bug)
+        assert not verdict.ok and not verdict.error, verdict.headline()
+        assert any("combined" in f for f in verdict.failures()), verdict.failures()
+    finally:
+        bug.close()
+
+
+def test_ipc_offsets_are_the_all_to_all_order_less_the_receivers_own_block():
+    from megakernel.ep_ipc import offsets, remote, transposed
+
+    C = [[2, 0, 3],          # C[s][d]: rows s sends d
+         [1, 4, 0],
+         [5, 2, 1]]
+    off = offsets(C)
+    # receiver 0 holds 1's block then 2's: [1 row of 1 | 5 rows of 2]; its own 2 rows stay home
+    assert [off[1][0], off[2][0]] == [0, 1] and remote(C, 0, True) == 6
+    # receiver 2 holds 0's then 1's: [3 | 0]
+    assert [off[0][2], off[1][2]] == [0, 3] and remote(C, 2, True) == 3
+    back = offsets(transposed(C))      # owner d's place in home s's return rows
+    assert [back[1][0], back[2][0]] == [0, 0] and remote(C, 0, False) == 3   # home 0: [0 | 3 of 2]
+    assert [back[0][2], back[1][2]] == [0, 5] and remote(C, 2, False) == 7   # home 2: [5 of 0 | 2 of 1]
+    # against the all-to-all's receive order (by source rank), own block taken out, any counts
+    import random
+
+    rnd = random.Random(7)
+    for _ in range(200):
+        W = rnd.randint(1, 5)
+        C = [[rnd.choice([0, 0, 1, 3, 70]) for _ in range(W)] for _ in range(W)]
+        off = offsets(C)
+        for d in range(W):
+            a2a = [(s, i) for s in range(W) for i in range(C[s][d])]
+            mine = [(s, i) for (s, i) in a2a if s != d]
+            assert len(mine) == remote(C, d, True)
+            for s in range(W):
+                if s != d:
+                    for i in range(C[s][d]):
+                        assert mine[off[s][d] + i] == (s, i)
+
+
+def test_the_ipc_exchange_holds_what_all_to_all_single_gives_on_gloo_ranks(tmp_path):
+    """Three gloo ranks send rows and ids both ways (ep.exchange, IpcExchange over shared file
+    mappings) and y back: each receiver's buffer equals the all-to-all's output less its own
+    block, the y rows come back in send order; a rank that sends nothing, one that receives
+    nothing, and a round that grows the buffers (past ep_ipc.FLOOR rows) and one after it.
+    Also CPU ranks never pick IPC (auto: dist; ipc: refused with a ValueError)."""
+    import multiprocessing
+
+    import ep_torch
+    from k3diff.rank_pool import _main_not_reimported
+
+    rounds = [[[1, 2, 0], [0, 0, 0], [3, 0, 2]],          # rank 1 sends nothing; receives from 0 only
+              [[0, 150, 7], [5, 0, 90], [1, 60, 1]],       # 210 rows into rank 1: the buffers grow
+              [[2, 2, 2], [0, 3, 0], [4, 0, 0]]]           # smaller again: the grown buffers kept
+    ctx = multiprocessing.get_context("spawn")
+    answers = ctx.Queue()
+    procs = [ctx.Process(target=ep_torch.probe_exchanges, daemon=True,
+                         args=(r, 3, str(tmp_path / "store"), rounds, 32, answers)) for r in range(3)]
+    with _main_not_reimported():
+        for p in procs:
+            p.start()
+    try:
+        got = sorted(answers.get(timeout=240) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert [g[1] for g in got] == [None, None, None], got
+    assert {g[2] for g in got} == {256}, got          # 210 rows: 64 doubled twice, on every rank
+
+
+def test_the_exchange_setting_and_who_picks_ipc():
+    from megakernel import config
+    from megakernel.ep import MegakernelEPRank
+    from megakernel.ep_ipc import choose
+
+    assert config.from_env({}).ep_exchange == "auto"
+    assert config.from_env({"MEGAKERNEL_EP_EXCHANGE": "dist"}).ep_exchange == "dist"
+    with pytest.raises(ValueError, match="MEGAKERNEL_EP_EXCHANGE"):
+        config.from_env({"MEGAKERNEL_EP_EXCHANGE": "nvshmem"})
+    assert MegakernelEPRank().exchange_setting() == config.current().ep_exchange
+
+    class Dist(MegakernelEPRank):
+        exchange = "dist"
+
+    assert Dist().exchange_setting() == "dist"
+    gpu2, cpu2 = [("h", "cuda")] * 2, [("h", "cpu")] * 2
+    assert choose("auto", gpu2, "gloo") == "ipc" == choose("ipc", gpu2, "gloo")   # ranks sharing a GPU
+    assert choose("dist", gpu2, "gloo") == "dist"                                  # the knob
+    assert choose("auto", gpu2, "nccl") == "dist"                                  # NCCL moves device memory
+    assert choose("auto", cpu2, "gloo") == "dist"                                  # CPU ranks never
+    assert choose("auto", [("h", "cuda"), ("h", "cpu")], "gloo") == "dist"
+    assert choose("auto", [("h", "cuda"), ("g", "cuda")], "gloo") == "dist"        # two hosts
+    for peers, backend in ((cpu2, "gloo"), (gpu2, "nccl")):
+        with pytest.raises(ValueError) as e:
+            choose("ipc", peers, backend)
+        assert "\n" not in str(e.value) and "MEGAKERNEL_EP_EXCHANGE" in str(e.value)
 
 
 def test_a_route_sent_to_the_wrong_rank_fails_the_case_by_name():

@@ -1,7 +1,7 @@
-"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork and timeline refuse a
-machine without a GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork,
-persistent_regs and timeline refuse bad arguments (timeline: bad --modes) with one line and
-exit 2 on any machine."""
+"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork, timeline and ep_time refuse
+a machine without a GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork,
+persistent_regs, timeline and ep_time refuse bad arguments (timeline: bad --modes) with one line
+and exit 2 on any machine."""
 import os
 import subprocess
 import sys
@@ -34,7 +34,8 @@ def refused(tool, args):
                                        ("bench_mla", []), ("bench_kda", []), ("bench_layer", []),
                                        ("megakernel bench", []),
                                        ("tune_attn", []), ("tune_fork", []),
-                                       ("timeline", []), ("timeline", ["--step", "kda"])])
+                                       ("timeline", []), ("timeline", ["--step", "kda"]),
+                                       ("ep_time", []), ("ep_time", ["--ranks", "2,3", "--dims", "full,small"])])
 def test_gemv_tools_exit_2_with_one_line(tool, args):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the tools would run")
@@ -57,6 +58,9 @@ def test_gemv_tools_exit_2_with_one_line(tool, args):
     ("timeline", ["--step", "kda", "--modes", "after_a/2"], "timeline: --modes"),
     ("timeline", ["--modes", "fused"], "timeline: --modes"),
     ("timeline", ["--step", "mla", "--modes", "start/x"], "timeline: --modes"),
+    ("ep_time", ["--dims", "huge"], "ep_time: --dims"),
+    ("ep_time", ["--ranks", "2,x"], "ep_time: --dims"),
+    ("ep_time", ["--ranks", "2", "--batches", "600"], "ep_time: --dims"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tool, args, start):
     lines = refused(tool, args)

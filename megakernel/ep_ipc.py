@@ -191,6 +191,15 @@ class IpcExchange:
         return self.bufs[self.rank]["back"][:remote(C, self.rank, False)]
 
 
+    def close(self) -> None:
+        """Unmap the peers' buffers, then wait for every rank to have done so: a buffer's owner
+        must outlive the mappings of it (torch warns when an IPC producer exits first)."""
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        self.bufs, self._own, self.cap = [], None, 0
+        dist.barrier(group=self.group)
+
+
 def _open(handle):
     """A peer's buffer, mapped into this process."""
     if handle[0] == "cuda":

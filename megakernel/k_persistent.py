@@ -19,10 +19,10 @@ Details that matter:
   under the body);
 - activations written in this launch are read with plain loads, never the read-only .nc path
   (ExpertMMA coherent=True); the weights keep .nc;
-- a wait that exceeds SPIN_LIMIT polls gives up (the watchdog, `_give_up`): the first one writes
-  which task waited on which counter, at what count of what target, into the ERR sync words, and
-  moe.LatentMoE.check_persistent raises plan.describe's one line naming it (results are then
-  wrong): a broken plan costs a one-line error that says where it is, not a hung GPU;
+- a wait that exceeds SPIN_LIMIT polls gives up (the watchdog, `_give_up`): each stage's first
+  writes which task waited on which counter, at what count of what target, into its ERR slot,
+  and moe.LatentMoE.check_persistent raises plan.describe's one line naming the root (results
+  are then wrong): a broken plan costs a one-line error that says where it is, not a hung GPU;
 - the last CTA to leave resets the counters, so the next launch (or graph replay) starts clean;
 - the stages' shared memory is unioned (smem_merge_branch_allocs): the largest, the expert_up
   cp.async ring, sets the CTA's footprint; registers are capped for `ctas_per_sm` CTAs per SM.
@@ -181,7 +181,7 @@ class PersistentStep:
         if tk[5] == A.ctas - 1:
             cute.arch.fence_acq_rel_gpu()
             for i in cutlass.range(tid, P.SYNC_WORDS, THREADS):
-                if (i < P.ERROR) | ((i > P.ERROR) & (i < P.ERR_QUEUE)) | (i > P.ERR_TARGET):
+                if (i != P.ERROR) & (i < P.ERR):
                     SY[i] = Int32(0)
 
     @cute.jit
@@ -334,17 +334,19 @@ def _wait_deps(pl, SY, st, loc, grp, tick):
 
 @cute.jit
 def _give_up(pl, SY, q, st, loc, tick, grp):
-    """The watchdog: the first wait to pass SPIN_LIMIT names itself in the ERR sync words (its
-    queue, stage, local index, ticket and expert group, and the first counter short of its
-    target, with both values: plan.describe words the error), so a schedule bug says where it
-    is instead of hanging the GPU; later give-ups only count in ERROR."""
-    if cute.arch.atomic_add(SY.iterator + P.ERROR, Int32(1), scope="gpu") == 0:
-        SY[P.ERR_QUEUE] = q
-        SY[P.ERR_STAGE] = st
-        SY[P.ERR_LOCAL] = loc
-        SY[P.ERR_TICKET] = tick
-        SY[P.ERR_GROUP] = grp
-        SY[P.ERR_COUNTER] = Int32(-1)
+    """The watchdog: the first wait of each stage to pass SPIN_LIMIT names itself in the stage's
+    ERR slot (its queue, local index, ticket and expert group, and the first counter still short
+    of its target, with both values), so a schedule bug says where it is instead of hanging the
+    GPU; plan.describe picks the root among the stages that gave up (the waits behind a broken
+    one give up too). ERROR counts every give-up."""
+    cute.arch.atomic_add(SY.iterator + P.ERROR, Int32(1), scope="gpu")
+    b = P.ERR + P.ERR_SLOT * st
+    if cute.arch.atomic_add(SY.iterator + b, Int32(1), scope="gpu") == 0:
+        SY[b + 1] = q
+        SY[b + 2] = loc
+        SY[b + 3] = tick
+        SY[b + 4] = grp
+        SY[b + 5] = Int32(-1)
         for j in cutlass.range_constexpr(2):
             ctr = pl[P.DEPS + 8 * st + 2 * (1 - j)]     # the first short counter wins: j = 1 last
             tgt = pl[P.DEPS + 8 * st + 2 * (1 - j) + 1]
@@ -353,6 +355,6 @@ def _give_up(pl, SY, q, st, loc, tick, grp):
             if ctr >= 0:
                 v = cute.arch.load(SY.iterator + ctr, Int32, sem="acquire", scope="gpu")
                 if v < tgt:
-                    SY[P.ERR_COUNTER] = ctr
-                    SY[P.ERR_SEEN] = v
-                    SY[P.ERR_TARGET] = tgt
+                    SY[b + 5] = ctr
+                    SY[b + 6] = v
+                    SY[b + 7] = tgt

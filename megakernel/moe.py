@@ -139,7 +139,7 @@ class LatentMoE:
         """One-line error if a persistent launch so far gave up waiting on a dependency (its
         results are then wrong), naming the task and the counter (plan.describe); reads the sync
         words back from the GPU, so call it outside timed loops."""
-        words = self._sync[:plan.DONE].tolist()
+        words = self._sync.tolist()
         if words[plan.ERROR] != 0:
             raise RuntimeError(plan.describe(words))
 

@@ -30,15 +30,17 @@ STAGES = ("gemv_x", "route", "schedule", "expert_up", "expert_down", "combine", 
  FINAL_SUM) = range(11)
 NST = len(STAGES)
 
-# sync words (int32, zero before the first launch; the last CTA out resets all but the ERR ones)
+# sync words (int32, zero before the first launch; the last CTA out resets those below ERR but ERROR)
 TICKET, EXITED, ERROR = 0, 1, 2
-# the watchdog's record of the first wait that gave up (k_persistent._give_up; `describe`)
-ERR_QUEUE, ERR_STAGE, ERR_LOCAL, ERR_TICKET, ERR_GROUP, ERR_COUNTER, ERR_SEEN, ERR_TARGET = range(4, 12)
-ERR_WORDS = (ERROR,) + tuple(range(ERR_QUEUE, ERR_TARGET + 1))
 DONE = 16                 # DONE + stage: tasks of the stage finished
 GROUP = 32                # GROUP + g: up tasks of expert group g finished
 MAX_GROUPS = 32
-SYNC_WORDS = GROUP + MAX_GROUPS
+# the watchdog (k_persistent._give_up, `describe`): per stage, its first wait that gave up:
+# ERR + ERR_SLOT * stage + (taken, queue, local index, ticket, expert group, the counter short,
+# its count, its target)
+ERR = GROUP + MAX_GROUPS
+ERR_SLOT = 8
+SYNC_WORDS = ERR + ERR_SLOT * NST
 
 ROUTED_TICKET, SHARED_TICKET = TICKET, 3
 ROUTED_STAGES = (GEMV_X, ROUTE, SCHEDULE, UP, DOWN, COMBINE, OUT_ROUTED, FINAL_SUM)
@@ -179,12 +181,31 @@ def _check(segs, n, deps, sh):
             raise AssertionError(f"persistent plan: expert_down group {g} before its up group")
 
 
+def _gave_up(words, st):
+    """Stage st's watchdog slot as (queue, local, ticket, group, counter, seen, target), or None."""
+    b = ERR + ERR_SLOT * st
+    return tuple(words[b + 1:b + ERR_SLOT]) if words[b] else None
+
+
+def _producer(ctr):
+    """The stage whose finished tasks counter `ctr` counts (expert_up for a group's), or None."""
+    if ctr >= GROUP:
+        return UP
+    return ctr - DONE if DONE <= ctr < DONE + NST else None
+
+
 def describe(words) -> str:
-    """The one-line error for sync words (a list of ints) whose ERROR is set: which task's wait
-    the watchdog gave up on, and on which counter, at what count of what target."""
-    q, st, loc, tick, grp = (words[i] for i in (ERR_QUEUE, ERR_STAGE, ERR_LOCAL, ERR_TICKET, ERR_GROUP))
-    ctr, seen, tgt = words[ERR_COUNTER], words[ERR_SEEN], words[ERR_TARGET]
-    stage = STAGES[st] if 0 <= st < NST else f"stage {st}"
+    """The one-line error for sync words (a list of ints) whose ERROR is set: the wait the
+    watchdog gave up on at the root (a stage waiting on a counter whose producing stage did not
+    itself give up: that producer ran all its tasks, so the count is final and the target out of
+    reach), with its counter, count and target, and the stages that gave up behind it."""
+    slots = {st: s for st in range(NST) if (s := _gave_up(words, st))}
+    roots = [st for st, s in slots.items() if _producer(s[4]) not in slots]
+    st = (roots or sorted(slots) or [None])[0]
+    if st is None:
+        return ("megakernel persistent launch: a wait gave up past the spin limit, and no "
+                "watchdog slot says which; that launch's results are wrong")
+    q, loc, tick, grp, ctr, seen, tgt = slots[st]
     if ctr >= GROUP:
         counter = f"GROUP+{ctr - GROUP} (expert_up tasks of expert group {ctr - GROUP} done)"
     elif DONE <= ctr < DONE + NST:
@@ -193,9 +214,11 @@ def describe(words) -> str:
         counter = "a counter that had reached its target by the time it was read (it arrived late)"
     else:
         counter = f"sync word {ctr}"
-    task = f"{('routed', 'shared')[q] if q in (0, 1) else f'queue {q}'} ticket {tick} ({stage} task {loc}"
+    task = f"{('routed', 'shared')[q] if q in (0, 1) else f'queue {q}'} ticket {tick} ({STAGES[st]} task {loc}"
     task += f", expert group {grp})" if st in (UP, DOWN) else ")"
     where = (f"it waited on {counter}, which stood at {seen} of {tgt} after the spin limit "
              "(a dependency never signalled)" if ctr >= 0 else f"it waited on {counter}")
-    return (f"megakernel persistent launch: the watchdog gave up on {task}: {where}; that "
+    behind = [STAGES[s] for s in sorted(slots) if s != st]
+    also = f"; behind it gave up: {', '.join(behind)}" if behind else ""
+    return (f"megakernel persistent launch: the watchdog gave up on {task}: {where}{also}; that "
             "launch's results are wrong")

@@ -144,6 +144,8 @@ def _measure(rank, world, dev, job):
                 torch.cuda.synchronize()
                 whole.append(time.perf_counter() - t)
             last_out[ex] = o.get("out")
+            if ipc is not None:
+                ipc.close()
             row[ex] = {"first": first, "compiled": (k1[0] - k0[0], k1[1] - k0[1]),
                        "loaded": (k1[2] - k0[2], k1[3] - k0[3]), "step": statistics.median(whole),
                        **{p: statistics.median(v) for p, v in phases.items()}}

@@ -240,7 +240,11 @@ def probe_exchanges(rank, world, store, rounds, r, answers):
                 if not ok:
                     problems.append(f"round {i}: {what} differ")
             dist.barrier(group=group)    # the next round writes the buffers the check read
-        answers.put((rank, "; ".join(problems) or None, ipc.cap))
+        cap = ipc.cap
+        ipc.close()                      # every rank unmaps before any owner leaves
+        if ipc.bufs or ipc.cap:
+            problems.append("close() kept the mappings")
+        answers.put((rank, "; ".join(problems) or None, cap))
     except BaseException as exc:  # noqa: BLE001 - to the test, which would otherwise wait
         answers.put((rank, f"{type(exc).__name__}: {exc}", 0))
     finally:

@@ -142,19 +142,36 @@ def test_task_table_follows_the_gemv_kernels():
     assert mma.tolist() == words
 
 
+def _slot(w, st, q, loc, tick, grp, ctr, seen, tgt):
+    b = P.ERR + P.ERR_SLOT * st
+    w[b:b + P.ERR_SLOT] = [1, q, loc, tick, grp, ctr, seen, tgt]
+
+
 def test_watchdog_words_are_described():
-    """plan.describe names the task and the counter the watchdog gave up on (k_persistent._give_up
-    writes the words; test_mk_gpu.py plants a broken wait on the GPU), and the ERR words are
-    outside what the last CTA resets and what the stages count."""
-    assert P.TICKET < P.ERROR < P.ERR_QUEUE <= P.ERR_TARGET < P.DONE
-    assert P.SHARED_TICKET not in P.ERR_WORDS
+    """plan.describe names the root wait the watchdog gave up on (k_persistent._give_up writes a
+    slot per stage; test_mk_gpu.py plants a broken wait on the GPU): the stage whose producer did
+    not give up, with its counter, count and target, and the stages behind it; the ERR slots lie
+    past what the last CTA resets and what the stages count."""
+    assert P.GROUP + P.MAX_GROUPS <= P.ERR and P.ERR + P.ERR_SLOT * P.NST == P.SYNC_WORDS
     w = [0] * P.SYNC_WORDS
-    w[P.ERROR], w[P.ERR_QUEUE], w[P.ERR_STAGE], w[P.ERR_LOCAL], w[P.ERR_TICKET] = 1, 0, P.DOWN, 7, 41
-    w[P.ERR_GROUP], w[P.ERR_COUNTER], w[P.ERR_SEEN], w[P.ERR_TARGET] = 3, P.GROUP + 3, 5, 6
+    w[P.ERROR] = 3
+    _slot(w, P.DOWN, 0, 7, 41, 3, P.GROUP + 3, 5, 6)
     line = P.describe(w)
     assert "routed ticket 41 (expert_down task 7, expert group 3)" in line
     assert "GROUP+3" in line and "stood at 5 of 6" in line and "\n" not in line
-    w[P.ERR_QUEUE], w[P.ERR_STAGE], w[P.ERR_COUNTER] = 1, P.OUT_SHARED, P.DONE + P.SHARED_ACT
+    # the waits behind it: combine on expert_down (which gave up), out_routed on combine
+    _slot(w, P.COMBINE, 0, 0, 60, 0, P.DONE + P.DOWN, 2, 448)
+    _slot(w, P.OUT_ROUTED, 0, 4, 61, 0, P.DONE + P.COMBINE, 0, 1)
+    line = P.describe(w)
+    assert "gave up on routed ticket 41 (expert_down" in line
+    assert line.endswith("behind it gave up: combine, out_routed; that launch's results are wrong")
+    w = [0] * P.SYNC_WORDS
+    _slot(w, P.OUT_ROUTED, 0, 4, 61, 0, P.DONE + P.COMBINE, 0, 1)      # out_routed gave up first,
+    _slot(w, P.COMBINE, 0, 0, 60, 0, P.DONE + P.DOWN, 448, 449)        # combine is the root
+    assert "gave up on routed ticket 60 (combine task 0): it waited on DONE+expert_down" in P.describe(w)
+    w = [0] * P.SYNC_WORDS
+    _slot(w, P.OUT_SHARED, 1, 7, 41, 0, P.DONE + P.SHARED_ACT, 4, 5)
     assert "shared ticket 41 (out_shared task 7): it waited on DONE+shared_act" in P.describe(w)
-    w[P.ERR_COUNTER] = -1
+    _slot(w, P.OUT_SHARED, 1, 7, 41, 0, -1, 0, 0)
     assert "arrived late" in P.describe(w)
+    assert "no watchdog slot" in P.describe([0] * P.SYNC_WORDS)

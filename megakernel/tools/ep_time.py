@@ -12,7 +12,10 @@ starts behind a barrier of all ranks; a figure is the slowest rank's median. The
 two exchanges must be equal bit for bit ("bits").
 
 With IPC the dispatch column holds the rank's own experts too: they run while its rows are in
-flight. Also printed: what a rank's preparation costs (weights drawn, the engine's two
+flight. Side by side in the same run: the one-GPU step (moe.LatentMoE over all the experts, the
+whole batch, rank 0's GPU, the others waiting), the bytes the ranks put on the links per step
+(each remote route's row and id out, its y back) and the bandwidth of the path they take (a copy
+to the next GPU, or within the GPU when there is one). Also printed: what a rank's preparation costs (weights drawn, the engine's two
 LatentMoE packed, the first steps' kernel loads and compiles), the suspects of a k3diff case's
 time on ranks (docs/megakernel-notes.md, issue 34).
 """
@@ -79,6 +82,7 @@ def _measure(rank, world, dev, job):
     from megakernel import cache
     from megakernel.ep import MegakernelEngine, ep_step
     from megakernel.ep_ipc import IpcExchange
+    from megakernel.moe import LatentMoE
     from megakernel.tools.bench import draw_weights
 
     dm, group = job["dims"], dist.group.WORLD
@@ -97,20 +101,33 @@ def _measure(rank, world, dev, job):
     mine = torch.tensor([e for e in range(dm.E) if owners[e] == rank], dtype=torch.int64, device=dev)
     shard = {n: t.index_select(0, mine) if n.startswith("experts.") else t for n, t in w.items()}
     shard["expert_ids"] = mine
-    del w
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     engine = MegakernelEngine(dm, shard, dev)
     torch.cuda.synchronize()
     t2 = time.perf_counter()
     del shard
+    single = LatentMoE(dm, w, dev) if rank == 0 else None     # the one-GPU step, side by side
+    del w
     owners_t = torch.tensor(owners, dtype=torch.int64, device=dev)
     out = {"weights": t1 - t0, "engine": t2 - t1, "batches": {}}
     for B in job["batches"]:
         a, b = rank * B // world, (rank + 1) * B // world
         g = torch.Generator(device=dev).manual_seed(B)
-        x = torch.randn(B, dm.d, generator=g, device=dev).to(torch.bfloat16)[a:b].contiguous()
-        row, last_out = {}, {}
+        xa = torch.randn(B, dm.d, generator=g, device=dev).to(torch.bfloat16)
+        x = xa[a:b].contiguous()
+        row, last_out = {"single": None}, {}
+        if single is not None:                # rank 0 alone, the others wait at the barrier
+            single.launch(xa)
+            torch.cuda.synchronize()
+            times = []
+            for _ in range(job["steps"]):
+                t = time.perf_counter()
+                single.launch(xa)
+                torch.cuda.synchronize()
+                times.append(time.perf_counter() - t)
+            row["single"] = statistics.median(times)
+        together()
         for ex in EXCHANGES:
             ipc = IpcExchange(group, rank, world, dev, dm.r) if ex == "ipc" else None
 
@@ -144,15 +161,47 @@ def _measure(rank, world, dev, job):
                 torch.cuda.synchronize()
                 whole.append(time.perf_counter() - t)
             last_out[ex] = o.get("out")
+            last_out["ids"] = o.get("topk_ids")
             if ipc is not None:
                 ipc.close()
             row[ex] = {"first": first, "compiled": (k1[0] - k0[0], k1[1] - k0[1]),
                        "loaded": (k1[2] - k0[2], k1[3] - k0[3]), "step": statistics.median(whole),
                        **{p: statistics.median(v) for p, v in phases.items()}}
+        # bytes this rank put on the links per step: each remote route's hl row and expert id
+        # out, its y row back
+        ids = last_out["ids"]
+        remote = 0 if ids is None else int(((ids >= 0) & (owners_t[ids.clamp(min=0).long()] != rank)).sum())
+        row["bytes"] = remote * (2 * dm.r + 8 + 2 * dm.r)
         d, i = last_out["dist"], last_out["ipc"]
         row["bits"] = (d is None and i is None) or (d is not None and i is not None and torch.equal(d, i))
         out["batches"][B] = row
+    if rank == 0:
+        out["link"] = _link_bandwidth(dev)
     return out
+
+
+def _link_bandwidth(dev):
+    """(GB/s, what was measured): a 256 MiB copy from this GPU to the next (the path the IPC
+    writes take between GPUs), or, with one GPU, a copy within it (read + write counted)."""
+    import torch
+
+    n = torch.cuda.device_count()
+    src = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    other = torch.device("cuda", (dev.index + 1) % n) if n > 1 else dev
+    dst = torch.empty_like(src, device=other)
+    times = []
+    for _ in range(6):
+        torch.cuda.synchronize(dev)
+        torch.cuda.synchronize(other)
+        t = time.perf_counter()
+        dst.copy_(src)
+        torch.cuda.synchronize(dev)
+        torch.cuda.synchronize(other)
+        times.append(time.perf_counter() - t)
+    s = statistics.median(times[1:])
+    if n > 1:
+        return src.numel() / s / 1e9, f"copy cuda:{dev.index} -> cuda:{other.index}"
+    return 2 * src.numel() / s / 1e9, "one GPU: a copy within it, read + write"
 
 
 def _run(dm, world, job, timeout=900.0):
@@ -235,6 +284,12 @@ def main(argv=None) -> int:
                           + f" {1e3 * mx('step'):8.2f} {mx('first'):8.2f}"
                           f" {mx('compiled', 0):4d} {mx('compiled', 1):7.1f}s"
                           f" {mx('loaded', 0):4d} {mx('loaded', 1):7.1f}s {bits:>4}", flush=True)
+            gbs, how = figs[0]["link"]
+            for B in batches:
+                byt = sum(f["batches"][B]["bytes"] for f in figs)
+                print(f"{name:>5} {world:>5} {B:>4} one GPU step {1e3 * figs[0]['batches'][B]['single']:8.2f} ms; "
+                      f"exchanged {byt / 1e6:.2f} MB per step over all ranks, {1e6 * byt / (gbs * 1e9):.1f} us "
+                      f"at {gbs:.0f} GB/s ({how}, measured in this run)", flush=True)
             print(f"{name:>5} {world:>5} prepare per rank (slowest): weights drawn {max(f['weights'] for f in figs):.2f} s, "
                   f"engine {max(f['engine'] for f in figs):.2f} s; all of it {time.perf_counter() - t:.1f} s "
                   "with the processes' start", flush=True)

@@ -33,7 +33,7 @@ cmd() {  # cmd NAME TIMEOUT command...: any command, its log and exit
 finish() {
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used,memory.total --format=csv > $R/gpu.txt
   git rev-parse HEAD > $R/commit.txt 2>/dev/null; git status --short | head >> $R/commit.txt
-  python3 scripts/gpu_calls/count.py $R/*.jsonl > $R/zz_counts.txt 2>&1
+  ls $R/*.jsonl >/dev/null 2>&1 && python3 scripts/gpu_calls/count.py $R/*.jsonl > $R/zz_counts.txt 2>&1
   cat /tmp/cache_start.txt $R/*.txt > $OUT/summary.txt; tar czf $OUT/res.tgz -C /tmp res
   tar czf $OUT/mkc.tgz -C .mkcache .; ls -la $OUT
 }

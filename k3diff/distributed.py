@@ -182,6 +182,13 @@ class DistributedCandidate:
             pass
 
 
+def candidate(name: str, rank_impl: str, **attrs) -> type:
+    """A DistributedCandidate class named `name` running `rank_impl` ("module:object"), `attrs`
+    its other class attributes (boundaries, ranks_on_gpu): a candidate's whole declaration in one
+    line (the built-in ones, the mutants', the tests')."""
+    return type(f"Candidate<{name}>", (DistributedCandidate,), dict(name=name, rank_impl=rank_impl, **attrs))
+
+
 class Declared(DistributedCandidate):
     """A distributed candidate declared by a package that cannot import k3diff (the megakernel:
     ARCHITECTURE.md's import rules): any backend object with `distributed = True` and a

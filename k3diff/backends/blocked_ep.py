@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from k3diff.distributed import DistributedCandidate
+from k3diff.distributed import candidate
 from k3diff.stages import OUTPUTS
 
 from .blocked_moe import _get, glu_mlp, prepare_moe, route
@@ -134,14 +134,9 @@ class BlockedEPRankDispatchBug(BlockedEPRank):
     dispatch_bug = True
 
 
-class TorchBlockedEP(DistributedCandidate):
-    name = "torch-blocked-ep"
-    # its code changes path where E is not a multiple of the ranks (uneven shards): E is drawn
-    # around these (15, 17, 31, 33 are divisible by none of 2, 4, 8)
-    boundaries = {"n_experts": (16, 32)}
-    rank_impl = "k3diff.backends.blocked_ep:BlockedEPRank"
-
-
-class TorchBlockedEPDispatchBug(DistributedCandidate):
-    name = "mutant:ep_dispatch_off_by_one"
-    rank_impl = "k3diff.backends.blocked_ep:BlockedEPRankDispatchBug"
+# its code changes path where E is not a multiple of the ranks (uneven shards): E is drawn around
+# these (15, 17, 31, 33 are divisible by none of 2, 4, 8)
+TorchBlockedEP = candidate("torch-blocked-ep", "k3diff.backends.blocked_ep:BlockedEPRank",
+                           boundaries={"n_experts": (16, 32)})
+TorchBlockedEPDispatchBug = candidate("mutant:ep_dispatch_off_by_one",
+                                      "k3diff.backends.blocked_ep:BlockedEPRankDispatchBug")

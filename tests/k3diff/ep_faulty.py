@@ -6,7 +6,7 @@ import signal
 import time
 
 from k3diff.backends.blocked_ep import BlockedEPRank
-from k3diff.distributed import DistributedCandidate
+from k3diff.distributed import candidate
 
 
 class _Faulty(BlockedEPRank):
@@ -41,16 +41,6 @@ class RaiseRank(_Faulty):
     fault = "raise"
 
 
-class Dies(DistributedCandidate):
-    name = "ep-rank-dies"
-    rank_impl = "ep_faulty:DieRank"
-
-
-class Hangs(DistributedCandidate):
-    name = "ep-rank-hangs"
-    rank_impl = "ep_faulty:HangRank"
-
-
-class Raises(DistributedCandidate):
-    name = "ep-rank-raises"
-    rank_impl = "ep_faulty:RaiseRank"
+Dies = candidate("ep-rank-dies", "ep_faulty:DieRank")
+Hangs = candidate("ep-rank-hangs", "ep_faulty:HangRank")
+Raises = candidate("ep-rank-raises", "ep_faulty:RaiseRank")

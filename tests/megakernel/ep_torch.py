@@ -11,7 +11,7 @@ import torch
 
 from k3diff.backends.blocked_moe import combine, glu_mlp, prepare_moe, route
 from k3diff.backends.blocked_ops import F32, bf16, exact_f32_matmul, gemm, rmsnorm_bf16, situ
-from k3diff.distributed import DistributedCandidate
+from k3diff.distributed import candidate
 from megakernel import ep_ipc
 from megakernel.ep import MegakernelEPRank, exchange
 
@@ -94,20 +94,9 @@ class SlotsSwappedRank(TorchEngineEPRank):
         return p
 
 
-class TorchEngineEP(DistributedCandidate):
-    name = "ep-step-torch"
-    boundaries = {"n_experts": (16, 32)}
-    rank_impl = "ep_torch:TorchEngineEPRank"
-
-
-class ShiftedOwnersEP(DistributedCandidate):
-    name = "ep-step-torch-shifted-owners"
-    rank_impl = "ep_torch:ShiftedOwnersRank"
-
-
-class SlotsSwappedEP(DistributedCandidate):
-    name = "ep-step-torch-slots-swapped"
-    rank_impl = "ep_torch:SlotsSwappedRank"
+TorchEngineEP = candidate("ep-step-torch", "ep_torch:TorchEngineEPRank", boundaries={"n_experts": (16, 32)})
+ShiftedOwnersEP = candidate("ep-step-torch-shifted-owners", "ep_torch:ShiftedOwnersRank")
+SlotsSwappedEP = candidate("ep-step-torch-slots-swapped", "ep_torch:SlotsSwappedRank")
 
 
 # ------------------------------------------------------------------ ep_ipc's exchange
@@ -137,15 +126,8 @@ class RowsOneOffTorchRank(TorchEngineIpcRank):
     ipc_class = RowsOneOff
 
 
-class TorchEngineIpcEP(DistributedCandidate):
-    name = "ep-step-torch-ipc"
-    boundaries = {"n_experts": (16, 32)}
-    rank_impl = "ep_torch:TorchEngineIpcRank"
-
-
-class RowsOneOffTorchEP(DistributedCandidate):
-    name = "ep-step-torch-ipc-rows-one-off"
-    rank_impl = "ep_torch:RowsOneOffTorchRank"
+TorchEngineIpcEP = candidate("ep-step-torch-ipc", "ep_torch:TorchEngineIpcRank", boundaries={"n_experts": (16, 32)})
+RowsOneOffTorchEP = candidate("ep-step-torch-ipc-rows-one-off", "ep_torch:RowsOneOffTorchRank")
 
 
 # the megakernel's rank with its exchange fixed (GPU tests)
@@ -171,28 +153,10 @@ class MkAutoRank(MegakernelEPRank):
         return super().run_rank(stage, cfg, p, inputs, ctx)
 
 
-class _OnGpu(DistributedCandidate):
-    ranks_on_gpu = True
-
-
-class MkIpcEP(_OnGpu):
-    name = "megakernel-ep-ipc"
-    rank_impl = "ep_torch:MkIpcRank"
-
-
-class MkDistEP(_OnGpu):
-    name = "megakernel-ep-dist"
-    rank_impl = "ep_torch:MkDistRank"
-
-
-class MkRowsOneOffEP(_OnGpu):
-    name = "megakernel-ep-ipc-rows-one-off"
-    rank_impl = "ep_torch:MkRowsOneOffRank"
-
-
-class MkAutoEP(_OnGpu):
-    name = "megakernel-ep-auto"
-    rank_impl = "ep_torch:MkAutoRank"
+MkIpcEP = candidate("megakernel-ep-ipc", "ep_torch:MkIpcRank", ranks_on_gpu=True)
+MkDistEP = candidate("megakernel-ep-dist", "ep_torch:MkDistRank", ranks_on_gpu=True)
+MkRowsOneOffEP = candidate("megakernel-ep-ipc-rows-one-off", "ep_torch:MkRowsOneOffRank", ranks_on_gpu=True)
+MkAutoEP = candidate("megakernel-ep-auto", "ep_torch:MkAutoRank", ranks_on_gpu=True)
 
 
 def probe_exchanges(rank, world, store, rounds, r, answers):

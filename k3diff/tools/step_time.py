@@ -9,6 +9,14 @@ row live), the states carried from call to call. The backends take turns (round 
 drift hits all alike); per round the mean of `--iters` synchronised calls, then the median of the
 rounds. The last column of each row is each backend's time over the first backend's. A backend
 that cannot run here is named with its reason and left out of the rows.
+
+Expert parallelism (issue 34's bench): `--stage moe --ranks N` draws each batch's case on N ranks
+(contiguous experts, as many as a distributed case keeps), which a distributed backend runs on
+its N rank processes as k3diff does (inputs to the ranks and outputs back through the pool's
+pipes included) and a one-device backend runs whole, e.g. on a two-GPU machine
+
+    python -m k3diff.tools.step_time --stage moe --preset full --ranks 2 --batches 1,8,64 \\
+        --backends megakernel,megakernel-ep,torch-blocked-ep
 """
 from __future__ import annotations
 
@@ -20,11 +28,20 @@ import time
 EXIT_USAGE = 2
 
 
-def _case(stage: str, preset: str, T: int):
+def _case(stage: str, preset: str, T: int, ranks: int = 0):
+    """The case of batch T; with ranks, a moe case on that many ranks (contiguous placement) with
+    the experts a distributed case keeps (ep_config.fit_experts), which every backend then runs."""
+    from dataclasses import replace
+
+    from k3diff import ep_config
     from k3diff.case import Case
     if stage == "kda":
         return Case(stage="kda", preset=preset, batch=T, n_slots=T + 1, state_idx=tuple(range(1, T + 1)), seed=T)
-    return Case(stage="moe", preset=preset, batch=T, seed=T)
+    case = Case(stage="moe", preset=preset, batch=T, seed=T)
+    if not ranks:
+        return case
+    case = replace(case, overrides=ep_config.fit_experts(case.config(), case.overrides))
+    return ep_config.placed(case, ranks)
 
 
 def _step(backend, stage, cfg, prepared, inputs, out, sync) -> None:
@@ -41,6 +58,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda")
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--ranks", type=int, default=0,
+                   help="moe: the case on N ranks (contiguous experts), for distributed backends "
+                        "(torch-blocked-ep, megakernel-ep); the others run the same case on one device")
     a = p.parse_args(argv)
     import torch
 
@@ -50,6 +70,9 @@ def main(argv=None) -> int:
 
     if a.device.startswith("cuda") and not torch.cuda.is_available():
         print("step_time: --device cuda needs a CUDA device", file=sys.stderr)
+        return EXIT_USAGE
+    if a.ranks and (a.stage != "moe" or not 2 <= a.ranks <= 8):
+        print("step_time: --ranks takes 2..8, with --stage moe", file=sys.stderr)
         return EXIT_USAGE
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     try:
@@ -78,7 +101,7 @@ def main(argv=None) -> int:
     print(f"{'T':>4} " + " ".join(f"{n:>16}" for n, _ in loaded) + "  " + " ".join(f"{'x ' + n:>18}" for n, _ in loaded[1:]))
     with torch.no_grad():
         for T in batches:
-            case = _case(a.stage, a.preset, T)
+            case = _case(a.stage, a.preset, T, a.ranks)
             cfg, weights, inputs = materialize(case, a.device)
             runs = []
             for name, b in loaded:
@@ -90,6 +113,11 @@ def main(argv=None) -> int:
                 sizes = dims(cfg, a.stage, mine)
                 out = {s.name: torch.empty(resolve_shape(s, sizes), dtype=s.dtype, device=a.device)
                        for s in output_specs(a.stage, set(b.provides(a.stage)))}
+                if getattr(b, "distributed", False):
+                    if not a.ranks:
+                        print(f"  {name}: skips T={T} (a distributed backend: give --ranks N)")
+                        continue
+                    b.bind_case(case)           # its ranks, placement and home rows
                 prep = b.prepare(cfg, a.stage, weights)
                 for _ in range(3):
                     _step(b, a.stage, cfg, prep, mine, out, sync)
@@ -106,6 +134,8 @@ def main(argv=None) -> int:
             ratios = " ".join(f"{med[n] / first:18.2f}" if n in med and first else f"{'-':>18}" for n, _ in loaded[1:])
             print(f"{T:>4} {cells}  {ratios}", flush=True)
             del runs, weights, inputs
+    for _, b in loaded:
+        getattr(b, "close", lambda: None)()       # a distributed backend's rank processes
     return 0
 
 

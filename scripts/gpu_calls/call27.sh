@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# call 27 (ninth session, the last 240 s of device time): megakernel-ep's combine overlapped with
-# the experts block by block (ep.py, ep_ipc.py): still bit for bit the one-GPU step through IPC.
+# call 27 (not run: the ninth session's device time ran out): after re-applying ae9139b (megakernel-ep's combine overlapped with
+# the experts block by block, ep.py and ep_ipc.py): still bit for bit the one-GPU step through IPC?
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=8 END=${END:-150}
 TAIL=14 cmd A_ep_ipc $(left) python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_mk_ep_gpu.py -k "ipc and not wrong_offset"

@@ -24,8 +24,7 @@ if str(HERE) not in sys.path:                # ep_faulty: loaded by name in the 
     sys.path.insert(0, str(HERE))
 
 
-def ep_case(ranks=2, placement="contiguous", owners=None, **kw):
-    return ep_config.placed(Case(**{"stage": "moe", **kw}), ranks, placement, owners)
+ep_case = ep_config.moe_case
 
 
 def _gone(pid: int) -> bool:

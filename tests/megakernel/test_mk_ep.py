@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from k3diff import ep_config
-from k3diff.case import Case
 from k3diff.runner import check_case
 
 HERE = Path(__file__).parent
@@ -23,8 +22,7 @@ if str(HERE) not in sys.path:                # ep_torch: loaded by name in the r
     sys.path.insert(0, str(HERE))
 
 
-def ep_case(ranks=2, placement="contiguous", owners=None, **kw):
-    return ep_config.placed(Case(**{"stage": "moe", **kw}), ranks, placement, owners)
+ep_case = ep_config.moe_case
 
 
 @pytest.fixture(scope="module")

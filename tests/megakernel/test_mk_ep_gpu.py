@@ -24,7 +24,6 @@ if str(HERE) not in sys.path:            # ep_torch: loaded by name in the ranks
 import ep_torch  # noqa: E402
 from k3diff import ep_config  # noqa: E402
 from k3diff.backends import load  # noqa: E402
-from k3diff.case import Case  # noqa: E402
 from k3diff.distributed import bind_case  # noqa: E402
 from k3diff.materialize import materialize  # noqa: E402
 from k3diff.runner import check_case  # noqa: E402
@@ -48,8 +47,7 @@ def mk_by_exchange():
         c.close()
 
 
-def ep_case(ranks, placement="contiguous", owners=None, **kw):
-    return ep_config.placed(Case(stage="moe", **kw), ranks, placement, owners)
+ep_case = ep_config.moe_case
 
 
 def run(backend, case):

@@ -179,3 +179,9 @@ class Case:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def moe_case(ranks: int, placement: str = "contiguous", owners=None, **fields) -> Case:
+    """A moe Case of `fields` on `ranks` ranks (ep_config.placed: the placement's owners unless
+    `owners` are given), validated: how tests and tools write one."""
+    return ep_config.placed(Case(**{"stage": "moe", **fields}), ranks, placement, owners)

@@ -168,13 +168,6 @@ def placed(case, ranks: int, placement: str = "contiguous", owners=None, rng=Non
     return replace(case, ep_ranks=N, ep_placement=placement, ep_owners=tuple(owners)).validate()
 
 
-def moe_case(ranks: int, placement: str = "contiguous", owners=None, **fields):
-    """A moe Case of `fields` on `ranks` ranks (`placed`): how tests and tools write one."""
-    from k3diff.case import Case
-
-    return placed(Case(**{"stage": "moe", **fields}), ranks, placement, owners)
-
-
 def sweep_layout(case, ranks: int, i: int, rng):
     """Case number i of a boundary sweep (k3diff/strategies.py boundary_plan) on `ranks` ranks:
     its experts fitted (fit_experts), the placements in turn (uneven: all on rank i mod N)."""

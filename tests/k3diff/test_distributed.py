@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings, HealthCheck
 
 from k3diff import ep_config
-from k3diff.case import Case, CaseError
+from k3diff.case import Case, CaseError, moe_case
 from k3diff.corpus import case_id
 from k3diff.runner import check_case
 from k3diff.strategies import CPU_SPACE, cases
@@ -24,7 +24,7 @@ if str(HERE) not in sys.path:                # ep_faulty: loaded by name in the 
     sys.path.insert(0, str(HERE))
 
 
-ep_case = ep_config.moe_case
+ep_case = moe_case
 
 
 def _gone(pid: int) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from k3diff import ep_config
+from k3diff.case import moe_case
 from k3diff.runner import check_case
 
 HERE = Path(__file__).parent
@@ -22,7 +23,7 @@ if str(HERE) not in sys.path:                # ep_torch: loaded by name in the r
     sys.path.insert(0, str(HERE))
 
 
-ep_case = ep_config.moe_case
+ep_case = moe_case
 
 
 @pytest.fixture(scope="module")

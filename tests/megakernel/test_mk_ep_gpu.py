@@ -22,8 +22,8 @@ if str(HERE) not in sys.path:            # ep_torch: loaded by name in the ranks
     sys.path.insert(0, str(HERE))
 
 import ep_torch  # noqa: E402
-from k3diff import ep_config  # noqa: E402
 from k3diff.backends import load  # noqa: E402
+from k3diff.case import moe_case  # noqa: E402
 from k3diff.distributed import bind_case  # noqa: E402
 from k3diff.materialize import materialize  # noqa: E402
 from k3diff.runner import check_case  # noqa: E402
@@ -47,7 +47,7 @@ def mk_by_exchange():
         c.close()
 
 
-ep_case = ep_config.moe_case
+ep_case = moe_case
 
 
 def run(backend, case):

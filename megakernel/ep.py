@@ -23,7 +23,8 @@ Exchange, one of two (`MegakernelEPRank.exchange`, else MEGAKERNEL_EP_EXCHANGE, 
   ipc   (ep_ipc.py; "auto" picks it for ranks on CUDA devices of one host under a gloo group,
         e.g. ranks sharing one GPU) each rank writes its rows straight into the owners' device
         buffers and the owners write the y rows straight back; the rank's own routes go to its
-        experts while its rows are in flight, then the rows it received.
+        experts while its rows are in flight, then the rows it received, a source's block at a
+        time, each block's y going back while the next block's experts run.
   dist  torch.distributed's all_to_all_single over the caller's group: NCCL (a GPU per rank)
         moves device tensors; gloo (the CPU, or ranks sharing one GPU) moves host copies;
         nothing overlaps.
@@ -138,9 +139,12 @@ def _through_ipc(engine, ipc, send_counts, rows, ids, r, mark) -> torch.Tensor:
     ipc.fence()
     mark("dispatch")                # with the rank's own experts, which overlap it
     got_rows, got_ids = ipc.received(C)
-    y = engine.experts(got_rows, got_ids) if got_rows.shape[0] else rows.new_zeros(0, r)
-    mark("experts")
-    ipc.combine(C, y)
+    # the received rows block by block (one block per source rank), each block's y written back
+    # to its home on the side stream while the next block's experts run (the same bits again:
+    # a row's y is its own)
+    for s, o, n in ipc.blocks(C):
+        ipc.combine_block(C, s, engine.experts(got_rows[o:o + n], got_ids[o:o + n]))
+    mark("experts")                 # with the y of all but the last block on their way back
     ipc.fence()
     mark("combine")
     back = ipc.returned(C)          # the other owners' y, by owner rank: ours go between

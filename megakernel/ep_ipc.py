@@ -176,15 +176,23 @@ class IpcExchange:
         b = self.bufs[self.rank]
         return b["rows"][:n], b["ids"][:n]
 
-    def combine(self, C: list, y: torch.Tensor) -> None:
-        """y [M, r]: the y of received()'s rows, each source's block written back into its home's
-        buffer at this rank's place there. Asynchronous on a GPU: complete at the next fence()."""
-        me, off, back = self.rank, offsets(C), offsets(transposed(C))
+    def blocks(self, C: list) -> list:
+        """(source rank, first row, rows) of each block received()'s rows hold, in buffer order."""
+        me, off = self.rank, offsets(C)
+        return [(s, off[s][me], C[s][me]) for s in range(self.world) if s != me and C[s][me]]
+
+    def combine_block(self, C: list, s: int, y: torch.Tensor) -> None:
+        """y: the y rows of source s's block, written back into home s's buffer at this rank's
+        place there. Asynchronous on a GPU (the side stream, so the experts of the next block
+        overlap it): complete at the next fence()."""
+        at = offsets(transposed(C))[self.rank][s]
         with self._on_side(y):
-            for s in range(self.world):
-                n = C[s][me]
-                if n and s != me:
-                    self.bufs[s]["back"][back[me][s]:back[me][s] + n].copy_(y[off[s][me]:off[s][me] + n])
+            self.bufs[s]["back"][at:at + y.shape[0]].copy_(y)
+
+    def combine(self, C: list, y: torch.Tensor) -> None:
+        """y [M, r]: the y of all received()'s rows, each block back to its home (combine_block)."""
+        for s, o, n in self.blocks(C):
+            self.combine_block(C, s, y[o:o + n])
 
     def returned(self, C: list) -> torch.Tensor:
         """The y rows of this rank's remote routes, in its send order less its own block."""

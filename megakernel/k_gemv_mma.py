@@ -28,7 +28,8 @@ skipped.
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int64, Uint32
 from megakernel.kernel_args import declare
 from megakernel.k_gemv import GemvLaunch
-from megakernel.ptx import ld_v4_stream, ld_v4_cached, mma_bf16_16816
+from megakernel.ptx import (ld_v4_stream, ld_v4_cached, mma_bf16_16816, proxy_fence_shared,
+                            st_shared_u32, wgmma_bf16_rs, wgmma_commit_wait, wgmma_fence)
 
 
 @declare
@@ -36,7 +37,7 @@ class GemvMMA(GemvLaunch):
 
     def __init__(self, N: int, K: int, NTT: int, out_bf16: bool, U: int = 2, ldx: int = 0,
                  RT: int = 4, KS: int = 1, MT: int = 1, PF: int = 0, coherent: bool = False,
-                 threads: int = 0, PIPE: int = 0, ldy: int = 0):
+                 threads: int = 0, PIPE: int = 0, ldy: int = 0, WG: int = 0):
         """NTT: token tiles of 8 per pass (a compile-time width; any T runs, in passes); U: K
         blocks whose weight loads are issued together; RT x KS warps per CTA (row tiles x K
         splits; KS is lowered to a power of two dividing the block count: a function of the
@@ -45,7 +46,9 @@ class GemvMMA(GemvLaunch):
         read X with plain loads (X written by the same launch); threads: a fixed CTA size (a task of the persistent
         launch), RT then fills it; PIPE = 1: two register buffers, the next U blocks' weight
         loads issued before the current U blocks' mma (the same sums in the same order: the
-        same bits; measured: faster at batch <= 8, slower at 64, docs/megakernel-notes.md)."""
+        same bits; measured: faster at batch <= 8, slower at 64, docs/megakernel-notes.md);
+        WG = 1: wgmma instead of mma.sync (the module docstring, "wgmma"; RT a multiple of
+        4, MT = 1, PIPE = 0)."""
         assert K % 32 == 0 and (ldx or K) % 8 == 0 and (ldy or N) >= N
         self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
         self.MT, self.PF, self.coherent, self.PIPE = MT, PF, coherent, PIPE
@@ -63,7 +66,14 @@ class GemvMMA(GemvLaunch):
         self.wtiles = (N + self.RW - 1) // self.RW          # row tiles of 16 MT
         self.tiles = (self.wtiles + self.RT - 1) // self.RT  # CTA tiles (the grid's unit)
         self.NACC = MT * NTT * 4
-        assert self.RT * (self.KS - 1) * self.NACC * 32 * 4 <= 48 * 1024, "split-K partials > 48 KB"
+        self.WG = WG
+        self.smem_bytes = self.RT * (self.KS - 1) * self.NACC * 32 * 4       # split-K partials
+        assert self.smem_bytes <= 48 * 1024, "split-K partials > 48 KB"
+        if WG:
+            assert self.RT % 4 == 0 and MT == 1 and not PIPE, "wgmma: RT % 4 == 0, MT 1, PIPE 0"
+            self.XT = 8 * NTT * self.BK * 2                 # one X tile: 8 NTT tokens x BK
+            self.smem_bytes += self.KS * self.U * self.XT
+            assert self.smem_bytes <= 200 * 1024, "wgmma GEMV: shared memory > 200 KB"
 
     @cute.jit
     def body(self, w, x, y, T, lo, hi, step):
@@ -72,11 +82,127 @@ class GemvMMA(GemvLaunch):
         tid, _, _ = cute.arch.thread_idx()
         warp = tid // 32
         Y = cute.make_tensor(y, cute.make_layout((T, self.N), stride=(self.ldy, 1)))
-        part = self.partials()
-        for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
-            rt = warp // self.KS
-            self.warp_tile(w.toint(), x.toint(), Y, part, T,
-                           (tile * self.RT + rt) * self.RW, rt, warp % self.KS, tid % 32)
+        if cutlass.const_expr(self.WG):
+            # warp = ks RT + rt: a warpgroup's 4 warps share their split
+            part, xs = self.wg_smem()
+            for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
+                rt = warp % self.RT
+                self.wg_tile(w.toint(), x.toint(), Y, part, xs, T,
+                             (tile * self.RT + rt) * self.RW, rt, warp // self.RT, tid % (32 * self.RT))
+        else:
+            part = self.partials()
+            for tile in cutlass.range(lo, cutlass.min(hi, self.tiles), step):
+                rt = warp // self.KS
+                self.warp_tile(w.toint(), x.toint(), Y, part, T,
+                               (tile * self.RT + rt) * self.RW, rt, warp % self.KS, tid % 32)
+
+    @cute.jit
+    def wg_smem(self):
+        """The wgmma mode's shared memory from one allocator: the split-K partials (None at
+        KS = 1) and the X tiles, [KS][U] of XT bytes (their Int32 shared address)."""
+        smem = cutlass.memory.SmemAllocator()
+        xs = smem.allocate(self.KS * self.U * self.XT, 128).toint()
+        part = None
+        if cutlass.const_expr(self.KS > 1):
+            part = smem.allocate_tensor(
+                Float32, cute.make_layout((self.RT, self.KS - 1, self.NACC, 32),
+                                          stride=((self.KS - 1) * self.NACC * 32,
+                                                  self.NACC * 32, 32, 1)), 16)
+        return part, xs
+
+    @cute.jit
+    def wg_tile(self, wb, xb, Y, part, xs, T, r0, rt, ks, sl):
+        """warp_tile on wgmma: the split's RT warps (sl: this thread among them) stage each
+        block's X tile in shared memory, K-permuted, and its warpgroups multiply their 64 rows
+        (A: the same registers as mma.sync's) by it."""
+        K, BK, NTT, KS, U, NBW = self.K, self.BK, self.NTT, self.KS, self.U, self.NBW
+        CW = BK // 8
+        lane = sl % 32
+        g = lane // 4
+        tg = lane % 4
+        lane_off = Int64(tg * (BK // 4) * 2) + Int64(ks * BK * 2)
+        wad = []
+        for hh in cutlass.range_constexpr(2):
+            row = cutlass.min(r0 + 8 * hh + g, self.N - 1)
+            wad.append(wb + Int64(row) * Int64(2 * K) + lane_off)
+        NTOK = 8 * NTT
+        SPT = (4 * NTOK + 32 * self.RT - 1) // (32 * self.RT)   # X units per thread
+        xt = xs + ks * (U * self.XT)
+        Ar = cute.make_rmem_tensor((U * 2 * CW,), Uint32)
+        Xr = cute.make_rmem_tensor((U * SPT * CW,), Uint32)
+        acc = cute.make_rmem_tensor((self.NACC,), Float32)
+        NG = NBW // U
+        for t0 in cutlass.range(0, T, NTOK):
+            for i in cutlass.range_constexpr(self.NACC):
+                acc[i] = Float32(0.0)
+            for it in cutlass.range(NG):
+                self.wg_group(Ar, Xr, acc, wad, xb, xt, it * U, U, t0, T, ks, sl, SPT)
+            if cutlass.const_expr(NBW % U != 0):
+                for b in cutlass.range(NBW - NBW % U, NBW):
+                    self.wg_group(Ar, Xr, acc, wad, xb, xt, b, 1, t0, T, ks, sl, SPT)
+            if cutlass.const_expr(KS > 1):
+                if ks > 0:
+                    for i in cutlass.range_constexpr(self.NACC):
+                        part[rt, ks - 1, i, lane] = acc[i]
+                cute.arch.sync_threads()
+                if ks == 0:
+                    for s in cutlass.range_constexpr(KS - 1):      # the fixed order of splits
+                        for i in cutlass.range_constexpr(self.NACC):
+                            acc[i] = acc[i] + part[rt, s, i, lane]
+                    self.store(Y, acc, T, t0, r0, g, tg)
+                cute.arch.sync_threads()
+            else:
+                self.store(Y, acc, T, t0, r0, g, tg)
+
+    @cute.jit
+    def wg_group(self, Ar, Xr, acc, wad, xb, xt, j0, nu: cutlass.Constexpr, t0, T, ks, sl,
+                 SPT: cutlass.Constexpr):
+        """Blocks j0 .. j0 + nu - 1 of this split: weights to registers, X to the tiles, then
+        4 nu wgmma in the order mma.sync takes them; waits for them before returning (the A
+        registers and the tiles are reused)."""
+        BK, KS, RT, NTT = self.BK, self.KS, self.RT, self.NTT
+        CW = BK // 8
+        NTOK = 8 * NTT
+        self.load(Ar, 0, wad, j0, nu)
+        for uu in cutlass.range_constexpr(nu):
+            boff = Int64(((j0 + uu) * KS + ks) * BK * 2)
+            for i in cutlass.range_constexpr(SPT):
+                u = sl + 32 * RT * i
+                if u < 4 * NTOK:
+                    tok = cutlass.min(t0 + u // 4, T - 1)
+                    a = xb + Int64(tok) * Int64(2 * self.ldx) + boff + Int64((u % 4) * (BK // 4) * 2)
+                    for v in cutlass.range_constexpr(CW // 4):
+                        q = ld_v4_cached(a + Int64(16 * v), self.coherent)
+                        for e in cutlass.range_constexpr(4):
+                            Xr[(uu * SPT + i) * CW + 4 * v + e] = q[e]
+        if cutlass.const_expr(RT > 4):
+            cute.arch.barrier(barrier_id=1 + ks, number_of_threads=32 * RT)   # tiles read
+        # lane chunk c of a token (its words c CW .. c CW + CW - 1) -> word c of the token's
+        # 16-byte row in core matrix w (the K permutation of warp_tile's docstring)
+        for uu in cutlass.range_constexpr(nu):
+            for i in cutlass.range_constexpr(SPT):
+                u = sl + 32 * RT * i
+                if u < 4 * NTOK:
+                    tl = u // 4
+                    at = xt + uu * self.XT + (tl // 8) * (128 * CW) + (tl % 8) * 16 + (u % 4) * 4
+                    for w in cutlass.range_constexpr(CW):
+                        st_shared_u32(at + 128 * w, Xr[(uu * SPT + i) * CW + w])
+        proxy_fence_shared()
+        cute.arch.barrier(barrier_id=1 + ks, number_of_threads=32 * RT)
+        wgmma_fence()
+        # descriptor: no swizzle; LBO 128 (next 8 K), SBO 128 CW (next 8 tokens)
+        dhi = Int64((128 >> 4) << 16) + Int64(((128 * CW) >> 4) << 32)
+        for uu in cutlass.range_constexpr(nu):
+            a_lo = uu * 2 * CW
+            a_hi = a_lo + CW
+            for j in cutlass.range_constexpr(BK // 16):
+                d = dhi + Int64(((xt + uu * self.XT + 256 * j) >> 4) & 0x3FFF)
+                r = wgmma_bf16_rs([acc[e] for e in range(self.NACC)],
+                                  Ar[a_lo + 2 * j], Ar[a_hi + 2 * j],
+                                  Ar[a_lo + 2 * j + 1], Ar[a_hi + 2 * j + 1], d)
+                for e in cutlass.range_constexpr(self.NACC):
+                    acc[e] = r[e]
+        wgmma_commit_wait()
 
     @cute.jit
     def partials(self):

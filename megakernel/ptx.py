@@ -148,3 +148,54 @@ def globaltimer(*, loc=None, ip=None):
 def smid(*, loc=None, ip=None):
     """The SM this thread runs on."""
     return Int32(asm_op(1, T.i32(), [], "mov.u32 $0, %smid;", "=r", loc, ip, side=True))
+
+
+@dsl_user_op
+def st_shared_u32(saddr, v, *, loc=None, ip=None):
+    """4 bytes to shared memory (in program order with the other shared accesses)."""
+    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Uint32(v).ir_value(loc=loc, ip=ip)],
+           "st.shared.u32 [$0], $1;", "r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def proxy_fence_shared(*, loc=None, ip=None):
+    """Generic-proxy writes to shared memory made visible to the async proxy (wgmma's operand
+    reads): after the st.shared of a wgmma operand, before the barrier that publishes it."""
+    asm_op(0, None, [], "fence.proxy.async.shared::cta;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def wgmma_fence(*, loc=None, ip=None):
+    """wgmma.fence: orders this thread's earlier register writes (A fragments, accumulators)
+    before the wgmma that reads them."""
+    asm_op(0, None, [], "wgmma.fence.sync.aligned;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def wgmma_commit_wait(*, loc=None, ip=None):
+    """Commit the warpgroup's wgmma in flight and wait for all of them (accumulators final, A
+    registers and the B tile free again)."""
+    asm_op(0, None, [], "wgmma.commit_group.sync.aligned;\n\twgmma.wait_group.sync.aligned 0;",
+           "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def wgmma_bf16_rs(acc: list, a0, a1, a2, a3, desc_b, *, loc=None, ip=None):
+    """D += A B, wgmma.mma_async m64nNk16 (N = 2 len(acc)), f32 accumulators, A bf16 from
+    registers (per warp the mma.sync m16n8k16 A fragment of its 16 rows: warp w of the
+    warpgroup rows 16w..16w+15), B bf16 N x 16 K-major in shared memory (descriptor `desc_b`).
+    acc: this thread's 4 N / 8 accumulators, in the mma.sync C order per 8 columns; returns the
+    new values (asynchronous: read them after wgmma_commit_wait)."""
+    n = len(acc)
+    N = 2 * n
+    outs = ", ".join(f"${i}" for i in range(n))
+    args = [Uint32(a).ir_value(loc=loc, ip=ip) for a in (a0, a1, a2, a3)]
+    args += [Int64(desc_b).ir_value(loc=loc, ip=ip), Int32(1).ir_value(loc=loc, ip=ip)]
+    args += [Float32(c).ir_value(loc=loc, ip=ip) for c in acc]
+    # scale-d is a predicate (1: D += A B); imm-scale-a, imm-scale-b 1; B not transposed
+    asm = (f"{{\n\t.reg .pred p;\n\tsetp.ne.b32 p, ${n + 5}, 0;\n\t"
+           f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.bf16.bf16 {{{outs}}}, "
+           f"{{${n}, ${n + 1}, ${n + 2}, ${n + 3}}}, ${n + 4}, p, 1, 1, 0;\n\t}}")
+    cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)]) + ",~{memory}"
+    r = asm_op(n, T.f32(), args, asm, cons, loc, ip, side=True)
+    return [Float32(x) for x in r]

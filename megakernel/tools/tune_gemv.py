@@ -38,17 +38,17 @@ def shapes(preset):
     return out
 
 
-KEYS = ("NTT", "U", "RT", "KS", "MT", "PF", "PIPE")
+KEYS = ("NTT", "U", "RT", "KS", "MT", "PF", "PIPE", "WG")
 
 
 def mma_variants(shape, T, grid):
     """The GemvMMA variants tried at batch T (NTT 1 up to 8 tokens, else 8; MT > 1 only then),
     as they compile: KS and U lowered to what the shape allows, duplicates and variants over the
     shared-memory cap dropped."""
-    U, RTKS, MT, PF, PIPE = grid
+    U, RTKS, MT, PF, PIPE, WG = grid
     out = []
-    for u, (rt, ks), mt, pf, pipe in itertools.product(U, RTKS, MT if T > 8 else (1,), PF, PIPE):
-        v = dict(NTT=1 if T <= 8 else 8, U=u, RT=rt, KS=ks, MT=mt, PF=pf, PIPE=pipe)
+    for u, (rt, ks), mt, pf, pipe, wg in itertools.product(U, RTKS, MT if T > 8 else (1,), PF, PIPE, WG):
+        v = dict(NTT=1 if T <= 8 else 8, U=u, RT=rt, KS=ks, MT=mt, PF=pf, PIPE=pipe, WG=wg)
         try:
             o = registry.KERNELS["gemv"](shape, **v)
         except AssertionError:
@@ -99,17 +99,25 @@ def one(name, shape, T, args, bw, log):
     lc = cache.compiled("gemv", shape, TT=1 if T == 1 else gemv.TT_GEMV, U=gemv.UNROLL)
     row["core_us"] = run_us(lc, named, args.R)
     by_ks = {}
+    own = gemv.MMA_GEMV[name][0]["KS"] if args.own_ks else None
     for v in mma_variants(shape, T, args.grid):
+        if own is not None and v["KS"] != own:
+            continue
         lm = cache.compiled("gemv", shape, **v)
         us = run_us(lm, named, args.R)
         lm(named[0], st())
         torch.cuda.synchronize()
-        grp = by_ks.setdefault(v["KS"], dict(best=None, bits=ys[0].clone(), same=True))
+        # a bits family: the K split, and wgmma or mma.sync (the same order; whether the tensor
+        # cores round them alike is measured: row["wg_bits"])
+        grp = by_ks.setdefault(f"{v['KS']}{'w' if v['WG'] else ''}",
+                               dict(best=None, bits=ys[0].clone(), same=True))
         grp["same"] &= torch.equal(bits_of(ys[0]), bits_of(grp["bits"]))
         if grp["best"] is None or us < grp["best"][1]:
             grp["best"] = (v, us)
         log.append(dict(row, variant=v, us=us))
     row["ks"] = {}
+    row["wg_bits"] = {k: torch.equal(bits_of(by_ks[k]["bits"]), bits_of(by_ks[k + "w"]["bits"]))
+                      for k in by_ks if k + "w" in by_ks}
     for ks, grp in by_ks.items():
         v, us = grp["best"]
         inv = True              # batch invariance: the first 3 tokens alone, NTT = 1
@@ -146,6 +154,9 @@ def main(argv=None) -> int:
     ap.add_argument("--MT", default="1,2")
     ap.add_argument("--PF", default="0")
     ap.add_argument("--PIPE", default="0", help="0, 1 or 0,1: the double-buffered weight loads")
+    ap.add_argument("--WG", default="0", help="0, 1 or 0,1: mma.sync or wgmma (RT a multiple of 4)")
+    ap.add_argument("--own-ks", action="store_true",
+                    help="only each GEMV's own K split (gemv.MMA_GEMV): its bits, its variants")
     ap.add_argument("--json", default="")
     a = ap.parse_args(argv)
     if no_gpu("tune_gemv"):
@@ -155,9 +166,9 @@ def main(argv=None) -> int:
         ints = lambda k: tuple(int(v) for v in getattr(a, k).split(","))  # noqa: E731
         rtks = tuple(tuple(int(v) for v in p.split("x")) for p in a.RTKS.split(","))
         assert all(len(p) == 2 for p in rtks)
-        a.grid = (ints("U"), rtks, ints("MT"), ints("PF"), ints("PIPE"))
+        a.grid = (ints("U"), rtks, ints("MT"), ints("PF"), ints("PIPE"), ints("WG"))
     except (ValueError, AssertionError):
-        print("tune_gemv: --batches/--U/--MT/--PF/--PIPE take comma-separated integers, --RTKS pairs "
+        print("tune_gemv: --batches/--U/--MT/--PF/--PIPE/--WG take comma-separated integers, --RTKS pairs "
               "like 4x1,1x8", file=sys.stderr)
         return 2
     sh = shapes(a.preset)
@@ -184,7 +195,8 @@ def main(argv=None) -> int:
                   f" | {c['pct']:.1f} | {r['core_us'] / c['us']:.2f} | "
                   f"{ {k: c['variant'][k] for k in KEYS} } | {c['rel_l2']:.1e} | "
                   f"{all(e['same_bits'] for e in r['ks'].values())} | "
-                  f"{all(e['invariant'] for e in r['ks'].values())} |", flush=True)
+                  f"{all(e['invariant'] for e in r['ks'].values())} |" +
+                  (f" wgmma = mma.sync bits: {r['wg_bits']}" if r["wg_bits"] else ""), flush=True)
             ok &= all(e["same_bits"] and e["invariant"] and e["rel_l2"] < 1e-2
                       for e in r["ks"].values())
         rows += [dict(r, chosen_ks=ks) for r in srows]

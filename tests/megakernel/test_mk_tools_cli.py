@@ -84,11 +84,11 @@ def test_bench_layer_picks_a_kda_and_an_mla_layer_with_a_moe():
 
 def test_tune_gemv_variants_build_and_pipe_keeps_the_split():
     """The tuner's variant grid builds through registry.KERNELS["gemv"]; PIPE (double-buffered
-    loads) never changes the K split, the knob that decides the bits."""
+    loads) and WG (wgmma) never change the K split, the knob that decides the order of the sum."""
     from megakernel import registry
     from megakernel.tools.tune_gemv import mma_variants, shapes
 
-    grid = ((2, 4), ((4, 1), (2, 4), (1, 8)), (1, 2), (0,), (0, 1))
+    grid = ((2, 4), ((4, 1), (2, 4), (1, 8)), (1, 2), (0,), (0, 1), (0, 1))
     for preset in ("full", "small"):
         for name, shape in shapes(preset).items():
             for T in (1, 64):
@@ -96,8 +96,8 @@ def test_tune_gemv_variants_build_and_pipe_keeps_the_split():
                 assert vs, (name, T)
                 for v in vs:
                     o = registry.KERNELS["gemv"](shape, **v)
-                    assert (o.KS, o.PIPE) == (v["KS"], v["PIPE"])
-                    assert o.KS == registry.KERNELS["gemv"](shape, **dict(v, PIPE=0)).KS
+                    assert (o.KS, o.PIPE, o.WG) == (v["KS"], v["PIPE"], v["WG"])
+                    assert o.KS == registry.KERNELS["gemv"](shape, **dict(v, PIPE=0, WG=0)).KS
 
 
 def test_persistent_regs_reads_ptxas_and_refuses_bad_arguments():

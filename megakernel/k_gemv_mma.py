@@ -24,7 +24,18 @@ from k_gemv.Gemv's CUDA-core order (each instance uses one of the two for every 
 one per batch size: that would break batch invariance). Padded token columns repeat token T-1 and
 are not stored; rows past N repeat row N-1 and are not stored; a token tile wholly past T is
 skipped.
+
+wgmma (WG = 1; faster at batch 64, docs/megakernel-notes.md): a warpgroup's 4 warps hold the A
+fragments of 64 rows in the same registers as above and multiply them by X from shared memory,
+wgmma m64nNk16 (N = 8, 16, 32 or 8 NTT, the narrowest that covers the pass's tokens). The split's
+warps stage each block's X tile first: lane t's u32 word w of a token goes to word t of that
+token's 16-byte row in core matrix w (no swizzle; core matrices 8 tokens x 8 K), so wgmma step
+j reads in each K slot the element mma j reads there: the same products in the same order, and
+on the H200 the same bits (tools/tune_gemv: every shape and K split). Warp = ks RT + rt, so a
+warpgroup's warps share a split; RT a multiple of 4; the split's warpgroups share the tiles.
 """
+from megakernel.config import dsl_arch
+from megakernel.cute_env import DEFAULT_ARCH
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int64, Uint32
 from megakernel.kernel_args import declare
 from megakernel.k_gemv import GemvLaunch
@@ -66,10 +77,12 @@ class GemvMMA(GemvLaunch):
         self.wtiles = (N + self.RW - 1) // self.RW          # row tiles of 16 MT
         self.tiles = (self.wtiles + self.RT - 1) // self.RT  # CTA tiles (the grid's unit)
         self.NACC = MT * NTT * 4
-        self.WG = WG
+        # wgmma is Hopper's (sm_90a); elsewhere (GB300, sm_103a) mma.sync does the same products
+        # in the same order
+        self.WG = WG if (dsl_arch() or DEFAULT_ARCH) == "sm_90a" else 0
         self.smem_bytes = self.RT * (self.KS - 1) * self.NACC * 32 * 4       # split-K partials
         assert self.smem_bytes <= 48 * 1024, "split-K partials > 48 KB"
-        if WG:
+        if self.WG:
             assert self.RT % 4 == 0 and MT == 1 and not PIPE, "wgmma: RT % 4 == 0, MT 1, PIPE 0"
             self.XT = 8 * NTT * self.BK * 2                 # one X tile: 8 NTT tokens x BK
             self.smem_bytes += self.KS * self.U * self.XT
@@ -126,20 +139,28 @@ class GemvMMA(GemvLaunch):
             row = cutlass.min(r0 + 8 * hh + g, self.N - 1)
             wad.append(wb + Int64(row) * Int64(2 * K) + lane_off)
         NTOK = 8 * NTT
-        SPT = (4 * NTOK + 32 * self.RT - 1) // (32 * self.RT)   # X units per thread
+        SPT = (4 * NTOK + 32 * self.RT - 1) // (32 * self.RT)   # X units per thread (widest pass)
         xt = xs + ks * (U * self.XT)
         Ar = cute.make_rmem_tensor((U * 2 * CW,), Uint32)
         Xr = cute.make_rmem_tensor((U * SPT * CW,), Uint32)
         acc = cute.make_rmem_tensor((self.NACC,), Float32)
-        NG = NBW // U
         for t0 in cutlass.range(0, T, NTOK):
             for i in cutlass.range_constexpr(self.NACC):
                 acc[i] = Float32(0.0)
-            for it in cutlass.range(NG):
-                self.wg_group(Ar, Xr, acc, wad, xb, xt, it * U, U, t0, T, ks, sl, SPT)
-            if cutlass.const_expr(NBW % U != 0):
-                for b in cutlass.range(NBW - NBW % U, NBW):
-                    self.wg_group(Ar, Xr, acc, wad, xb, xt, b, 1, t0, T, ks, sl, SPT)
+            # the pass's wgmma as wide as its tokens need (N = 8, 16, 32 or 8 NTT: columns are
+            # independent, so the width changes no bit of a token)
+            rem = T - t0
+            if cutlass.const_expr(NTT >= 4):
+                if rem > 32:
+                    self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, NTT)
+                elif rem > 16:
+                    self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, 4)
+                elif rem > 8:
+                    self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, 2)
+                else:
+                    self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, 1)
+            else:
+                self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, NTT)
             if cutlass.const_expr(KS > 1):
                 if ks > 0:
                     for i in cutlass.range_constexpr(self.NACC):
@@ -155,14 +176,25 @@ class GemvMMA(GemvLaunch):
                 self.store(Y, acc, T, t0, r0, g, tg)
 
     @cute.jit
+    def wg_blocks(self, Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, nt: cutlass.Constexpr):
+        """Every block of this split for tokens t0 .. t0 + 8 nt - 1, U blocks at a time."""
+        U, NBW = self.U, self.NBW
+        SPT = (32 * nt + 32 * self.RT - 1) // (32 * self.RT)   # X units per thread
+        for it in cutlass.range(NBW // U):
+            self.wg_group(Ar, Xr, acc, wad, xb, xt, it * U, U, t0, T, ks, sl, SPT, nt)
+        if cutlass.const_expr(NBW % U != 0):
+            for b in cutlass.range(NBW - NBW % U, NBW):
+                self.wg_group(Ar, Xr, acc, wad, xb, xt, b, 1, t0, T, ks, sl, SPT, nt)
+
+    @cute.jit
     def wg_group(self, Ar, Xr, acc, wad, xb, xt, j0, nu: cutlass.Constexpr, t0, T, ks, sl,
-                 SPT: cutlass.Constexpr):
-        """Blocks j0 .. j0 + nu - 1 of this split: weights to registers, X to the tiles, then
-        4 nu wgmma in the order mma.sync takes them; waits for them before returning (the A
-        registers and the tiles are reused)."""
-        BK, KS, RT, NTT = self.BK, self.KS, self.RT, self.NTT
+                 SPT: cutlass.Constexpr, nt: cutlass.Constexpr):
+        """Blocks j0 .. j0 + nu - 1 of this split for 8 nt tokens: weights to registers, X to
+        the tiles, then 4 nu wgmma in the order mma.sync takes them; waits for them before
+        returning (the A registers and the tiles are reused)."""
+        BK, KS, RT = self.BK, self.KS, self.RT
         CW = BK // 8
-        NTOK = 8 * NTT
+        NTOK = 8 * nt
         self.load(Ar, 0, wad, j0, nu)
         for uu in cutlass.range_constexpr(nu):
             boff = Int64(((j0 + uu) * KS + ks) * BK * 2)
@@ -177,8 +209,8 @@ class GemvMMA(GemvLaunch):
                             Xr[(uu * SPT + i) * CW + 4 * v + e] = q[e]
         if cutlass.const_expr(RT > 4):
             cute.arch.barrier(barrier_id=1 + ks, number_of_threads=32 * RT)   # tiles read
-        # lane chunk c of a token (its words c CW .. c CW + CW - 1) -> word c of the token's
-        # 16-byte row in core matrix w (the K permutation of warp_tile's docstring)
+        # word w of lane t's chunk of a token -> word t of the token's 16-byte row in core
+        # matrix w: wgmma step j then meets mma j's K slots (the module docstring)
         for uu in cutlass.range_constexpr(nu):
             for i in cutlass.range_constexpr(SPT):
                 u = sl + 32 * RT * i
@@ -197,10 +229,10 @@ class GemvMMA(GemvLaunch):
             a_hi = a_lo + CW
             for j in cutlass.range_constexpr(BK // 16):
                 d = dhi + Int64(((xt + uu * self.XT + 256 * j) >> 4) & 0x3FFF)
-                r = wgmma_bf16_rs([acc[e] for e in range(self.NACC)],
+                r = wgmma_bf16_rs([acc[e] for e in range(4 * nt)],
                                   Ar[a_lo + 2 * j], Ar[a_hi + 2 * j],
                                   Ar[a_lo + 2 * j + 1], Ar[a_hi + 2 * j + 1], d)
-                for e in cutlass.range_constexpr(self.NACC):
+                for e in cutlass.range_constexpr(4 * nt):
                     acc[e] = r[e]
         wgmma_commit_wait()
 

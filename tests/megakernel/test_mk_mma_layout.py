@@ -126,6 +126,34 @@ def test_gemv_mma_bookkeeping_is_a_permuted_dot():
         assert np.array_equal(emulate_gemv(W, X, BK), W @ X.T), BK
 
 
+def test_gemv_wgmma_staging_gives_each_k_slot_the_element_mma_sync_reads():
+    """GemvMMA WG = 1 (k_gemv_mma.wg_group): lane t's u32 word w of a token staged at byte
+    (tok // 8) * 128 CW + (tok % 8) * 16 + 4 t + 128 w of the X tile; wgmma step j reads it through
+    a no-swizzle K-major descriptor (start + 256 j, LBO 128, SBO 128 CW; PTX's canonical layout:
+    element (n, k) of the step at start + (n // 8) SBO + (n % 8) 16 + (k // 8) LBO + 2 (k % 8)).
+    Every (step, K slot, token) must find the element that mma j's A fragment puts in that slot:
+    lane t = (slot % 8) // 2 gives word 2 j + slot // 8 of its chunk, elements t BK / 4 + 2 w,
+    + 1. So the same products meet in the same K slots (on the H200 the same bits: tune_gemv)."""
+    for BK in (64, 32):
+        CW, N = BK // 8, 64
+        tile = {}                                   # byte -> (token, logical element of the block)
+        for tok in range(N):
+            for t in range(4):
+                for w in range(CW):
+                    at = (tok // 8) * 128 * CW + (tok % 8) * 16 + 4 * t + 128 * w
+                    for half in range(2):
+                        assert at + 2 * half not in tile
+                        tile[at + 2 * half] = (tok, t * (BK // 4) + 2 * w + half)
+        assert len(tile) == N * BK                  # every element staged once, no overlap
+        for j in range(BK // 16):
+            for n in range(N):
+                for k in range(16):
+                    at = 256 * j + (n // 8) * 128 * CW + (n % 8) * 16 + (k // 8) * 128 + 2 * (k % 8)
+                    t = (k % 8) // 2
+                    want = t * (BK // 4) + 2 * (2 * j + k // 8) + k % 2
+                    assert tile[at] == (n, want), (BK, j, n, k)
+
+
 def bf16(x):
     """Round float64 values to bf16 (nearest even), as cvt.rn.bf16x2.f32 does (via f32)."""
     f = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)

@@ -12,31 +12,34 @@ it are in docs/megakernel-notes.md (fourth session: the MoE's and MLA's GEMVs, -
 """
 from megakernel.config import MOE_GEMVS
 from megakernel.k_gemv import Gemv
-from megakernel.k_gemv_mma import GemvMMA
+from megakernel.k_gemv_mma import GemvMMA, wgmma_arch
 
 GEMV_PASS = 64
 FULL_GRID = 1 << 30        # the `ctas` argument (a cap on a GEMV's grid) that no GEMV reaches
 _SMALL_T = dict(NTT=1, MT=1, PF=0)
 # batch <= 8: double-buffered weight loads (same bits; at batch 64 PIPE = 1 was slower)
 _PIPED = dict(_SMALL_T, PIPE=1)
-# batch > 8: wgmma, 4 warpgroup rows per split (the same bits as mma.sync, measured on every
-# shape and split; 1.1-1.5x faster at batch 16, 32 and 64: call 30, docs/megakernel-notes.md)
-_LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0, RT=4, MT=1, WG=1)
+_LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0)
+# batch > 8 where wgmma runs (k_gemv_mma.wgmma_arch): laid over each GEMV's batch > 8 variant,
+# 4 row warps per split so that they make a warpgroup (config.Gemv.wgmma; the same bits as the
+# mma.sync variant under it, measured on every shape and split; 1.1-1.5x faster at batch 16, 32
+# and 64: call 30, docs/megakernel-notes.md)
+WGMMA = dict(WG=1, RT=4)
 # the attention steps' x-side projections (kda_x, mla_x) and their rows launched apart (kda_in /
 # kda_g, mla_a / mla_g: side_stream.py): one variant, so one K split, so the same bits in both
 # stream modes
-_X_SIDE = (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2))
-MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8)
-    "gemv_x": (dict(_PIPED, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2)),
-    "gemv_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2)),
-    "out_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2)),
-    "out_routed": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2)),
+_X_SIDE = (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1))
+MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8 on mma.sync)
+    "gemv_x": (dict(_PIPED, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
+    "gemv_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "out_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "out_routed": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "kda_x": _X_SIDE, "kda_in": _X_SIDE, "kda_g": _X_SIDE,
-    "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1)),
-    "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2)),
+    "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
+    "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
     "mla_x": _X_SIDE, "mla_a": _X_SIDE, "mla_g": _X_SIDE,
-    "mla_qb": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2)),
-    "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2)),
+    "mla_qb": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
+    "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
 }
 TT_GEMV = 8     # the CUDA-core GEMV: tokens per pass over a weight row when T > 1
 # K chunks per lane whose loads each CUDA-core GEMV issues together (device.dot_rows; 0 = the
@@ -71,10 +74,10 @@ def variant(name, T, g, threads=0):
     if name not in g.mma:
         return dict(TT=1 if T == 1 else TT_GEMV, U=dict(g.unroll).get(name, UNROLL))
     v = dict(MMA_GEMV[name][T > 8])
-    if threads:         # a task of the persistent launch: 8 warps, mma.sync (the same bits)
+    if threads:         # a task of the persistent launch: 8 warps, too few for wgmma's splits
         v["threads"] = threads
-        v.pop("WG", None)
-        v.pop("RT", None)
+    elif T > 8 and g.wgmma and wgmma_arch():
+        v.update(WGMMA)
     return v
 
 

@@ -43,6 +43,12 @@ from megakernel.ptx import (ld_v4_stream, ld_v4_cached, mma_bf16_16816, proxy_fe
                             st_shared_u32, wgmma_bf16_rs, wgmma_commit_wait, wgmma_fence)
 
 
+def wgmma_arch() -> bool:
+    """wgmma is Hopper's (sm_90a). Elsewhere (GB300, sm_103a) WG = 1 runs on mma.sync, which does
+    the same products in the same order."""
+    return (dsl_arch() or DEFAULT_ARCH) == "sm_90a"
+
+
 @declare
 class GemvMMA(GemvLaunch):
 
@@ -77,9 +83,7 @@ class GemvMMA(GemvLaunch):
         self.wtiles = (N + self.RW - 1) // self.RW          # row tiles of 16 MT
         self.tiles = (self.wtiles + self.RT - 1) // self.RT  # CTA tiles (the grid's unit)
         self.NACC = MT * NTT * 4
-        # wgmma is Hopper's (sm_90a); elsewhere (GB300, sm_103a) mma.sync does the same products
-        # in the same order
-        self.WG = WG if (dsl_arch() or DEFAULT_ARCH) == "sm_90a" else 0
+        self.WG = WG if wgmma_arch() else 0
         self.smem_bytes = self.RT * (self.KS - 1) * self.NACC * 32 * 4       # split-K partials
         assert self.smem_bytes <= 48 * 1024, "split-K partials > 48 KB"
         if self.WG:
@@ -161,19 +165,7 @@ class GemvMMA(GemvLaunch):
                     self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, 1)
             else:
                 self.wg_blocks(Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, NTT)
-            if cutlass.const_expr(KS > 1):
-                if ks > 0:
-                    for i in cutlass.range_constexpr(self.NACC):
-                        part[rt, ks - 1, i, lane] = acc[i]
-                cute.arch.sync_threads()
-                if ks == 0:
-                    for s in cutlass.range_constexpr(KS - 1):      # the fixed order of splits
-                        for i in cutlass.range_constexpr(self.NACC):
-                            acc[i] = acc[i] + part[rt, s, i, lane]
-                    self.store(Y, acc, T, t0, r0, g, tg)
-                cute.arch.sync_threads()
-            else:
-                self.store(Y, acc, T, t0, r0, g, tg)
+            self.finish(Y, part, acc, T, t0, r0, rt, ks, lane)
 
     @cute.jit
     def wg_blocks(self, Ar, Xr, acc, wad, xb, xt, t0, T, ks, sl, nt: cutlass.Constexpr):
@@ -293,19 +285,27 @@ class GemvMMA(GemvLaunch):
                 for b in cutlass.range(NBW - NBW % U, NBW):
                     self.load(Ar, 0, wad, b, 1)
                     self.mma(Ar, 0, acc, xad, b, 1, t0, T)
-            if cutlass.const_expr(KS > 1):
-                if ks > 0:
+            self.finish(Y, part, acc, T, t0, r0, rt, ks, lane)
+
+    @cute.jit
+    def finish(self, Y, part, acc, T, t0, r0, rt, ks, lane):
+        """The pass's outputs: the K splits' partial sums added in split order by split 0 (through
+        shared memory), then stored."""
+        g = lane // 4
+        tg = lane % 4
+        if cutlass.const_expr(self.KS > 1):
+            if ks > 0:
+                for i in cutlass.range_constexpr(self.NACC):
+                    part[rt, ks - 1, i, lane] = acc[i]
+            cute.arch.sync_threads()
+            if ks == 0:
+                for s in cutlass.range_constexpr(self.KS - 1):      # the fixed order of splits
                     for i in cutlass.range_constexpr(self.NACC):
-                        part[rt, ks - 1, i, lane] = acc[i]
-                cute.arch.sync_threads()
-                if ks == 0:
-                    for s in cutlass.range_constexpr(KS - 1):      # the fixed order of splits
-                        for i in cutlass.range_constexpr(self.NACC):
-                            acc[i] = acc[i] + part[rt, s, i, lane]
-                    self.store(Y, acc, T, t0, r0, g, tg)
-                cute.arch.sync_threads()
-            else:
+                        acc[i] = acc[i] + part[rt, s, i, lane]
                 self.store(Y, acc, T, t0, r0, g, tg)
+            cute.arch.sync_threads()
+        else:
+            self.store(Y, acc, T, t0, r0, g, tg)
 
     @cute.jit
     def load(self, Ar, a0: cutlass.Constexpr, wad, j0, nu: cutlass.Constexpr):

@@ -5,8 +5,9 @@ states in fresh slots per step so no state is read from L2 warm. Roofline = the 
 must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
 in the same run; "roof2" is issue 31's two-limit floor (tools/roofline.py), measured in the same run.
-Then each launch alone, the same way (over the scratch the full steps left), and the step in the
-other stream mode (kda.py: "fused" or "fork"); and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
+Then each launch alone, the same way (over the scratch the full steps left), the step at batch
+> 8 with its tensor-core GEMVs on mma.sync instead of wgmma ("GEMVs on mma.sync": config.Gemv.wgmma,
+the same bits), and the step in the other stream mode (kda.py: "fused" or "fork"); and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on
 the slots, q/k L2 norms and the beta sigmoid in the kernel) on the same shapes: the core people
 run today. It does a little less than kda_core (no decay gate: FLA computes it in a kernel of
 its own); "x fla" is FLA's time over kda_core's. Against k3diff's torch-blocked step (megakernel/
@@ -22,7 +23,8 @@ from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import KdaStep
 from megakernel.side_stream import other_mode
 from megakernel.tools import roofline
-from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, time_events
+from megakernel.tools.bench import (no_gpu, copy_bw, other_gemv_kernel, other_large_gemv,
+                                    time_events)
 
 DEV = torch.device("cuda")
 
@@ -137,12 +139,19 @@ def main(argv=None) -> int:
             mma_now = any(g in step.settings.gemv.mma for g in KDA_GEMVS)
             with other_gemv_kernel([step], KDA_GEMVS):
                 alt = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
+            # and with the GEMVs at batch > 8 on mma.sync (config.Gemv.wgmma; the same bits)
+            wg = None
+            if T > 8:
+                with other_large_gemv([step]):
+                    wg = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
             with other_mode(step) as other:
                 one = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
+            if wg is not None:
+                alone += f"  GEMVs on mma.sync {wg:.1f} (x{wg / us[None]:.2f})"
             alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"

@@ -9,7 +9,8 @@ bf16 rate, B or F the larger), measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step on MLA's other path (config.Attn.mla_mma: the attention,
 absorb and value projection on the CUDA cores, k_mla_attn.py, k_mla_absorb.py and k_mla_merge.py's
-value part, or on the tensor cores, k_mla_attn_mma.py and k_mla_heads.py), the step in the other stream mode (mla.py: "fused" or "fork";
+value part, or on the tensor cores, k_mla_attn_mma.py and k_mla_heads.py), at batch > 8 the step
+with its tensor-core GEMVs on mma.sync instead of wgmma (config.Gemv.wgmma, the same bits), the step in the other stream mode (mla.py: "fused" or "fork";
 "x" is its time over the default's). Last, when flashinfer-python is installed (scripts/gpu_adapters.sh
 on the GPU machine), FlashInfer's MLA decode attention (BatchMLAPagedAttentionWrapper, FA2 plan,
 page size 1, planned once per shape outside the timing) on the same query, cache and lengths:
@@ -31,7 +32,8 @@ from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
 from megakernel.side_stream import other_mode
 from megakernel.tools import roofline
-from megakernel.tools.bench import no_gpu, copy_bw, other_gemv_kernel, time_events, with_settings
+from megakernel.tools.bench import (no_gpu, copy_bw, other_gemv_kernel, other_large_gemv,
+                                    time_events, with_settings)
 from megakernel.tools.bench_kda import graph_us
 
 DEV = torch.device("cuda")
@@ -166,14 +168,21 @@ def main(argv=None) -> int:
                 with with_settings([step], lambda s: replace(
                         s, attn=replace(s.attn, mla_mma=not s.attn.mla_mma))):
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
+                # and with the GEMVs at batch > 8 on mma.sync (config.Gemv.wgmma; the same bits)
+                wg = None
+                if T > 8:
+                    with other_large_gemv([step]):
+                        wg = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
                 with other_mode(step) as other:
                     one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
-                alone += (f"  step with MLA's products on the {'CUDA' if mla_mma else 'tensor'} "
-                          f"cores {alt_at:.1f}  {other} {one:.1f} (x{one / us[None]:.2f})")
+                alone += f"  step with MLA's products on the {'CUDA' if mla_mma else 'tensor'} cores {alt_at:.1f}"
+                if wg is not None:
+                    alone += f"  GEMVs on mma.sync {wg:.1f} (x{wg / us[None]:.2f})"
+                alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
                 fi_us = fi.us(md, cache, ln[0])
                 if fi_us is not None:
                     ours = us[("mla_attn",)] + us[("mla_merge",)]

@@ -10,7 +10,7 @@ batch (batch invariance); its other knobs are per batch class: T <= 8 (one token
 The table is `python -m megakernel.tools.tune_gemv`'s choice on the H200; the timings behind
 it are in docs/megakernel-notes.md (fourth session: the MoE's and MLA's GEMVs, --PIPE 0,1).
 """
-from megakernel.config import MOE_GEMVS
+from megakernel.config import KDA_GEMVS, MLA_GEMVS, MOE_GEMVS
 from megakernel.k_gemv import Gemv
 from megakernel.k_gemv_mma import GemvMMA, wgmma_arch
 
@@ -25,6 +25,11 @@ _LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0)
 # mma.sync variant under it, measured on every shape and split; 1.1-1.5x faster at batch 16, 32
 # and 64: call 30, docs/megakernel-notes.md)
 WGMMA = dict(WG=1, RT=4)
+# ... for the attention steps' GEMVs only. In the MoE's fork-join at batch 64 wgmma's larger CTAs
+# beside the expert launches cost more than they gain: MXFP4 3855.7 against 3695.5 µs on
+# mma.sync, bf16 10610.6 against 10657.4 (call 34, `megakernel bench`, side by side). The KDA step
+# at batch 64 gained 1.24x and MLA's at 64 / 1k 1.17x in the same call.
+WGMMA_GEMVS = KDA_GEMVS + MLA_GEMVS
 # the attention steps' x-side projections (kda_x, mla_x) and their rows launched apart (kda_in /
 # kda_g, mla_a / mla_g: side_stream.py): one variant, so one K split, so the same bits in both
 # stream modes
@@ -76,7 +81,7 @@ def variant(name, T, g, threads=0):
     v = dict(MMA_GEMV[name][T > 8])
     if threads:         # a task of the persistent launch: 8 warps, too few for wgmma's splits
         v["threads"] = threads
-    elif T > 8 and g.wgmma and wgmma_arch():
+    elif T > 8 and g.wgmma and name in WGMMA_GEMVS and wgmma_arch():
         v.update(WGMMA)
     return v
 

@@ -1,6 +1,6 @@
-"""GPU: the batch > 8 GEMVs run on wgmma (gemv.WGMMA over each GEMV's mma.sync variant). The
-default rests on a fact about the hardware: a wgmma k16 step rounds exactly as the mma.sync step
-that takes the same products. So every GEMV shape of both presets is held to it here, at batches
+"""GPU: the attention steps' batch > 8 GEMVs run on wgmma (gemv.WGMMA over each GEMV's mma.sync
+variant; the MoE's stay on mma.sync, gemv.WGMMA_GEMVS). That default rests on a fact about the
+hardware: a wgmma k16 step rounds exactly as the mma.sync step that takes the same products. So every GEMV shape of both presets is held to it here, at batches
 that take each wgmma width (16, 32, 64 and a second pass of 8), and to batch invariance: each
 token alone, on the batch <= 8 kernel, gives its row's bits."""
 import zlib
@@ -41,8 +41,9 @@ def test_wgmma_gemv_gives_mma_sync_bits(preset, name):
     g = torch.Generator(DEV).manual_seed(zlib.crc32(f"{preset}/{name}".encode()))
     w = (torch.randn(N, K, generator=g, device=DEV) / K ** 0.5).bfloat16()
     x = torch.randn(72, K, generator=g, device=DEV).bfloat16()
-    wg, mma = gemv.variant(name, 64, Gemv()), gemv.variant(name, 64, Gemv(wgmma=False))
-    assert wg["WG"] == 1 and "WG" not in mma and wg["KS"] == mma["KS"]
+    mma = gemv.variant(name, 64, Gemv(wgmma=False))
+    wg = dict(mma, **gemv.WGMMA)       # what gemv.variant lays over it where wgmma is the default
+    assert "WG" not in mma and (gemv.variant(name, 64, Gemv()) == wg) == (name in gemv.WGMMA_GEMVS)
     one = gemv.variant(name, 1, Gemv())
     for T in (9, 20, 64, 72):          # wgmma N = 16, 32, 64, then 64 + a pass of 8
         a, b = run(shape, wg, w, x[:T]), run(shape, mma, w, x[:T])

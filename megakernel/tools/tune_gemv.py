@@ -167,9 +167,10 @@ def main(argv=None) -> int:
         rtks = tuple(tuple(int(v) for v in p.split("x")) for p in a.RTKS.split(","))
         assert all(len(p) == 2 for p in rtks)
         a.grid = (ints("U"), rtks, ints("MT"), ints("PF"), ints("PIPE"), ints("WG"))
+        assert set(a.grid[4]) | set(a.grid[5]) <= {0, 1}
     except (ValueError, AssertionError):
-        print("tune_gemv: --batches/--U/--MT/--PF/--PIPE/--WG take comma-separated integers, --RTKS pairs "
-              "like 4x1,1x8", file=sys.stderr)
+        print("tune_gemv: --batches/--U/--MT/--PF take comma-separated integers, --PIPE/--WG 0 and/or 1, "
+              "--RTKS pairs like 4x1,1x8", file=sys.stderr)
         return 2
     sh = shapes(a.preset)
     names = [n for n in a.shapes.split(",") if n] or list(sh)

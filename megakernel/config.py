@@ -46,8 +46,8 @@ class Gemv:
     mma: tuple = ALL_GEMVS
     # (name, U) over the CUDA-core GEMVs' unroll (gemv.UNROLL), for tuning runs (tune_streams)
     unroll: tuple = ()
-    # the tensor-core GEMVs at batch > 8 on wgmma where it runs (gemv.WGMMA), else mma.sync: the
-    # same bits either way; False for the benches' side-by-side column
+    # gemv.WGMMA_GEMVS at batch > 8 on wgmma where it runs (gemv.WGMMA), else mma.sync: the same
+    # bits either way; False for the benches' side-by-side column
     wgmma: bool = True
 
     def other(self, names):

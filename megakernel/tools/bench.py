@@ -8,7 +8,8 @@ one-launch persistent step, k_persistent.py, the same way: "1-launch us"; and th
 with the MoE's four GEMVs all on the other kernel: the tensor-core k_gemv_mma.py when none is on
 it by default (config.Gemv.mma), else the CUDA-core k_gemv.py: "other-GEMV us", and the
 one launch so: "other-GEMV 1-launch"; at batch > 8 the fork-join with its tensor-core GEMVs on
-mma.sync instead of wgmma, config.Gemv.wgmma, the same bits: ">8 on mma.sync us"); torch
+mma.sync instead of wgmma, config.Gemv.wgmma, the same bits: ">8 on mma.sync us", nan while
+gemv.WGMMA_GEMVS holds none of the MoE's); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
@@ -25,7 +26,7 @@ from dataclasses import replace
 
 import torch
 
-from megakernel import config
+from megakernel import config, gemv
 from megakernel.config import MOE_GEMVS
 from megakernel.dims import FULL, SMALL
 from megakernel.moe import STAGES, LatentMoE
@@ -208,10 +209,11 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
             finally:
                 for m in mods:
                     m.streams = "fork"
-        # and with the GEMVs at batch > 8 on mma.sync instead of wgmma (config.Gemv.wgmma: the
-        # same bits), the fork-join only (the one launch's GEMV tasks are mma.sync either way)
+        # and with the GEMVs at batch > 8 on the other instruction, wgmma or mma.sync
+        # (config.Gemv.wgmma: the same bits), the fork-join only (the one launch's GEMV tasks are
+        # mma.sync either way); nan while none of the MoE's is among gemv.WGMMA_GEMVS
         wg_us = float("nan")
-        if T > 8:
+        if T > 8 and any(g in gemv.WGMMA_GEMVS for g in MOE_GEMVS):
             with other_large_gemv(mods):
                 wg_us = graph_us(mods, xs, R)
         # where the time goes: each launch alone, R times in its own graph (same scratch)

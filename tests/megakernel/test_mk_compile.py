@@ -132,6 +132,33 @@ def test_tensor_core_gemvs_keep_one_sum_order_per_gemv():
             assert all(o.WPC == 8 for o in objs[3:]), (name, dm)      # one CTA of 256 threads
 
 
+def test_wgmma_is_laid_over_the_attention_gemvs_at_batch_above_8_on_hopper_only(monkeypatch):
+    """gemv.variant lays gemv.WGMMA (wgmma, 4 row warps per split) over the batch > 8 variant of
+    the GEMVs in WGMMA_GEMVS only, never at batch <= 8, never on a persistent task, never with
+    config.Gemv.wgmma off, never where wgmma does not run (sm_103a), and never changes the split;
+    the objects built from it are warpgroup-shaped."""
+    from megakernel import gemv
+    from megakernel.config import ALL_GEMVS, KDA_GEMVS, MLA_GEMVS, Gemv
+    from megakernel.dims import KDA_FULL, MLA_FULL, FULL
+
+    assert set(gemv.WGMMA_GEMVS) == set(KDA_GEMVS + MLA_GEMVS)
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
+    for name in ALL_GEMVS:
+        dm = KDA_FULL if name in KDA_GEMVS else MLA_FULL if name in MLA_GEMVS else FULL
+        mma = gemv.variant(name, 64, Gemv(wgmma=False))
+        got = gemv.variant(name, 64, Gemv())
+        assert got == (dict(mma, **gemv.WGMMA) if name in gemv.WGMMA_GEMVS else mma), name
+        assert "WG" not in gemv.variant(name, 8, Gemv())
+        assert "WG" not in gemv.variant(name, 64, Gemv(), threads=256)
+        o = gemv.obj(name, dm, **got)
+        assert o.KS == gemv.obj(name, dm, **mma).KS
+        if name in gemv.WGMMA_GEMVS:
+            assert o.WG == 1 and o.RT % 4 == 0 and o.threads == 32 * o.RT * o.KS
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_103a")
+    assert all("WG" not in gemv.variant(n, 64, Gemv()) for n in ALL_GEMVS)
+    assert gemv.obj("kda_out", KDA_FULL, **dict(gemv.variant("kda_out", 64, Gemv()), **gemv.WGMMA)).WG == 0
+
+
 def test_gemv_kernel_choice_parses_and_defaults():
     from megakernel import config, gemv
     from megakernel.config import ALL_GEMVS, MOE_GEMVS, Gemv

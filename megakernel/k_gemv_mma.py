@@ -31,8 +31,10 @@ wgmma m64nNk16 (N = 8, 16, 32 or 8 NTT, the narrowest that covers the pass's tok
 warps stage each block's X tile first: lane t's u32 word w of a token goes to word t of that
 token's 16-byte row in core matrix w (no swizzle; core matrices 8 tokens x 8 K), so wgmma step
 j reads in each K slot the element mma j reads there: the same products in the same order, and
-on the H200 the same bits (tools/tune_gemv: every shape and K split). Warp = ks RT + rt, so a
-warpgroup's warps share a split; RT a multiple of 4; the split's warpgroups share the tiles.
+on the H200 the same bits (tools/tune_gemv: every shape and K split; held by
+tests/megakernel/test_mk_gemv_gpu.py). Warp = ks RT + rt, so a warpgroup's warps share a split;
+RT a multiple of 4; the split's warpgroups share the tiles. A group's wgmma are waited for before
+the next group's loads overwrite their A registers and tiles (wgmma reads both asynchronously).
 """
 from megakernel.config import dsl_arch
 from megakernel.cute_env import DEFAULT_ARCH

@@ -142,8 +142,8 @@ def _through_ipc(engine, ipc, send_counts, rows, ids, r, mark) -> torch.Tensor:
     # the received rows block by block (one block per source rank), each block's y written back
     # to its home on the side stream while the next block's experts run (the same bits again:
     # a row's y is its own)
-    for s, o, n in ipc.blocks(C):
-        ipc.combine_block(C, s, engine.experts(got_rows[o:o + n], got_ids[o:o + n]))
+    for s, o, n, at in ipc.blocks(C):
+        ipc.combine_block(s, at, engine.experts(got_rows[o:o + n], got_ids[o:o + n]))
     mark("experts")                 # with the y of all but the last block on their way back
     ipc.fence()
     mark("combine")

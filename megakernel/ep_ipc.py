@@ -82,7 +82,8 @@ def pick(how: str, device, group) -> str:
 
 class IpcExchange:
     """One rank's side of the exchange; rows of r bf16 values. A step calls counts, dispatch,
-    fence, received, combine, fence, returned in that order on every rank (ep.py)."""
+    fence, received, combine (or combine_block per block of blocks()), fence, returned in that
+    order on every rank (ep.py)."""
 
     def __init__(self, group, rank: int, world: int, device, r: int):
         self.group, self.rank, self.world, self.r = group, rank, world, r
@@ -177,27 +178,27 @@ class IpcExchange:
         return b["rows"][:n], b["ids"][:n]
 
     def blocks(self, C: list) -> list:
-        """(source rank, first row, rows) of each block received()'s rows hold, in buffer order."""
-        me, off = self.rank, offsets(C)
-        return [(s, off[s][me], C[s][me]) for s in range(self.world) if s != me and C[s][me]]
+        """(source rank, first row, rows, place back) of each block received()'s rows hold, in
+        buffer order; the place back is where its y rows go in the source's buffer."""
+        me, off, back = self.rank, offsets(C), offsets(transposed(C))
+        return [(s, off[s][me], C[s][me], back[me][s]) for s in range(self.world)
+                if s != me and C[s][me]]
 
-    def combine_block(self, C: list, s: int, y: torch.Tensor) -> None:
-        """y: the y rows of source s's block, written back into home s's buffer at this rank's
-        place there. Asynchronous on a GPU (the side stream, so the experts of the next block
-        overlap it): complete at the next fence()."""
-        at = offsets(transposed(C))[self.rank][s]
+    def combine_block(self, s: int, at: int, y: torch.Tensor) -> None:
+        """y: the y rows of source s's block, written into home s's buffer at `at` (blocks()).
+        Asynchronous on a GPU (the side stream, so the experts of the next block overlap it):
+        complete at the next fence()."""
         with self._on_side(y):
             self.bufs[s]["back"][at:at + y.shape[0]].copy_(y)
 
     def combine(self, C: list, y: torch.Tensor) -> None:
         """y [M, r]: the y of all received()'s rows, each block back to its home (combine_block)."""
-        for s, o, n in self.blocks(C):
-            self.combine_block(C, s, y[o:o + n])
+        for s, o, n, at in self.blocks(C):
+            self.combine_block(s, at, y[o:o + n])
 
     def returned(self, C: list) -> torch.Tensor:
         """The y rows of this rank's remote routes, in its send order less its own block."""
         return self.bufs[self.rank]["back"][:remote(C, self.rank, False)]
-
 
     def close(self) -> None:
         """Unmap the peers' buffers, then wait for every rank to have done so: a buffer's owner

@@ -14,7 +14,8 @@ imports no cutlass.
   MEGAKERNEL_STREAMS        moe.streams            fork (default) | serial | persistent
   MEGAKERNEL_ATTN_STREAMS   attn.streams           fused | fork (unset: each step's measured default)
   MK_GEMV_MMA               gemv.mma               0 | 1 | names (unset: every GEMV on the tensor cores)
-  MK_MLA_MMA                attn.mla_mma           0: MLA's absorb, attention, value projection on the CUDA cores
+  MK_MLA_MMA                attn.mla_mma,          0: MLA's absorb, attention, value projection on the CUDA cores;
+                            attn.mla_wg            sync / wg: the attention on mma.sync / on wgmma (sm_90a)
   MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
   MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
   MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
@@ -33,6 +34,7 @@ MLA_GEMVS = ("mla_x", "mla_a", "mla_g", "mla_qb", "mla_out")
 ALL_GEMVS = ("gemv_x", "gemv_shared", "out_shared", "out_routed") + KDA_GEMVS + MLA_GEMVS
 MOE_MODES = ("fork", "serial", "persistent")
 ATTN_MODES = ("fused", "fork")
+MLA_PATHS = ("0", "1", "sync", "wg")      # MK_MLA_MMA: CUDA cores, default, mma.sync, wgmma
 # megakernel-ep's exchange (ep.py): "ipc" writes rows straight into the peers' device buffers
 # (ep_ipc.py: ranks of one host on GPUs, a gloo group); "dist" torch.distributed's
 # all_to_all_single (NCCL, or gloo through host copies); "auto" ipc where it can run, else dist
@@ -79,6 +81,7 @@ class Moe:
 class Attn:
     streams: str | None = None   # None: each step's measured default (mla.py fork, kda.py fused)
     mla_mma: bool = True         # MLA's products on the tensor cores (k_mla_attn_mma.py, k_mla_heads.py)
+    mla_wg: bool = False         # ... the attention on wgmma where it runs (k_mla_attn_wg.fits)
 
 
 @dataclass(frozen=True)
@@ -114,11 +117,12 @@ def from_env(env=None) -> Settings:
     """The settings an environment asks for; ValueError (one line naming the variable) on a bad
     value."""
     env = os.environ if env is None else env
+    mla = _choice(env, "MK_MLA_MMA", MLA_PATHS, "1")
     return Settings(
         gemv=Gemv(mma=_gemv_mma(env.get("MK_GEMV_MMA"))),
         moe=Moe(streams=_choice(env, "MEGAKERNEL_STREAMS", MOE_MODES, "fork")),
         attn=Attn(streams=_choice(env, "MEGAKERNEL_ATTN_STREAMS", ATTN_MODES, None),
-                  mla_mma=env.get("MK_MLA_MMA") != "0"),
+                  mla_mma=mla != "0", mla_wg={"wg": True, "sync": False}.get(mla, Attn.mla_wg)),
         layer=env.get("MEGAKERNEL_LAYER") != "0",
         kernel_cache=env.get("MEGAKERNEL_CACHE", ""),
         fast_call=env.get("MEGAKERNEL_FAST_CALL", "1") != "0",

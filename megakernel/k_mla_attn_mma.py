@@ -33,6 +33,7 @@ Status: the default since its first H200 run (fifth session: every GPU test and 
 the step 1.05x faster at batch 1 with a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md);
 MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
 """
+from megakernel import k_mla_attn_wg
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
 from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_cached,
@@ -294,4 +295,6 @@ def attention_kernel(md, attn):
     """The attention kernel's name for these dims under attn (a config.Attn): this one where its
     tiles fit. The two round differently, so one of them serves every batch."""
     ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
-    return "mla_attn_mma" if attn.mla_mma and ok else "mla_attn"
+    if not (attn.mla_mma and ok):
+        return "mla_attn"
+    return "mla_attn_wg" if attn.mla_wg and k_mla_attn_wg.fits(md) else "mla_attn_mma"

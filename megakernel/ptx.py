@@ -180,22 +180,41 @@ def wgmma_commit_wait(*, loc=None, ip=None):
 
 
 @dsl_user_op
-def wgmma_bf16_rs(acc: list, a0, a1, a2, a3, desc_b, *, loc=None, ip=None):
+def wgmma_bf16_rs(acc: list, a0, a1, a2, a3, desc_b, tnsp_b: int = 0, *, loc=None, ip=None):
     """D += A B, wgmma.mma_async m64nNk16 (N = 2 len(acc)), f32 accumulators, A bf16 from
     registers (per warp the mma.sync m16n8k16 A fragment of its 16 rows: warp w of the
-    warpgroup rows 16w..16w+15), B bf16 N x 16 K-major in shared memory (descriptor `desc_b`).
-    acc: this thread's 4 N / 8 accumulators, in the mma.sync C order per 8 columns; returns the
-    new values (asynchronous: read them after wgmma_commit_wait)."""
+    warpgroup rows 16w..16w+15), B bf16 N x 16 in shared memory (descriptor `desc_b`), K-major,
+    or N-major with tnsp_b = 1. acc: this thread's 4 N / 8 accumulators, in the mma.sync C order
+    per 8 columns; returns the new values (asynchronous: read them after wgmma_commit_wait)."""
     n = len(acc)
     N = 2 * n
     outs = ", ".join(f"${i}" for i in range(n))
     args = [Uint32(a).ir_value(loc=loc, ip=ip) for a in (a0, a1, a2, a3)]
     args += [Int64(desc_b).ir_value(loc=loc, ip=ip), Int32(1).ir_value(loc=loc, ip=ip)]
     args += [Float32(c).ir_value(loc=loc, ip=ip) for c in acc]
-    # scale-d is a predicate (1: D += A B); imm-scale-a, imm-scale-b 1; B not transposed
+    # scale-d is a predicate (1: D += A B); imm-scale-a, imm-scale-b 1; then imm-tnsp-b
     asm = (f"{{\n\t.reg .pred p;\n\tsetp.ne.b32 p, ${n + 5}, 0;\n\t"
            f"wgmma.mma_async.sync.aligned.m64n{N}k16.f32.bf16.bf16 {{{outs}}}, "
-           f"{{${n}, ${n + 1}, ${n + 2}, ${n + 3}}}, ${n + 4}, p, 1, 1, 0;\n\t}}")
+           f"{{${n}, ${n + 1}, ${n + 2}, ${n + 3}}}, ${n + 4}, p, 1, 1, {tnsp_b};\n\t}}")
     cons = ",".join(["=f"] * n + ["r"] * 4 + ["l", "r"] + [str(i) for i in range(n)]) + ",~{memory}"
+    r = asm_op(n, T.f32(), args, asm, cons, loc, ip, side=True)
+    return [Float32(x) for x in r]
+
+
+@dsl_user_op
+def wgmma_bf16_ss(acc: list, desc_a, desc_b, *, loc=None, ip=None):
+    """D += A B, wgmma.mma_async m64nNk16 (N = 2 len(acc)), f32 accumulators, A (64 x 16) and B
+    (N x 16) bf16 K-major in shared memory (descriptors `desc_a`, `desc_b`); acc as
+    wgmma_bf16_rs's."""
+    n = len(acc)
+    outs = ", ".join(f"${i}" for i in range(n))
+    args = [Int64(d).ir_value(loc=loc, ip=ip) for d in (desc_a, desc_b)]
+    args += [Int32(1).ir_value(loc=loc, ip=ip)]
+    args += [Float32(c).ir_value(loc=loc, ip=ip) for c in acc]
+    # scale-d a predicate (1: D += A B); imm-scale-a, imm-scale-b 1; neither transposed
+    asm = (f"{{\n\t.reg .pred p;\n\tsetp.ne.b32 p, ${n + 2}, 0;\n\t"
+           f"wgmma.mma_async.sync.aligned.m64n{2 * n}k16.f32.bf16.bf16 {{{outs}}}, "
+           f"${n}, ${n + 1}, p, 1, 1, 0, 0;\n\t}}")
+    cons = ",".join(["=f"] * n + ["l", "l", "r"] + [str(i) for i in range(n)]) + ",~{memory}"
     r = asm_op(n, T.f32(), args, asm, cons, loc, ip, side=True)
     return [Float32(x) for x in r]

@@ -16,6 +16,7 @@ from megakernel.k_kda_norm import KdaNorm
 from megakernel.k_mla_absorb import MlaAbsorb
 from megakernel.k_mla_attn import MlaAttn
 from megakernel.k_mla_attn_mma import MlaAttnMMA
+from megakernel.k_mla_attn_wg import MlaAttnWG
 from megakernel.k_mla_heads import MlaAbsorbMMA, MlaValueMMA
 from megakernel.k_mla_merge import MlaMerge
 from megakernel.k_mla_norm import MlaNorm
@@ -81,6 +82,7 @@ KERNELS.update({
     "mla_absorb": lambda md, TT: MlaAbsorb(md, TT),
     "mla_attn": lambda md, **v: MlaAttn(md, **v),
     "mla_attn_mma": lambda md, **v: MlaAttnMMA(md, **v),
+    "mla_attn_wg": lambda md, **v: MlaAttnWG(md, **v),
     "mla_merge": lambda md, **v: MlaMerge(md, **v),
     "mla_absorb_mma": lambda md, **v: MlaAbsorbMMA(md, **v),
     "mla_uv": lambda md, **v: MlaValueMMA(md, **v),

@@ -9,7 +9,9 @@ bf16 rate, B or F the larger), measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step on MLA's other path (config.Attn.mla_mma: the attention,
 absorb and value projection on the CUDA cores, k_mla_attn.py, k_mla_absorb.py and k_mla_merge.py's
-value part, or on the tensor cores, k_mla_attn_mma.py and k_mla_heads.py), at batch > 8 the step
+value part, or on the tensor cores, k_mla_attn_mma.py and k_mla_heads.py), the step with its
+tensor-core attention on the other instruction (config.Attn.mla_wg: k_mla_attn_wg.py on wgmma or
+k_mla_attn_mma.py on mma.sync; sm_90a), at batch > 8 the step
 with its tensor-core GEMVs on mma.sync instead of wgmma (config.Gemv.wgmma, the same bits), the step in the other stream mode (mla.py: "fused" or "fork";
 "x" is its time over the default's). Last, when flashinfer-python is installed (scripts/gpu_adapters.sh
 on the GPU machine), FlashInfer's MLA decode attention (BatchMLAPagedAttentionWrapper, FA2 plan,
@@ -27,6 +29,7 @@ import torch
 
 from dataclasses import replace
 
+from megakernel import k_mla_attn_wg
 from megakernel.config import MLA_GEMVS
 from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
@@ -168,6 +171,13 @@ def main(argv=None) -> int:
                 with with_settings([step], lambda s: replace(
                         s, attn=replace(s.attn, mla_mma=not s.attn.mla_mma))):
                     alt_at = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
+                # and with the tensor-core attention on the other instruction (config.Attn.mla_wg:
+                # k_mla_attn_wg.py on wgmma or k_mla_attn_mma.py on mma.sync), where wgmma runs
+                at2 = None
+                if mla_mma and k_mla_attn_wg.fits(md):
+                    with with_settings([step], lambda s: replace(
+                            s, attn=replace(s.attn, mla_wg=not s.attn.mla_wg))):
+                        at2 = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 # and with the GEMVs at batch > 8 on mma.sync (config.Gemv.wgmma; the same bits)
                 wg = None
                 if T > 8:
@@ -180,6 +190,9 @@ def main(argv=None) -> int:
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
                 alone += f"  step with MLA's products on the {'CUDA' if mla_mma else 'tensor'} cores {alt_at:.1f}"
+                if at2 is not None:
+                    other_at = "mma.sync" if step.settings.attn.mla_wg else "wgmma"
+                    alone += f"  attention on {other_at} {at2:.1f} (x{at2 / us[None]:.2f})"
                 if wg is not None:
                     alone += f"  GEMVs on mma.sync {wg:.1f} (x{wg / us[None]:.2f})"
                 alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"

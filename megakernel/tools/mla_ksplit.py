@@ -21,8 +21,10 @@ from megakernel.tools.bench import no_gpu
 
 DEV = torch.device("cuda")
 # explicit, so a row means the same layout whatever the defaults; ksplit+mtc2 is the default's
+# (wgmma: k_mla_attn_wg.py, sm_90a)
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
-            "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8)}
+            "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
+            "wgmma": None}
 BASE = "unsplit"
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
@@ -58,7 +60,9 @@ def row(T, L, names, R=4):
     scale = float(ref.abs().max())
     us, err = {}, {}
     for name in names:
-        launch = cache.compiled("mla_attn_mma", md, **VARIANTS[name])
+        v = VARIANTS[name]
+        launch = (cache.compiled("mla_attn_wg", md) if v is None else
+                  cache.compiled("mla_attn_mma", md, **v))
         s["pa"].fill_(float("nan"))
         launch(named, stream())
         torch.cuda.synchronize()

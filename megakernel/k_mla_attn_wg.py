@@ -1,0 +1,252 @@
+"""MLA launch 4 on wgmma (Hopper, sm_90a; docs/k3-decode.md §3.4): the splits and partials of
+k_mla_attn.py (the merge, k_mla_merge.py, is shared), the products on warpgroup MMAs.
+
+Why: k_mla_attn_mma.py's mma.sync keeps every operand in each warp's registers, so each warp
+loads its own copy of the cache tile and of the query (~144 KB of L1 / shared traffic per 16-row
+tile and 32 heads, ncu: docs/megakernel-notes.md, ninth session); wgmma reads both from shared
+memory once per warpgroup, 64 heads at a time (M = 64).
+
+CTA = (group of HM = 64 heads, token, split), two warpgroups of 128 threads. Heads past H read
+head H - 1 and store nothing (96 heads: two groups, the second a third padding). Shared memory:
+the group's query [ql | q_pe] (64 x C) and two cache tiles of TR = 64 rows (C wide), all in
+wgmma's no-swizzle K-major layout: core matrices of 8 rows x 16 bytes, the C / 8 core matrices
+of an 8-row group consecutive (byte (8 rg + r) row, 16-byte chunk cc at (rg C / 8 + cc) 128 +
+16 r). Rows arrive by cp.async (16 bytes each; rows past the split's end repeat row end - 1:
+finite, scored -inf). The grid's x is the head group, so both groups of a (token, split) run
+side by side and the second reads the tile from L2. Per tile:
+- S = Q K^T, wgmma m64n64k16 over the C / 16 k-steps in order, both operands from shared memory.
+  Each warpgroup computes all of S (the same instructions on the same data: the same bits), so
+  the two agree on the softmax without an exchange;
+- z = s S, rows past the split's end -inf; per head the online softmax over the tile (a head's
+  64 scores sit in one quad of lanes: two butterflies);
+- O = O a + P V on warpgroup w's R / 2 latent columns: P from registers (the C layout of S is the
+  A layout of P, FA3's trick), each p split into bf16 hi + lo (two wgmma per k-step: ~16 bits of
+  p, as k_mla_attn_mma.py, the spec's f32 softmax); V = the tile's first R columns read N-major
+  from the same shared image (a K-major core matrix of the score's B is an N-major one of V's:
+  8 cache rows x 8 latent columns), m64n(R/2)k16, the 4 k-steps in order.
+Partials (m, l, acc) as k_mla_attn.py's, so an empty split writes (-inf, 0, 0). Everything depends
+on the sequence's own length (its splits and tiles): batch-invariant and deterministic. Its bits
+differ from k_mla_attn_mma.py's (other sum groupings); one kernel serves every batch
+(attention_kernel in k_mla_attn_mma.py picks by dims, arch and Settings.attn).
+"""
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64
+from megakernel.kernel_args import Args, declare
+from megakernel.k_gemv_mma import wgmma_arch
+from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
+from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, wgmma_bf16_rs,
+                            wgmma_bf16_ss, wgmma_commit_wait, wgmma_fence)
+
+HM = 64         # heads per CTA: wgmma's M
+TR = 64         # cache rows per tile: the score wgmma's N
+SMEM_MAX = 227 * 1024
+
+
+def fits(md) -> bool:
+    """Dims this kernel takes: sm_90a, C and R in 16-element k-steps, R / 2 a wgmma N (<= 256),
+    the query and two tiles in one CTA's shared memory."""
+    return (wgmma_arch() and md.C % 16 == 0 and md.R % 16 == 0 and md.R // 2 <= 256
+            and 3 * HM * md.C * 2 <= SMEM_MAX)
+
+
+def desc(addr, lbo: int, sbo: int):
+    """A wgmma shared-memory descriptor, no swizzle: start, LBO and SBO in 16-byte units."""
+    return (Int64((lbo >> 4) << 16) + Int64((sbo >> 4) << 32)
+            + Int64((Int32(addr) >> 4) & 0x3FFF))
+
+
+@declare
+class MlaAttnWG(MlaAttn):
+    def __init__(self, md):
+        assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
+        self.md = md
+        self.hg = 8                               # warps: two warpgroups
+        self.groups = (md.H + HM - 1) // HM
+        self.CC = md.C // 8                       # 16-byte chunks per row
+        self.RG = self.CC * 128                   # bytes per 8-row group
+        self.QB = HM * md.C * 2                   # the query's bytes
+        self.TB = TR * md.C * 2                   # a tile's bytes
+        self.NV = md.R // 2                       # latent columns per warpgroup
+
+    @cute.jit
+    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
+        A = Args(self, a, host=True)
+        self.kernel(*A.kernel()).launch(grid=(self.groups, A.T, A.NS), block=(256, 1, 1),
+                                        stream=A.stream)
+
+    @cute.kernel
+    def kernel(self, *a):             # ARGS
+        g, t, s = cute.arch.block_idx()
+        self.body(*a, t, g, s)
+
+    @cute.jit
+    def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, s):
+        md = self.md
+        H, R, RP, NP, C = md.H, md.R, md.RP, md.NP, md.C
+        Q = NP + RP
+        CC, RG, TB, NV = self.CC, self.RG, self.TB, self.NV
+        NI = NV // 8                  # 8-column blocks of O per thread
+        scale = Float32(float(Q) ** -0.5)
+        i, _, _ = cute.arch.thread_idx()
+        lane = i % 32
+        warp = i // 32
+        wg = warp // 4
+        gq = lane // 4
+        tq = lane % 4
+        hlo = g * HM + (warp % 4) * 16 + gq       # this thread's heads: hlo, hlo + 8
+        LENS = cute.make_tensor(lens, cute.make_layout((T,), stride=(1,)))
+        PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
+        PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
+        PA = cute.make_tensor(pa, cute.make_layout((T, H, NS, R), stride=(H * NS * R, NS * R, R, 1)))
+        smem = cutlass.memory.SmemAllocator()
+        sq = smem.allocate(self.QB + 2 * TB, 128).toint()
+        st = sq + self.QB
+        kvb = kv_cache.toint()
+
+        n = LENS[t] + 1
+        ch = CH
+        if n <= SHORT:
+            ch = CH_SHORT
+        start = s * ch
+        end = cutlass.min(start + ch, n)
+        ntiles = Int32(0)
+        if end > start:
+            ntiles = (end - start + TR - 1) // TR
+
+        m_lo = Float32(-float("inf"))
+        m_hi = Float32(-float("inf"))
+        l_lo = Float32(0.0)
+        l_hi = Float32(0.0)
+        O = cute.make_rmem_tensor((4 * NI,), Float32)
+        for e in cutlass.range_constexpr(4 * NI):
+            O[e] = Float32(0.0)
+        S = cute.make_rmem_tensor((32,), Float32)
+
+        if ntiles > 0:
+            self.stage_query(q.toint(), ql.toint(), sq, t, g, i)
+        cute.arch.cp_async_commit_group()
+        if ntiles > 0:
+            self.issue(kvb, st, t, Lcap, start, end, 0, 0, i)
+        cute.arch.cp_async_commit_group()
+        # descriptors: the query and tiles K-major (LBO: the next 8 K, SBO: the next 8 rows); V
+        # N-major from the same tile (LBO: the next 8 cache rows = K, SBO: the next 8 columns)
+        dq = desc(sq, 128, RG)
+        for it in cutlass.range(ntiles):
+            if it + 1 < ntiles:
+                self.issue(kvb, st, t, Lcap, start, end, it + 1, (it + 1) % 2, i)
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(1)
+            proxy_fence_shared()              # cp.async's writes, to wgmma's reads
+            cute.arch.sync_threads()
+            sb = st + (it % 2) * TB
+            dk = desc(sb, 128, RG)
+            # --- scores
+            for e in cutlass.range_constexpr(32):
+                S[e] = Float32(0.0)
+            wgmma_fence()
+            for j in cutlass.range_constexpr(C // 16):
+                r = wgmma_bf16_ss([S[e] for e in range(32)], dq + Int64(16 * j), dk + Int64(16 * j))
+                for e in cutlass.range_constexpr(32):
+                    S[e] = r[e]
+            wgmma_commit_wait()
+            # --- online softmax: S[4 b + e] is head lo (e < 2) or hi, row 8 b + 2 tq + e % 2
+            rb = start + TR * it
+            mx_lo = Float32(-float("inf"))
+            mx_hi = Float32(-float("inf"))
+            for e in cutlass.range_constexpr(32):
+                zv = S[e] * scale
+                if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
+                    zv = Float32(-float("inf"))
+                S[e] = zv
+                if cutlass.const_expr(e % 4 < 2):
+                    mx_lo = cutlass.max(mx_lo, zv)
+                else:
+                    mx_hi = cutlass.max(mx_hi, zv)
+            for off in cutlass.range_constexpr(1, 3):
+                mx_lo = cutlass.max(mx_lo, cute.arch.shuffle_sync_bfly(mx_lo, off))
+                mx_hi = cutlass.max(mx_hi, cute.arch.shuffle_sync_bfly(mx_hi, off))
+            mn_lo = cutlass.max(m_lo, mx_lo)
+            mn_hi = cutlass.max(m_hi, mx_hi)
+            a_lo = cute.math.exp(m_lo - mn_lo)
+            a_hi = cute.math.exp(m_hi - mn_hi)
+            l_lo = l_lo * a_lo
+            l_hi = l_hi * a_hi
+            for e in cutlass.range_constexpr(32):
+                if cutlass.const_expr(e % 4 < 2):
+                    S[e] = cute.math.exp(S[e] - mn_lo)
+                    l_lo = l_lo + S[e]
+                else:
+                    S[e] = cute.math.exp(S[e] - mn_hi)
+                    l_hi = l_hi + S[e]
+            for b in cutlass.range_constexpr(NI):
+                O[4 * b] = O[4 * b] * a_lo
+                O[4 * b + 1] = O[4 * b + 1] * a_lo
+                O[4 * b + 2] = O[4 * b + 2] * a_hi
+                O[4 * b + 3] = O[4 * b + 3] * a_hi
+            m_lo = mn_lo
+            m_hi = mn_hi
+            # --- O += P V: k-step kk takes S blocks 2 kk, 2 kk + 1 as A (rows g / g + 8, k 2t..
+            # and 2t + 8..), p = hi + lo
+            # (all fragments packed before the fence: no register of a wgmma in flight changes)
+            ph = []
+            pr = []
+            for w in cutlass.range_constexpr(16):
+                x0 = S[2 * w]
+                x1 = S[2 * w + 1]
+                h0 = x0.to(BFloat16).to(Float32)
+                h1 = x1.to(BFloat16).to(Float32)
+                ph.append(pack_bf16x2(h0, h1))
+                pr.append(pack_bf16x2(x0 - h0, x1 - h1))
+            wgmma_fence()
+            for kk in cutlass.range_constexpr(TR // 16):
+                dv = desc(sb + kk * 2 * RG + wg * (NV // 8) * 128, RG, 128)
+                for part in cutlass.range_constexpr(2):
+                    A = ph if part == 0 else pr
+                    r = wgmma_bf16_rs([O[e] for e in range(4 * NI)], A[4 * kk], A[4 * kk + 1],
+                                      A[4 * kk + 2], A[4 * kk + 3], dv, 1)
+                    for e in cutlass.range_constexpr(4 * NI):
+                        O[e] = r[e]
+            wgmma_commit_wait()
+            cute.arch.sync_threads()          # the tile is refilled two steps on
+        cute.arch.cp_async_wait_group(0)
+        for off in cutlass.range_constexpr(1, 3):
+            l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
+            l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
+        for hh in cutlass.range_constexpr(2):
+            h = hlo + 8 * hh
+            if h < H:
+                if tq == 0:
+                    if wg == 0:
+                        PM[t, h, s] = m_lo if hh == 0 else m_hi
+                        PL[t, h, s] = l_lo if hh == 0 else l_hi
+                for b in cutlass.range_constexpr(NI):
+                    col = wg * NV + 8 * b + 2 * tq
+                    PA[t, h, s, col] = O[4 * b + 2 * hh]
+                    PA[t, h, s, col + 1] = O[4 * b + 2 * hh + 1]
+
+    @cute.jit
+    def stage_query(self, qb, qlb, sq, t, g, i):
+        """cp.async the group's query [ql | q_pe] (64 heads x C) into the K-major image; thread i
+        takes 16-byte units i, i + 256, ... (unit u: head 8 (u // 8 CC) + u % 8, chunk
+        (u // 8) % CC: consecutive lanes write consecutive shared bytes)."""
+        md = self.md
+        H, R, NP, CC = md.H, md.R, md.NP, self.CC
+        Qw = NP + md.RP
+        for u in cutlass.range(i, HM * CC, 256):
+            cc = (u // 8) % CC
+            h = cutlass.min(g * HM + 8 * (u // (8 * CC)) + u % 8, H - 1)
+            src = qlb + (Int64(t) * Int64(H) + Int64(h)) * Int64(2 * R) + Int64(16 * cc)
+            if cc >= R // 8:
+                src = (qb + ((Int64(t) * Int64(H) + Int64(h)) * Int64(Qw) + Int64(NP)) * Int64(2)
+                       + Int64(16 * (cc - R // 8)))
+            cp_async_16(sq + 16 * u, src)
+
+    @cute.jit
+    def issue(self, kvb, st, t, Lcap, start, end, tile, bufno, i):
+        """cp.async rows start + TR tile .. + TR - 1 of token t's cache (rows past `end` repeat
+        row end - 1) into shared tile `bufno`, in the query's unit order."""
+        C, CC = self.md.C, self.CC
+        for u in cutlass.range(i, TR * CC, 256):
+            r = 8 * (u // (8 * CC)) + u % 8
+            cc = (u // 8) % CC
+            row = Int64(t) * Int64(Lcap) + Int64(cutlass.min(start + TR * tile + r, end - 1))
+            cp_async_16(st + bufno * self.TB + 16 * u, kvb + row * Int64(2 * C) + Int64(16 * cc))

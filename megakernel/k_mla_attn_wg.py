@@ -29,12 +29,12 @@ on the sequence's own length (its splits and tiles): batch-invariant and determi
 differ from k_mla_attn_mma.py's (other sum groupings); one kernel serves every batch
 (attention_kernel in k_mla_attn_mma.py picks by dims, arch and Settings.attn).
 """
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
 from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, wgmma_bf16_rs,
-                            wgmma_bf16_ss, wgmma_commit_wait, wgmma_fence)
+                            wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
 
 HM = 64         # heads per CTA: wgmma's M
 TR = 64         # cache rows per tile: the score wgmma's N
@@ -112,102 +112,56 @@ class MlaAttnWG(MlaAttn):
         if end > start:
             ntiles = (end - start + TR - 1) // TR
 
-        m_lo = Float32(-float("inf"))
-        m_hi = Float32(-float("inf"))
-        l_lo = Float32(0.0)
-        l_hi = Float32(0.0)
+        ML = cute.make_rmem_tensor((4,), Float32)          # m_lo, m_hi, l_lo, l_hi
+        ML[0] = Float32(-float("inf"))
+        ML[1] = Float32(-float("inf"))
+        ML[2] = Float32(0.0)
+        ML[3] = Float32(0.0)
         O = cute.make_rmem_tensor((4 * NI,), Float32)
         for e in cutlass.range_constexpr(4 * NI):
             O[e] = Float32(0.0)
         S = cute.make_rmem_tensor((32,), Float32)
-
-        if ntiles > 0:
-            self.stage_query(q.toint(), ql.toint(), sq, t, g, i)
-        cute.arch.cp_async_commit_group()
-        if ntiles > 0:
-            self.issue(kvb, st, t, Lcap, start, end, 0, 0, i)
-        cute.arch.cp_async_commit_group()
+        P = cute.make_rmem_tensor((32,), Uint32)           # P's A fragments: 16 hi, 16 lo
         # descriptors: the query and tiles K-major (LBO: the next 8 K, SBO: the next 8 rows); V
         # N-major from the same tile (LBO: the next 8 cache rows = K, SBO: the next 8 columns)
         dq = desc(sq, 128, RG)
-        for it in cutlass.range(ntiles):
-            if it + 1 < ntiles:
-                self.issue(kvb, st, t, Lcap, start, end, it + 1, (it + 1) % 2, i)
-            cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(1)
-            proxy_fence_shared()              # cp.async's writes, to wgmma's reads
-            cute.arch.sync_threads()
-            sb = st + (it % 2) * TB
-            dk = desc(sb, 128, RG)
-            # --- scores
-            for e in cutlass.range_constexpr(32):
-                S[e] = Float32(0.0)
-            wgmma_fence()
-            for j in cutlass.range_constexpr(C // 16):
-                r = wgmma_bf16_ss([S[e] for e in range(32)], dq + Int64(16 * j), dk + Int64(16 * j))
-                for e in cutlass.range_constexpr(32):
-                    S[e] = r[e]
-            wgmma_commit_wait()
-            # --- online softmax: S[4 b + e] is head lo (e < 2) or hi, row 8 b + 2 tq + e % 2
-            rb = start + TR * it
-            mx_lo = Float32(-float("inf"))
-            mx_hi = Float32(-float("inf"))
-            for e in cutlass.range_constexpr(32):
-                zv = S[e] * scale
-                if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
-                    zv = Float32(-float("inf"))
-                S[e] = zv
-                if cutlass.const_expr(e % 4 < 2):
-                    mx_lo = cutlass.max(mx_lo, zv)
-                else:
-                    mx_hi = cutlass.max(mx_hi, zv)
-            for off in cutlass.range_constexpr(1, 3):
-                mx_lo = cutlass.max(mx_lo, cute.arch.shuffle_sync_bfly(mx_lo, off))
-                mx_hi = cutlass.max(mx_hi, cute.arch.shuffle_sync_bfly(mx_hi, off))
-            mn_lo = cutlass.max(m_lo, mx_lo)
-            mn_hi = cutlass.max(m_hi, mx_hi)
-            a_lo = cute.math.exp(m_lo - mn_lo)
-            a_hi = cute.math.exp(m_hi - mn_hi)
-            l_lo = l_lo * a_lo
-            l_hi = l_hi * a_hi
-            for e in cutlass.range_constexpr(32):
-                if cutlass.const_expr(e % 4 < 2):
-                    S[e] = cute.math.exp(S[e] - mn_lo)
-                    l_lo = l_lo + S[e]
-                else:
-                    S[e] = cute.math.exp(S[e] - mn_hi)
-                    l_hi = l_hi + S[e]
-            for b in cutlass.range_constexpr(NI):
-                O[4 * b] = O[4 * b] * a_lo
-                O[4 * b + 1] = O[4 * b + 1] * a_lo
-                O[4 * b + 2] = O[4 * b + 2] * a_hi
-                O[4 * b + 3] = O[4 * b + 3] * a_hi
-            m_lo = mn_lo
-            m_hi = mn_hi
-            # --- O += P V: k-step kk takes S blocks 2 kk, 2 kk + 1 as A (rows g / g + 8, k 2t..
-            # and 2t + 8..), p = hi + lo
-            # (all fragments packed before the fence: no register of a wgmma in flight changes)
-            ph = []
-            pr = []
-            for w in cutlass.range_constexpr(16):
-                x0 = S[2 * w]
-                x1 = S[2 * w + 1]
-                h0 = x0.to(BFloat16).to(Float32)
-                h1 = x1.to(BFloat16).to(Float32)
-                ph.append(pack_bf16x2(h0, h1))
-                pr.append(pack_bf16x2(x0 - h0, x1 - h1))
-            wgmma_fence()
-            for kk in cutlass.range_constexpr(TR // 16):
-                dv = desc(sb + kk * 2 * RG + wg * (NV // 8) * 128, RG, 128)
-                for part in cutlass.range_constexpr(2):
-                    A = ph if part == 0 else pr
-                    r = wgmma_bf16_rs([O[e] for e in range(4 * NI)], A[4 * kk], A[4 * kk + 1],
-                                      A[4 * kk + 2], A[4 * kk + 3], dv, 1)
-                    for e in cutlass.range_constexpr(4 * NI):
-                        O[e] = r[e]
-            wgmma_commit_wait()
-            cute.arch.sync_threads()          # the tile is refilled two steps on
+
+        # tile 0: the query and its rows, its scores and softmax; tile 1's rows on their way
+        if ntiles > 0:
+            self.stage_query(q.toint(), ql.toint(), sq, t, g, i)
+            self.issue(kvb, st, t, Lcap, start, end, 0, 0, i)
+        cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
+        proxy_fence_shared()                  # cp.async's writes, to wgmma's reads
+        cute.arch.sync_threads()
+        if ntiles > 0:
+            self.scores(S, dq, st)
+            wgmma_wait(0)
+            self.softmax(S, P, O, ML, start, end, tq, scale)
+        if ntiles > 1:
+            self.issue(kvb, st, t, Lcap, start, end, 1, 1, i)
+        cute.arch.cp_async_commit_group()
+        # tile it: its P V in flight while tile it + 1's scores are issued behind it (the tensor
+        # cores run both back to back); then the softmax of it + 1, and the rows of it + 2 into
+        # the buffer tile it leaves
+        for it in cutlass.range(ntiles):
+            self.values(O, P, st + (it % 2) * TB, wg)
+            if it + 1 < ntiles:
+                cute.arch.cp_async_wait_group(0)
+                proxy_fence_shared()
+                cute.arch.sync_threads()          # tile it + 1 complete for every thread
+                self.scores(S, dq, st + ((it + 1) % 2) * TB)
+                wgmma_wait(0)
+                cute.arch.sync_threads()          # both warpgroups done with tile it
+                if it + 2 < ntiles:
+                    self.issue(kvb, st, t, Lcap, start, end, it + 2, it % 2, i)
+                cute.arch.cp_async_commit_group()
+                self.softmax(S, P, O, ML, start + TR * (it + 1), end, tq, scale)
+            else:
+                wgmma_wait(0)
+        cute.arch.cp_async_wait_group(0)
+        l_lo = ML[2]
+        l_hi = ML[3]
         for off in cutlass.range_constexpr(1, 3):
             l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
             l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
@@ -216,12 +170,94 @@ class MlaAttnWG(MlaAttn):
             if h < H:
                 if tq == 0:
                     if wg == 0:
-                        PM[t, h, s] = m_lo if hh == 0 else m_hi
+                        PM[t, h, s] = ML[hh]
                         PL[t, h, s] = l_lo if hh == 0 else l_hi
                 for b in cutlass.range_constexpr(NI):
                     col = wg * NV + 8 * b + 2 * tq
                     PA[t, h, s, col] = O[4 * b + 2 * hh]
                     PA[t, h, s, col + 1] = O[4 * b + 2 * hh + 1]
+
+    @cute.jit
+    def scores(self, S, dq, sb):
+        """Issue S = Q K^T over the tile at shared address sb (C / 16 wgmma, committed as one
+        group; not waited for)."""
+        dk = desc(sb, 128, self.RG)
+        for e in cutlass.range_constexpr(32):
+            S[e] = Float32(0.0)
+        wgmma_fence()
+        for j in cutlass.range_constexpr(self.md.C // 16):
+            r = wgmma_bf16_ss([S[e] for e in range(32)], dq + Int64(16 * j), dk + Int64(16 * j))
+            for e in cutlass.range_constexpr(32):
+                S[e] = r[e]
+        wgmma_commit()
+
+    @cute.jit
+    def softmax(self, S, P, O, ML, rb, end, tq, scale):
+        """The online softmax over a tile whose first row is rb: S[4 b + e] is head lo (e < 2)
+        or hi, row rb + 8 b + 2 tq + e % 2 (rows from `end` on: -inf). Rescales O (its P V must
+        be complete), updates ML and leaves P's hi / lo A fragments in P: k-step kk takes S
+        blocks 2 kk, 2 kk + 1 (rows g / g + 8, k 2t.. and 2t + 8..)."""
+        m_lo = ML[0]
+        m_hi = ML[1]
+        mx_lo = Float32(-float("inf"))
+        mx_hi = Float32(-float("inf"))
+        for e in cutlass.range_constexpr(32):
+            zv = S[e] * scale
+            if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
+                zv = Float32(-float("inf"))
+            S[e] = zv
+            if cutlass.const_expr(e % 4 < 2):
+                mx_lo = cutlass.max(mx_lo, zv)
+            else:
+                mx_hi = cutlass.max(mx_hi, zv)
+        for off in cutlass.range_constexpr(1, 3):
+            mx_lo = cutlass.max(mx_lo, cute.arch.shuffle_sync_bfly(mx_lo, off))
+            mx_hi = cutlass.max(mx_hi, cute.arch.shuffle_sync_bfly(mx_hi, off))
+        mn_lo = cutlass.max(m_lo, mx_lo)
+        mn_hi = cutlass.max(m_hi, mx_hi)
+        a_lo = cute.math.exp(m_lo - mn_lo)
+        a_hi = cute.math.exp(m_hi - mn_hi)
+        l_lo = ML[2] * a_lo
+        l_hi = ML[3] * a_hi
+        for e in cutlass.range_constexpr(32):
+            if cutlass.const_expr(e % 4 < 2):
+                S[e] = cute.math.exp(S[e] - mn_lo)
+                l_lo = l_lo + S[e]
+            else:
+                S[e] = cute.math.exp(S[e] - mn_hi)
+                l_hi = l_hi + S[e]
+        for b in cutlass.range_constexpr(self.NV // 8):
+            O[4 * b] = O[4 * b] * a_lo
+            O[4 * b + 1] = O[4 * b + 1] * a_lo
+            O[4 * b + 2] = O[4 * b + 2] * a_hi
+            O[4 * b + 3] = O[4 * b + 3] * a_hi
+        ML[0] = mn_lo
+        ML[1] = mn_hi
+        ML[2] = l_lo
+        ML[3] = l_hi
+        for w in cutlass.range_constexpr(16):
+            x0 = S[2 * w]
+            x1 = S[2 * w + 1]
+            h0 = x0.to(BFloat16).to(Float32)
+            h1 = x1.to(BFloat16).to(Float32)
+            P[w] = pack_bf16x2(h0, h1)
+            P[16 + w] = pack_bf16x2(x0 - h0, x1 - h1)
+
+    @cute.jit
+    def values(self, O, P, sb, wg):
+        """Issue O += P V over this warpgroup's R / 2 columns of the tile at sb: per k-step the
+        hi part, then the lo part (committed as one group; not waited for)."""
+        NI, RG = self.NV // 8, self.RG
+        wgmma_fence()
+        for kk in cutlass.range_constexpr(TR // 16):
+            dv = desc(sb + kk * 2 * RG + wg * NI * 128, RG, 128)
+            for part in cutlass.range_constexpr(2):
+                a = 16 * part + 4 * kk
+                r = wgmma_bf16_rs([O[e] for e in range(4 * NI)], P[a], P[a + 1], P[a + 2],
+                                  P[a + 3], dv, 1)
+                for e in cutlass.range_constexpr(4 * NI):
+                    O[e] = r[e]
+        wgmma_commit()
 
     @cute.jit
     def stage_query(self, qb, qlb, sq, t, g, i):

@@ -180,6 +180,19 @@ def wgmma_commit_wait(*, loc=None, ip=None):
 
 
 @dsl_user_op
+def wgmma_commit(*, loc=None, ip=None):
+    """Commit the warpgroup's wgmma issued since the last commit as one group (no wait)."""
+    asm_op(0, None, [], "wgmma.commit_group.sync.aligned;", "~{memory}", loc, ip)
+
+
+@dsl_user_op
+def wgmma_wait(n: int = 0, *, loc=None, ip=None):
+    """Wait until at most n of the warpgroup's committed groups are in flight (they complete in
+    order)."""
+    asm_op(0, None, [], f"wgmma.wait_group.sync.aligned {n};", "~{memory}", loc, ip)
+
+
+@dsl_user_op
 def wgmma_bf16_rs(acc: list, a0, a1, a2, a3, desc_b, tnsp_b: int = 0, *, loc=None, ip=None):
     """D += A B, wgmma.mma_async m64nNk16 (N = 2 len(acc)), f32 accumulators, A bf16 from
     registers (per warp the mma.sync m16n8k16 A fragment of its 16 rows: warp w of the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# call 36 (eleventh session): MLA attention on wgmma (k_mla_attn_wg.py) first run: alone against
+# call 36 (eleventh session; also call 37, the pipelined loop): MLA attention on wgmma (k_mla_attn_wg.py) first run: alone against
 # the mma.sync kernel and float64, then (if within its bound) its GPU tests, the step bench with
 # the other attention beside it, and the ci profile's MLA cases at full dims, all with
 # MK_MLA_MMA=wg. If it is wrong: wg_diag.py's pattern, then call 35's checks of the default tree.

@@ -33,12 +33,15 @@ from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Ui
 from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
-from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, wgmma_bf16_rs,
+from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, st_global_v2_f32,
+                            wgmma_bf16_rs,
                             wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
 
 HM = 64         # heads per CTA: wgmma's M
 TR = 64         # cache rows per tile: the score wgmma's N
 SMEM_MAX = 227 * 1024
+SMS = 132       # the H200's SMs (only the walk length depends on it, never a bit)
+WAVES = 8       # CTAs per SM the walks aim at
 
 
 def fits(md) -> bool:
@@ -58,6 +61,7 @@ def desc(addr, lbo: int, sbo: int):
 class MlaAttnWG(MlaAttn):
     def __init__(self, md):
         assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
+        assert CH % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
         self.md = md
         self.hg = 8                               # warps: two warpgroups
         self.groups = (md.H + HM - 1) // HM
@@ -66,70 +70,68 @@ class MlaAttnWG(MlaAttn):
         self.QB = HM * md.C * 2                   # the query's bytes
         self.TB = TR * md.C * 2                   # a tile's bytes
         self.NV = md.R // 2                       # latent columns per warpgroup
+        self.NI = self.NV // 8                    # their 8-column blocks
 
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(self.groups, A.T, A.NS), block=(256, 1, 1),
-                                        stream=A.stream)
+        # each CTA walks W consecutive splits (the bits do not depend on W): about WAVES CTAs
+        # per SM in all, each loading its query once
+        W = cutlass.max(1, (self.groups * A.T * A.NS) // (WAVES * SMS))
+        self.kernel(*A.kernel()).launch(grid=(self.groups, A.T, (A.NS + W - 1) // W),
+                                        block=(256, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        g, t, s = cute.arch.block_idx()
-        self.body(*a, t, g, s)
+        g, t, z = cute.arch.block_idx()
+        self.body(*a, t, g, z)
 
     @cute.jit
-    def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, s):
+    def body(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, t, g, z):
+        """CTA z of the token's walks: its W = ceil(NS / grid z) consecutive splits, their tiles
+        one pipeline (a split's rows are a whole number of tiles, so the walk is the tiles of
+        rows [R0, R1) with a split ending every ch / TR of them)."""
         md = self.md
-        H, R, RP, NP, C = md.H, md.R, md.RP, md.NP, md.C
-        Q = NP + RP
-        CC, RG, TB, NV = self.CC, self.RG, self.TB, self.NV
-        NI = NV // 8                  # 8-column blocks of O per thread
+        H, Q = md.H, md.NP + md.RP
+        TB = self.TB
         scale = Float32(float(Q) ** -0.5)
         i, _, _ = cute.arch.thread_idx()
+        _, _, gz = cute.arch.grid_dim()
         lane = i % 32
-        warp = i // 32
-        wg = warp // 4
-        gq = lane // 4
+        wg = i // 128
         tq = lane % 4
-        hlo = g * HM + (warp % 4) * 16 + gq       # this thread's heads: hlo, hlo + 8
+        hlo = g * HM + (i // 32 % 4) * 16 + lane // 4     # this thread's heads: hlo, hlo + 8
         LENS = cute.make_tensor(lens, cute.make_layout((T,), stride=(1,)))
-        PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
-        PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
-        PA = cute.make_tensor(pa, cute.make_layout((T, H, NS, R), stride=(H * NS * R, NS * R, R, 1)))
         smem = cutlass.memory.SmemAllocator()
         sq = smem.allocate(self.QB + 2 * TB, 128).toint()
         st = sq + self.QB
         kvb = kv_cache.toint()
 
+        W = (NS + gz - 1) // gz
         n = LENS[t] + 1
         ch = CH
         if n <= SHORT:
             ch = CH_SHORT
-        start = s * ch
-        end = cutlass.min(start + ch, n)
+        TPS = ch // TR                                    # tiles per split
+        R0 = z * W * ch
+        R1 = cutlass.min(R0 + W * ch, n)
         ntiles = Int32(0)
-        if end > start:
-            ntiles = (end - start + TR - 1) // TR
+        if R1 > R0:
+            ntiles = (R1 - R0 + TR - 1) // TR
 
         ML = cute.make_rmem_tensor((4,), Float32)          # m_lo, m_hi, l_lo, l_hi
-        ML[0] = Float32(-float("inf"))
-        ML[1] = Float32(-float("inf"))
-        ML[2] = Float32(0.0)
-        ML[3] = Float32(0.0)
-        O = cute.make_rmem_tensor((4 * NI,), Float32)
-        for e in cutlass.range_constexpr(4 * NI):
-            O[e] = Float32(0.0)
+        O = cute.make_rmem_tensor((4 * self.NI,), Float32)
+        self.reset(ML, O)
         S = cute.make_rmem_tensor((32,), Float32)
         P = cute.make_rmem_tensor((32,), Uint32)           # P's A fragments: 16 hi, 16 lo
         # descriptors: the query and tiles K-major (LBO: the next 8 K, SBO: the next 8 rows); V
         # N-major from the same tile (LBO: the next 8 cache rows = K, SBO: the next 8 columns)
-        dq = desc(sq, 128, RG)
+        dq = desc(sq, 128, self.RG)
 
         # tile 0: the query and its rows, its scores and softmax; tile 1's rows on their way
         if ntiles > 0:
             self.stage_query(q.toint(), ql.toint(), sq, t, g, i)
-            self.issue(kvb, st, t, Lcap, start, end, 0, 0, i)
+            self.issue(kvb, st, t, Lcap, R0, R1, 0, 0, i)
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
         proxy_fence_shared()                  # cp.async's writes, to wgmma's reads
@@ -137,34 +139,59 @@ class MlaAttnWG(MlaAttn):
         if ntiles > 0:
             self.scores(S, dq, st)
             wgmma_wait(0)
-            self.softmax(S, P, O, ML, start, end, tq, scale)
+            self.softmax(S, P, O, ML, R0, R1, tq, scale)
         if ntiles > 1:
-            self.issue(kvb, st, t, Lcap, start, end, 1, 1, i)
+            self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
         cute.arch.cp_async_commit_group()
-        # tile it: its P V in flight while tile it + 1's scores are issued behind it (the tensor
-        # cores run both back to back); then the softmax of it + 1, and the rows of it + 2 into
-        # the buffer tile it leaves
-        for it in cutlass.range(ntiles):
-            self.values(O, P, st + (it % 2) * TB, wg)
-            if it + 1 < ntiles:
+        # tile j: its P V (waited for: overlapping it with the next scores measured no gain,
+        # call 37), a split's partials at its last tile; then one barrier (tile j + 1 landed for
+        # every thread, every thread done with tile j), the rows of j + 2 into the buffer tile j
+        # leaves, the scores and softmax of j + 1
+        for j in cutlass.range(ntiles):
+            self.values(O, P, st + (j % 2) * TB, wg)
+            wgmma_wait(0)
+            if j % TPS == TPS - 1 or j + 1 == ntiles:
+                self.store(pm, pl, pa, ML, O, T, NS, t, hlo, z * W + j // TPS, wg, tq)
+                self.reset(ML, O)
+            if j + 1 < ntiles:
                 cute.arch.cp_async_wait_group(0)
                 proxy_fence_shared()
-                cute.arch.sync_threads()          # tile it + 1 complete for every thread
-                self.scores(S, dq, st + ((it + 1) % 2) * TB)
-                wgmma_wait(0)
-                cute.arch.sync_threads()          # both warpgroups done with tile it
-                if it + 2 < ntiles:
-                    self.issue(kvb, st, t, Lcap, start, end, it + 2, it % 2, i)
+                cute.arch.sync_threads()
+                if j + 2 < ntiles:
+                    self.issue(kvb, st, t, Lcap, R0, R1, j + 2, j % 2, i)
                 cute.arch.cp_async_commit_group()
-                self.softmax(S, P, O, ML, start + TR * (it + 1), end, tq, scale)
-            else:
+                self.scores(S, dq, st + ((j + 1) % 2) * TB)
                 wgmma_wait(0)
+                self.softmax(S, P, O, ML, R0 + TR * (j + 1), R1, tq, scale)
         cute.arch.cp_async_wait_group(0)
+        # the walk's splits past the sequence: empty partials (-inf, 0, 0)
+        for w in cutlass.range((ntiles + TPS - 1) // TPS, W):
+            if z * W + w < NS:
+                self.store(pm, pl, pa, ML, O, T, NS, t, hlo, z * W + w, wg, tq)
+
+    @cute.jit
+    def reset(self, ML, O):
+        """A split's start: m = -inf, l = 0, O = 0."""
+        ML[0] = Float32(-float("inf"))
+        ML[1] = Float32(-float("inf"))
+        ML[2] = Float32(0.0)
+        ML[3] = Float32(0.0)
+        for e in cutlass.range_constexpr(4 * self.NI):
+            O[e] = Float32(0.0)
+
+    @cute.jit
+    def store(self, pm, pl, pa, ML, O, T, NS, t, hlo, s, wg, tq):
+        """Split s's partials (m, l, acc) of this thread's heads and columns; l summed over the
+        quad (butterfly order), m and l by warpgroup 0's first lane of each quad."""
+        H, R, NV = self.md.H, self.md.R, self.NV
+        PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
+        PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         l_lo = ML[2]
         l_hi = ML[3]
         for off in cutlass.range_constexpr(1, 3):
             l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
             l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
+        pab = pa.toint()
         for hh in cutlass.range_constexpr(2):
             h = hlo + 8 * hh
             if h < H:
@@ -172,10 +199,10 @@ class MlaAttnWG(MlaAttn):
                     if wg == 0:
                         PM[t, h, s] = ML[hh]
                         PL[t, h, s] = l_lo if hh == 0 else l_hi
-                for b in cutlass.range_constexpr(NI):
-                    col = wg * NV + 8 * b + 2 * tq
-                    PA[t, h, s, col] = O[4 * b + 2 * hh]
-                    PA[t, h, s, col + 1] = O[4 * b + 2 * hh + 1]
+                row = (pab + ((Int64(t) * Int64(H) + Int64(h)) * Int64(NS) + Int64(s)) * Int64(4 * R)
+                       + Int64(4 * (wg * NV + 2 * tq)))
+                for b in cutlass.range_constexpr(self.NI):
+                    st_global_v2_f32(row + Int64(32 * b), O[4 * b + 2 * hh], O[4 * b + 2 * hh + 1])
 
     @cute.jit
     def scores(self, S, dq, sb):
@@ -226,7 +253,7 @@ class MlaAttnWG(MlaAttn):
             else:
                 S[e] = cute.math.exp(S[e] - mn_hi)
                 l_hi = l_hi + S[e]
-        for b in cutlass.range_constexpr(self.NV // 8):
+        for b in cutlass.range_constexpr(self.NI):
             O[4 * b] = O[4 * b] * a_lo
             O[4 * b + 1] = O[4 * b + 1] * a_lo
             O[4 * b + 2] = O[4 * b + 2] * a_hi
@@ -247,7 +274,7 @@ class MlaAttnWG(MlaAttn):
     def values(self, O, P, sb, wg):
         """Issue O += P V over this warpgroup's R / 2 columns of the tile at sb: per k-step the
         hi part, then the lo part (committed as one group; not waited for)."""
-        NI, RG = self.NV // 8, self.RG
+        NI, RG = self.NI, self.RG
         wgmma_fence()
         for kk in cutlass.range_constexpr(TR // 16):
             dv = desc(sb + kk * 2 * RG + wg * NI * 128, RG, 128)

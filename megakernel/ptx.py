@@ -110,6 +110,14 @@ def st_shared_v4_f32(saddr, v0, v1, v2, v3, *, loc=None, ip=None):
 
 
 @dsl_user_op
+def st_global_v2_f32(addr, v0, v1, *, loc=None, ip=None):
+    """8 bytes (2 f32) to a 64-bit global address."""
+    asm_op(0, None, [Int64(addr).ir_value(loc=loc, ip=ip)] +
+           [Float32(v).ir_value(loc=loc, ip=ip) for v in (v0, v1)],
+           "st.global.v2.f32 [$0], {$1, $2};", "l,f,f,~{memory}", loc, ip)
+
+
+@dsl_user_op
 def ld_shared_v4_f32(saddr, *, loc=None, ip=None):
     """16 bytes from shared memory -> 4 f32 (in program order, like ld_shared_v4)."""
     r = asm_op(4, T.f32(), [Int32(saddr).ir_value(loc=loc, ip=ip)],

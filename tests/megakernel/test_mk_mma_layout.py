@@ -275,3 +275,36 @@ def test_mla_attention_mma_bookkeeping_matches_a_split_softmax():
         assert np.allclose(acc, p @ rows[start:end, :R], rtol=1e-4, atol=1e-4 * np.abs(rows).max())
     m, lsum, acc = emulate_mla_split(Qm, rows, 70, 70, R, ncol, scale)   # empty split
     assert np.all(m == -np.inf) and not lsum.any() and not acc.any()
+
+
+def test_mla_attention_wgmma_images_feed_each_operand_its_element():
+    """k_mla_attn_wg.py: 16-byte unit u of the query image (and of a cache tile) holds row
+    8 (u // 8 CC) + u % 8, chunk (u // 8) % CC (CC = C / 8), i.e. elements 8 cc .. 8 cc + 7 at
+    byte 16 u. Read through PTX's no-swizzle canonical layouts (cute's make_gmma_desc comment):
+    K-major, element (m, k) of a step at start + (m // 8) SBO + (m % 8) 16 + (k // 8) LBO + 2 (k % 8);
+    N-major (B transposed), element (k, n) at start + (n // 8) SBO + 2 (n % 8) + (k % 8) 16 +
+    (k // 8) LBO. The scores' step j (start + 256 j, LBO 128, SBO 128 CC) must find query
+    element 16 j + k of head m and tile row n's element 16 j + k; P V's step kk of warpgroup w
+    (start + 2 kk 128 CC + w (R / 16) 128, LBO 128 CC, SBO 128) tile row 16 kk + k's latent
+    column w R / 2 + n: the same image serves as both operands."""
+    for C, R in ((576, 512), (96, 64)):
+        CC, RG, NV = C // 8, 128 * (C // 8), R // 2
+        image = {}                                  # byte -> (row, element)
+        for u in range(64 * CC):
+            row, cc = 8 * (u // (8 * CC)) + u % 8, (u // 8) % CC
+            for e in range(8):
+                assert 16 * u + 2 * e not in image
+                image[16 * u + 2 * e] = (row, 8 * cc + e)
+        assert len(image) == 64 * C
+        for j in range(C // 16):
+            for m in range(64):
+                for k in range(16):
+                    at = 256 * j + (m // 8) * RG + (m % 8) * 16 + (k // 8) * 128 + 2 * (k % 8)
+                    assert image[at] == (m, 16 * j + k), (C, j, m, k)
+        for w in range(2):
+            for kk in range(4):
+                start = kk * 2 * RG + w * (NV // 8) * 128
+                for k in range(16):
+                    for n in range(NV):
+                        at = start + (n // 8) * 128 + 2 * (n % 8) + (k % 8) * 16 + (k // 8) * RG
+                        assert image[at] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)

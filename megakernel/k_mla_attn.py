@@ -24,11 +24,12 @@ SHORT = 2048
 RB = 8          # rows per online-softmax step
 
 
-def max_splits(n_max: int) -> int:
-    """The grid's split count for sequences of at most n_max rows (host side). The split size is
-    a function of the sequence's own length (the bits must not depend on the batch), so the
-    count is not monotonic in n: 2048 rows make 32 splits of 64, 2049 make 9 of 256."""
-    return max(-(-min(n_max, SHORT) // CH_SHORT), -(-n_max // CH))
+def max_splits(n_max: int, ch: int = CH) -> int:
+    """The grid's split count for sequences of at most n_max rows (host side), splits of ch rows
+    past SHORT (a kernel's own: k_mla_attn_wg.py's are longer). The split size is a function of
+    the sequence's own length (the bits must not depend on the batch), so the count is not
+    monotonic in n: 2048 rows make 32 splits of 64, 2049 make 9 of 256."""
+    return max(-(-min(n_max, SHORT) // CH_SHORT), -(-n_max // ch))
 
 
 @declare

@@ -298,3 +298,8 @@ def attention_kernel(md, attn):
     if not (attn.mla_mma and ok):
         return "mla_attn"
     return "mla_attn_wg" if attn.mla_wg and k_mla_attn_wg.fits(md) else "mla_attn_mma"
+
+
+def split_rows(kernel: str) -> int:
+    """The rows of a long sequence's split (past SHORT) in attention kernel `kernel`."""
+    return k_mla_attn_wg.CH_LONG if kernel == "mla_attn_wg" else CH

@@ -1,4 +1,4 @@
-"""MLA launch 4 on wgmma (Hopper, sm_90a; docs/k3-decode.md §3.4): the splits and partials of
+"""MLA launch 4 on wgmma (Hopper, sm_90a; docs/k3-decode.md §3.4): the partials of
 k_mla_attn.py (the merge, k_mla_merge.py, is shared), the products on warpgroup MMAs.
 
 Why: k_mla_attn_mma.py's mma.sync keeps every operand in each warp's registers, so each warp
@@ -32,7 +32,7 @@ differ from k_mla_attn_mma.py's (other sum groupings); one kernel serves every b
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
-from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
+from megakernel.k_mla_attn import CH_SHORT, SHORT, MlaAttn
 from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, st_global_v2_f32,
                             wgmma_bf16_rs,
                             wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
@@ -42,6 +42,10 @@ TR = 64         # cache rows per tile: the score wgmma's N
 SMEM_MAX = 227 * 1024
 SMS = 132       # the H200's SMs (only the walk length depends on it, never a bit)
 WAVES = 8       # CTAs per SM the walks aim at
+# rows per split of a sequence past SHORT: 512, against the mma.sync kernel's 256 (its partials,
+# f32 [H, R] per split, were a third of the bytes at 64 x 32k and the merge 560 us; at batch 1 /
+# 32k, 64 splits of 2 head groups fill the 132 SMs once: call 41)
+CH_LONG = 512
 
 
 def fits(md) -> bool:
@@ -59,9 +63,12 @@ def desc(addr, lbo: int, sbo: int):
 
 @declare
 class MlaAttnWG(MlaAttn):
-    def __init__(self, md):
+    def __init__(self, md, ch: int = CH_LONG):
+        """ch: rows per split past SHORT (a tool may time others; the step's NS follows
+        split_rows in k_mla_attn_mma.py)."""
         assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
-        assert CH % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
+        assert ch % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
+        self.ch = ch
         self.md = md
         self.hg = 8                               # warps: two warpgroups
         self.groups = (md.H + HM - 1) // HM
@@ -109,7 +116,7 @@ class MlaAttnWG(MlaAttn):
 
         W = (NS + gz - 1) // gz
         n = LENS[t] + 1
-        ch = CH
+        ch = self.ch
         if n <= SHORT:
             ch = CH_SHORT
         TPS = ch // TR                                    # tiles per split

@@ -34,7 +34,7 @@ import torch
 
 from megakernel import gemv, k_mla_heads, k_mla_merge, side_stream
 from megakernel.k_mla_attn import max_splits
-from megakernel.k_mla_attn_mma import attention_kernel
+from megakernel.k_mla_attn_mma import attention_kernel, split_rows
 
 STEPS = side_stream.Stages(
     chain=("mla_a", "mla_norm", "mla_qb", "mla_absorb", "mla_attn", "mla_merge", "mla_uv",
@@ -112,7 +112,7 @@ class MlaStep(side_stream.Modes):
         if n_max > Lcap:
             raise ValueError(f"megakernel MLA: a cache length {n_max - 1} leaves no row for this "
                              f"step in a cache of {Lcap}")
-        NS = max_splits(n_max)
+        NS = max_splits(n_max, split_rows(attention_kernel(md, self.settings.attn)))
         s = self.scratch(T, NS)
         s["lens"].copy_(cache_lens.to(torch.int32))
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,

@@ -24,7 +24,7 @@ DEV = torch.device("cuda")
 # (wgmma: k_mla_attn_wg.py, sm_90a)
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
-            "wgmma": None}
+            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256)}
 BASE = "unsplit"
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
@@ -60,8 +60,8 @@ def row(T, L, names, R=4):
     scale = float(ref.abs().max())
     us, err = {}, {}
     for name in names:
-        v = VARIANTS[name]
-        launch = (cache.compiled("mla_attn_wg", md) if v is None else
+        v = dict(VARIANTS[name])
+        launch = (cache.compiled("mla_attn_wg", md, **v) if v.pop("wg", False) else
                   cache.compiled("mla_attn_mma", md, **v))
         s["pa"].fill_(float("nan"))
         launch(named, stream())

@@ -7,8 +7,9 @@ from megakernel.tools.mla_ksplit import VARIANTS
 T, L = int(sys.argv[1]), int(sys.argv[2])
 s, named, kv, lens = mla_step_scratch(T, L, 1)
 for v in sys.argv[3:]:
-    launch = (cache.compiled("mla_attn_wg", MLA_FULL) if VARIANTS[v] is None else
-              cache.compiled("mla_attn_mma", MLA_FULL, **VARIANTS[v]))
+    kw = dict(VARIANTS[v])
+    launch = (cache.compiled("mla_attn_wg", MLA_FULL, **kw) if kw.pop("wg", False) else
+              cache.compiled("mla_attn_mma", MLA_FULL, **kw))
     launch(named, stream()); torch.cuda.synchronize()
     launch(named, stream()); torch.cuda.synchronize()
 print("done")

@@ -78,19 +78,32 @@ def test_kda_core_split_builds_for_every_batch_class():
             assert (D // o.split) % (D // 32) == 0
 
 
-def test_mla_attention_kernel_choice():
+def test_mla_attention_kernel_choice(monkeypatch):
     """The tensor-core attention unless Settings.attn.mla_mma is off, and only for dims it
-    takes."""
+    takes; on sm_90a the wgmma one unless Settings.attn.mla_wg is off (MK_MLA_MMA=sync), on
+    sm_103a (no wgmma) always mma.sync; the step's split count follows the kernel's splits."""
     from dataclasses import replace
 
-    from megakernel import registry
+    from megakernel import config, registry
     from megakernel.config import Attn
     from megakernel.dims import MLA_FULL
-    from megakernel.k_mla_attn_mma import attention_kernel
+    from megakernel.k_mla_attn import CH, max_splits
+    from megakernel.k_mla_attn_mma import attention_kernel, split_rows
+    from megakernel.k_mla_attn_wg import CH_LONG
 
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     assert attention_kernel(MLA_FULL, Attn(mla_mma=False)) == "mla_attn"
-    assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_mma"
+    assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_wg"
+    assert attention_kernel(MLA_FULL, Attn(mla_wg=False)) == "mla_attn_mma"
     assert attention_kernel(replace(MLA_FULL, R=480), Attn()) == "mla_attn"     # R % 64 != 0
+    assert attention_kernel(replace(MLA_FULL, R=1024), Attn()) == "mla_attn_mma"  # > 256 per group
+    assert config.from_env({"MK_MLA_MMA": "sync"}).attn == Attn(mla_wg=False)
+    assert config.from_env({"MK_MLA_MMA": "wg"}).attn == Attn(mla_wg=True)
+    assert config.from_env({}).attn == Attn()
+    assert split_rows("mla_attn_wg") == CH_LONG and split_rows("mla_attn_mma") == CH
+    assert max_splits(32769, CH_LONG) == 65 and max_splits(32769) == 129
+    monkeypatch.setenv("CUTE_DSL_ARCH", "sm_103a")
+    assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_mma"
     o = registry.KERNELS["mla_attn_mma"](MLA_FULL)
     assert o.groups * 16 * o.mtc >= MLA_FULL.H and o.hg == o.mtc * o.ncol
 

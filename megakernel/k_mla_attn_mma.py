@@ -29,9 +29,10 @@ tiles): batch-invariant and deterministic. Its bits differ from k_mla_attn.py's:
 serves every batch (Settings.attn.mla_mma).
 
 Needs (R + RP) % 64 == 0 and R % 64 == 0 (attention_kernel, below, falls back to k_mla_attn.py).
-Status: the default since its first H200 run (fifth session: every GPU test and ci case passed;
-the step 1.05x faster at batch 1 with a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md);
-MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
+Status: the default from its first H200 run (fifth session: the step 1.05x faster at batch 1 with
+a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md) until k_mla_attn_wg.py (wgmma)
+took sm_90a in the eleventh session; still the default off sm_90a (GB300) and with
+MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
 """
 from megakernel import k_mla_attn_wg
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
@@ -292,8 +293,9 @@ class MlaAttnMMA(MlaAttn):
 
 
 def attention_kernel(md, attn):
-    """The attention kernel's name for these dims under attn (a config.Attn): this one where its
-    tiles fit. The two round differently, so one of them serves every batch."""
+    """The attention kernel's name for these dims under attn (a config.Attn): the wgmma one where
+    it runs (k_mla_attn_wg.fits: sm_90a, its tiles), else this one where its tiles fit, else the
+    CUDA-core one. They round differently, so one of them serves every batch (on one arch)."""
     ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
     if not (attn.mla_mma and ok):
         return "mla_attn"

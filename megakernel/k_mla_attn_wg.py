@@ -6,14 +6,20 @@ loads its own copy of the cache tile and of the query (~144 KB of L1 / shared tr
 tile and 32 heads, ncu: docs/megakernel-notes.md, ninth session); wgmma reads both from shared
 memory once per warpgroup, 64 heads at a time (M = 64).
 
-CTA = (group of HM = 64 heads, token, split), two warpgroups of 128 threads. Heads past H read
-head H - 1 and store nothing (96 heads: two groups, the second a third padding). Shared memory:
-the group's query [ql | q_pe] (64 x C) and two cache tiles of TR = 64 rows (C wide), all in
-wgmma's no-swizzle K-major layout: core matrices of 8 rows x 16 bytes, the C / 8 core matrices
-of an 8-row group consecutive (byte (8 rg + r) row, 16-byte chunk cc at (rg C / 8 + cc) 128 +
-16 r). Rows arrive by cp.async (16 bytes each; rows past the split's end repeat row end - 1:
-finite, scored -inf). The grid's x is the head group, so both groups of a (token, split) run
-side by side and the second reads the tile from L2. Per tile:
+CTA = (group of HM = 64 heads, token, walk), two warpgroups of 128 threads. Heads past H read
+head H - 1 and store nothing (96 heads: two groups, the second a third padding). A walk is W
+consecutive splits of the token's cache (splits of CH_SHORT rows up to SHORT, of CH_LONG = 512
+past it: this kernel's own, a function of the sequence's length alone; W from the launch's size,
+about WAVES CTAs per SM, and no bit depends on it): the query is loaded once per walk and the
+tile pipeline runs on across split ends. Shared memory: the group's query [ql | q_pe] (64 x C)
+and two cache tiles of TR = 64 rows (C wide), all in wgmma's no-swizzle K-major layout: core
+matrices of 8 rows x 16 bytes, the C / 8 core matrices of an 8-row group consecutive (byte
+(8 rg + r) row, 16-byte chunk cc at (rg C / 8 + cc) 128 + 16 r; tests/megakernel/
+test_mk_mma_layout.py holds it to PTX's descriptor layouts). Rows arrive by cp.async (16 bytes
+each; rows past the sequence repeat its last row: finite, scored -inf), tile j + 2's while tile
+j + 1 is computed. The grid's x is the head group, so both groups of a (token, walk) run side by
+side and the second reads the tiles from L2. 255 registers (80 bytes spilled), 221 KB of shared
+memory: one CTA (8 warps) per SM. Per tile:
 - S = Q K^T, wgmma m64n64k16 over the C / 16 k-steps in order, both operands from shared memory.
   Each warpgroup computes all of S (the same instructions on the same data: the same bits), so
   the two agree on the softmax without an exchange;
@@ -23,8 +29,10 @@ side by side and the second reads the tile from L2. Per tile:
   A layout of P, FA3's trick), each p split into bf16 hi + lo (two wgmma per k-step: ~16 bits of
   p, as k_mla_attn_mma.py, the spec's f32 softmax); V = the tile's first R columns read N-major
   from the same shared image (a K-major core matrix of the score's B is an N-major one of V's:
-  8 cache rows x 8 latent columns), m64n(R/2)k16, the 4 k-steps in order.
-Partials (m, l, acc) as k_mla_attn.py's, so an empty split writes (-inf, 0, 0). Everything depends
+  8 cache rows x 8 latent columns), m64n(R/2)k16, the 4 k-steps in order; waited for before the
+  next tile's scores (overlapping the two measured no gain, call 37).
+A split's partials (m, l, acc) as k_mla_attn.py's, written at its last tile, so an empty split
+writes (-inf, 0, 0) and the merge (k_mla_merge.py) is shared; NS follows split_rows. Everything depends
 on the sequence's own length (its splits and tiles): batch-invariant and deterministic. Its bits
 differ from k_mla_attn_mma.py's (other sum groupings); one kernel serves every batch
 (attention_kernel in k_mla_attn_mma.py picks by dims, arch and Settings.attn).
@@ -34,8 +42,7 @@ from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH_SHORT, SHORT, MlaAttn
 from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, st_global_v2_f32,
-                            wgmma_bf16_rs,
-                            wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
+                            wgmma_bf16_rs, wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
 
 HM = 64         # heads per CTA: wgmma's M
 TR = 64         # cache rows per tile: the score wgmma's N
@@ -98,10 +105,8 @@ class MlaAttnWG(MlaAttn):
         """CTA z of the token's walks: its W = ceil(NS / grid z) consecutive splits, their tiles
         one pipeline (a split's rows are a whole number of tiles, so the walk is the tiles of
         rows [R0, R1) with a split ending every ch / TR of them)."""
-        md = self.md
-        H, Q = md.H, md.NP + md.RP
         TB = self.TB
-        scale = Float32(float(Q) ** -0.5)
+        scale = Float32(float(self.md.NP + self.md.RP) ** -0.5)
         i, _, _ = cute.arch.thread_idx()
         _, _, gz = cute.arch.grid_dim()
         lane = i % 32

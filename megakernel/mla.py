@@ -7,12 +7,13 @@
   1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]    k_mla_norm.py    (z's last H V
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]              GEMV              columns)
   3 mla_absorb  ql = bf16(q_nope W_UK)                              k_mla_heads.py
-  4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_mma.py
+  4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_wg.py (sm_90a)
                                                    <-- join --
   5 mla_merge   lat = merge of the splits                          k_mla_merge.py
   6 mla_uv      o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_heads.py
   7 mla_out     out = bf16(gated W_o^T)                             GEMV
-  3, 4 and 6 run on the tensor cores; with Settings.attn.mla_mma off (MK_MLA_MMA=0), or dims
+  3, 4 and 6 run on the tensor cores (4 on wgmma on sm_90a, on mma.sync, k_mla_attn_mma.py,
+  elsewhere or with MK_MLA_MMA=sync); with Settings.attn.mla_mma off (MK_MLA_MMA=0), or dims
   their tiles do not take, on the CUDA cores: k_mla_absorb.py, k_mla_attn.py, and the merge
   does 6 itself (mla_uv is then no launch). The two paths round differently; one serves every
   batch.

@@ -37,6 +37,7 @@ MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_ch
 from megakernel import k_mla_attn_wg
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
+from megakernel.mla_softmax import exp_sum, masked_max, rescale
 from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_cached,
                             ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, st_shared_v4_f32)
 
@@ -152,39 +153,13 @@ class MlaAttnMMA(MlaAttn):
                     self.score_block(b, S, qa, qh, k0, k1, ql_lo, ql_hi, qp_lo, qp_hi, sb, gq, tq, SR)
             # --- online softmax: element e of half nt is row 8 nt + 2 tq + e % 2 of head lo (e < 2)
             # or hi (e >= 2)
-            rb = start + RT * it
-            mx_lo = Float32(-float("inf"))
-            mx_hi = Float32(-float("inf"))
-            for e in cutlass.range_constexpr(8):
-                zv = S[e] * scale
-                if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
-                    zv = Float32(-float("inf"))
-                z[e] = zv
-                if cutlass.const_expr(e % 4 < 2):
-                    mx_lo = cutlass.max(mx_lo, zv)
-                else:
-                    mx_hi = cutlass.max(mx_hi, zv)
-            for off in cutlass.range_constexpr(1, 3):
-                mx_lo = cutlass.max(mx_lo, cute.arch.shuffle_sync_bfly(mx_lo, off))
-                mx_hi = cutlass.max(mx_hi, cute.arch.shuffle_sync_bfly(mx_hi, off))
+            mx_lo, mx_hi = masked_max(S, z, 8, start + RT * it, end, tq, scale)
             mn_lo = cutlass.max(m_lo, mx_lo)
             mn_hi = cutlass.max(m_hi, mx_hi)
             a_lo = cute.math.exp(m_lo - mn_lo)
             a_hi = cute.math.exp(m_hi - mn_hi)
-            l_lo = l_lo * a_lo
-            l_hi = l_hi * a_hi
-            for e in cutlass.range_constexpr(8):
-                if cutlass.const_expr(e % 4 < 2):
-                    z[e] = cute.math.exp(z[e] - mn_lo)
-                    l_lo = l_lo + z[e]
-                else:
-                    z[e] = cute.math.exp(z[e] - mn_hi)
-                    l_hi = l_hi + z[e]
-            for jn in cutlass.range_constexpr(NJ):
-                O[4 * jn] = O[4 * jn] * a_lo
-                O[4 * jn + 1] = O[4 * jn + 1] * a_lo
-                O[4 * jn + 2] = O[4 * jn + 2] * a_hi
-                O[4 * jn + 3] = O[4 * jn + 3] * a_hi
+            l_lo, l_hi = exp_sum(z, 8, mn_lo, mn_hi, l_lo * a_lo, l_hi * a_hi)
+            rescale(O, NJ, a_lo, a_hi)
             m_lo = mn_lo
             m_hi = mn_hi
             # --- P as A fragments, hi + lo parts: a0 = rows 2t, 2t+1 of head lo (half 0), a1 head

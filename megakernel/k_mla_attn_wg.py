@@ -41,6 +41,7 @@ from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Ui
 from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH_SHORT, SHORT, MlaAttn
+from megakernel.mla_softmax import exp_sum, masked_max, rescale
 from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, st_global_v2_f32,
                             wgmma_bf16_rs, wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
 
@@ -238,38 +239,13 @@ class MlaAttnWG(MlaAttn):
         blocks 2 kk, 2 kk + 1 (rows g / g + 8, k 2t.. and 2t + 8..)."""
         m_lo = ML[0]
         m_hi = ML[1]
-        mx_lo = Float32(-float("inf"))
-        mx_hi = Float32(-float("inf"))
-        for e in cutlass.range_constexpr(32):
-            zv = S[e] * scale
-            if rb + 8 * (e // 4) + 2 * tq + e % 2 >= end:
-                zv = Float32(-float("inf"))
-            S[e] = zv
-            if cutlass.const_expr(e % 4 < 2):
-                mx_lo = cutlass.max(mx_lo, zv)
-            else:
-                mx_hi = cutlass.max(mx_hi, zv)
-        for off in cutlass.range_constexpr(1, 3):
-            mx_lo = cutlass.max(mx_lo, cute.arch.shuffle_sync_bfly(mx_lo, off))
-            mx_hi = cutlass.max(mx_hi, cute.arch.shuffle_sync_bfly(mx_hi, off))
+        mx_lo, mx_hi = masked_max(S, S, 32, rb, end, tq, scale)
         mn_lo = cutlass.max(m_lo, mx_lo)
         mn_hi = cutlass.max(m_hi, mx_hi)
         a_lo = cute.math.exp(m_lo - mn_lo)
         a_hi = cute.math.exp(m_hi - mn_hi)
-        l_lo = ML[2] * a_lo
-        l_hi = ML[3] * a_hi
-        for e in cutlass.range_constexpr(32):
-            if cutlass.const_expr(e % 4 < 2):
-                S[e] = cute.math.exp(S[e] - mn_lo)
-                l_lo = l_lo + S[e]
-            else:
-                S[e] = cute.math.exp(S[e] - mn_hi)
-                l_hi = l_hi + S[e]
-        for b in cutlass.range_constexpr(self.NI):
-            O[4 * b] = O[4 * b] * a_lo
-            O[4 * b + 1] = O[4 * b + 1] * a_lo
-            O[4 * b + 2] = O[4 * b + 2] * a_hi
-            O[4 * b + 3] = O[4 * b + 3] * a_hi
+        l_lo, l_hi = exp_sum(S, 32, mn_lo, mn_hi, ML[2] * a_lo, ML[3] * a_hi)
+        rescale(O, self.NI, a_lo, a_hi)
         ML[0] = mn_lo
         ML[1] = mn_hi
         ML[2] = l_lo

@@ -8,9 +8,7 @@
 # MLA decode, bench_kda beside FLA's fused recurrent KDA.
 set -uo pipefail
 if [ "${PART:-bench}" = install ]; then
-  mkdir -p .site && python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target .site .whl/*.whl \
-    && tar -xJf .whl/flashinfer-0.7.4-mla.tar.xz -C .site && ls .site && exit 0
-  exit 1
+  exec bash "$(dirname "$0")/install_adapters.sh"
 fi
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-575} PYTHONPATH=$PWD/.site:$PYTHONPATH

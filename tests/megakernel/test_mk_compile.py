@@ -222,3 +222,44 @@ def test_bench_swaps_restore_the_settings():
     assert step.settings == Settings()
     assert config.Gemv(mma=()).other(KDA_GEMVS).mma == ALL_GEMVS
     assert config.current() == config.from_env()
+
+
+def test_mla_wgmma_walks_write_every_split_once():
+    """k_mla_attn_wg.py's walks, emulated with the kernel's index arithmetic (host: W and the grid;
+    CTA z: rows [R0, R1), a split ending every ch / TR tiles, then the empty splits): for any batch
+    size, every split of every length gets exactly one partial, its tiles are exactly its rows,
+    and a split past the sequence is written empty."""
+    from megakernel import k_mla_attn_wg as wg
+    from megakernel.k_mla_attn import CH_SHORT, SHORT, max_splits
+
+    for n_max in (1, 64, 65, 2048, 2049, 8193, 32769):
+        NS = max_splits(n_max, wg.CH_LONG)
+        for T in (1, 8, 64):
+            Wh = max(1, (2 * T * NS) // (wg.WAVES * wg.SMS))
+            gz = -(-NS // Wh)
+            W = -(-NS // gz)
+            for n in sorted({1, 63, 64, 65, n_max // 2 + 1, n_max}):
+                if n > n_max:
+                    continue
+                ch = CH_SHORT if n <= SHORT else wg.CH_LONG
+                TPS = ch // wg.TR
+                written = {}
+                for z in range(gz):
+                    R0, R1 = z * W * ch, min(z * W * ch + W * ch, n)
+                    ntiles = -(-(R1 - R0) // wg.TR) if R1 > R0 else 0
+                    rows = []
+                    for j in range(ntiles):
+                        rows.append(R0 + wg.TR * j)
+                        if j % TPS == TPS - 1 or j + 1 == ntiles:
+                            s = z * W + j // TPS
+                            assert s not in written
+                            written[s] = rows
+                            rows = []
+                    for w in range(-(-ntiles // TPS), W):
+                        if z * W + w < NS:
+                            assert z * W + w not in written
+                            written[z * W + w] = []
+                assert sorted(written) == list(range(NS)), (n_max, T, n)
+                for s, rows in written.items():
+                    want = list(range(s * ch, min((s + 1) * ch, n), wg.TR))
+                    assert rows == want, (n_max, T, n, s)

@@ -52,11 +52,11 @@ def recorder(monkeypatch):
 FORKED = {0: ["attn_res", "kda_g+", "kda_in", "kda_fb", "kda_conv", "kda_core", "kda_norm",
               "kda_out", "attn_res", "gemv_shared", "shared_act", "out_shared"],
           3: ["attn_res", "mla_g+", "mla_a", "mla_norm", "mla_qb", "mla_absorb_mma",
-              "mla_attn_mma", "mla_merge", "mla_uv", "mla_out", "attn_res", "moe"]}
+              "mla_attn", "mla_merge", "mla_uv", "mla_out", "attn_res", "moe"]}
 FUSED = {0: ["attn_res", "kda_x", "kda_fb", "kda_conv", "kda_core", "kda_norm", "kda_out",
              "attn_res", "gemv_shared", "shared_act", "out_shared"],
          3: ["attn_res", "mla_x", "mla_norm", "mla_qb", "mla_absorb_mma",
-             "mla_attn_mma", "mla_merge", "mla_uv", "mla_out", "attn_res", "moe"]}
+             "mla_attn", "mla_merge", "mla_uv", "mla_out", "attn_res", "moe"]}
 
 
 @pytest.mark.parametrize("mode", ["fork", "fused"])
@@ -80,7 +80,11 @@ def test_layer_launches_bind_every_kernel_argument(recorder, mode, layer_idx):
     step = LayerStep(cfg, weights, "cpu", settings=settings)
     out = {s.name: torch.empty(3, cfg.hidden, dtype=s.dtype) for s in OUTPUTS["layer"]}
     MegakernelBackend._run_layer(step, inputs, out)
+    # the attention: the settings' and the arch's (k_mla_attn_mma.attention_kernel)
+    from megakernel.dims import mla_from_cfg
+    from megakernel.k_mla_attn_mma import attention_kernel
+    attn = attention_kernel(mla_from_cfg(cfg), settings.attn)
+    expect = [attn if n == "mla_attn" else n for n in expect]
     if not settings.attn.mla_mma:                              # MK_MLA_MMA=0
-        cuda_cores = {"mla_attn_mma": "mla_attn", "mla_absorb_mma": "mla_absorb"}
-        expect = [cuda_cores.get(n, n) for n in expect if n != "mla_uv"]
+        expect = [{"mla_absorb_mma": "mla_absorb"}.get(n, n) for n in expect if n != "mla_uv"]
     assert recorder == expect

@@ -1,10 +1,11 @@
-"""python -m megakernel.tools.mla_ksplit: MLA's tensor-core attention (k_mla_attn_mma.py) in its
-layouts, alone, side by side, full dims (issue 31).
+"""python -m megakernel.tools.mla_ksplit: MLA's tensor-core attentions in their layouts, alone,
+side by side, full dims (issue 31): k_mla_attn_mma.py's on mma.sync and k_mla_attn_wg.py on wgmma
+(`wgmma`, the default on sm_90a; `wgmma256` with splits of 256 past SHORT).
 
 `unsplit` (one head tile per CTA, every warp of a head tile scoring the whole 576-wide row:
 NCOL-fold score work) was the default until the whole k3diff check ran with `ksplit+mtc2` (each
 warp scores its share of c, the partials summed through shared memory; two head tiles per CTA),
-the default now. Other sum orders, so the bits differ: each layout's merged latent (softmax over
+mma.sync's default now. Other sum orders, so the bits differ: each layout's merged latent (softmax over
 every split, from the kernel's own partials) is held against a float64 attention over the same
 cache and query, in units of max|ref| of the case. A layout faster but less accurate than
 `unsplit` is a trade-off, printed as such. Timing as tune_attn.py's (R launches in one CUDA graph,
@@ -20,8 +21,8 @@ from megakernel.launch_streams import stream
 from megakernel.tools.bench import no_gpu
 
 DEV = torch.device("cuda")
-# explicit, so a row means the same layout whatever the defaults; ksplit+mtc2 is the default's
-# (wgmma: k_mla_attn_wg.py, sm_90a)
+# explicit, so a row means the same layout whatever the defaults; ksplit+mtc2 is mma.sync's
+# default, wgmma (k_mla_attn_wg.py, splits of 512 past SHORT) the default on sm_90a
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
             "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256)}
@@ -90,7 +91,8 @@ def main(argv=None) -> int:
     if no_gpu("mla_ksplit"):
         return 2
     names = [BASE] + [v for v in names if v != BASE]
-    print(f"mla_attn_mma alone, us (x: {BASE}'s time over the layout's; ksplit+mtc2 is the default) "
+    print(f"MLA attention alone, us (x: {BASE}'s time over the layout's; wgmma is the default on sm_90a, ksplit+mtc2 "
+          "elsewhere) "
           "| max|lat - exact| / max|exact|")
     ok = True
     for T, L in rows:

@@ -56,10 +56,17 @@ def kda_rows(T, splits, R=8):
 def mla_step_scratch(T, L, R=4):
     """One full-dims MLA step run once at batch T over L cache rows each: (its scratch, every
     buffer by kernel argument name, the cache, the lengths), the inputs of any one launch."""
+    from dataclasses import replace
+
+    from megakernel import config
     from megakernel.mla import MlaStep
     from megakernel.tools.bench_mla import draw_weights
     md = MLA_FULL
-    step = MlaStep(md, draw_weights(md), DEV)
+    # the step on the mma.sync attention: its splits of 256 give the larger split count, which
+    # every attention kernel takes (the wgmma one writes the splits past its own empty)
+    base = config.current()
+    step = MlaStep(md, draw_weights(md), DEV,
+                   settings=replace(base, attn=replace(base.attn, mla_wg=False)))
     kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
     x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
     lens = torch.full((T,), L, dtype=torch.int64, device=DEV)

@@ -1,5 +1,6 @@
-"""CPU: MLA's attention layouts (the default: ksplit with two head tiles per CTA; ksplit with one;
-the unsplit layout it replaced) build for the H200 and the GB300 without spilling, and
+"""CPU: MLA's mma.sync attention layouts (its default: ksplit with two head tiles per CTA; ksplit
+with one; the unsplit layout it replaced) build for the H200 and the GB300 without spilling, the
+wgmma attention (the H200's default) with its wgmma and no more than its measured spill, and
 the yardstick of tools/mla_ksplit.py (the latent merged from a kernel's split partials) is the
 softmax it stands for."""
 import os
@@ -42,6 +43,33 @@ def test_ksplit_builds_without_spilling(variant, arch, tmp_path):
                        capture_output=True, text=True, timeout=600)
     regs, st, ld = parse_ptxas(p.stdout + p.stderr)
     assert (st, ld) == (0, 0) and regs <= 255
+
+
+WG_CHILD = CHILD.replace('"mla_attn_mma"', '"mla_attn_wg"')
+
+
+def test_wgmma_attention_builds_with_its_measured_spill(tmp_path):
+    """k_mla_attn_wg.py for the H200: its 36 score and 8 value wgmma per tile, and no more than
+    the 80 bytes ptxas spilled when it was measured (255 registers; docs/megakernel-notes.md,
+    eleventh session): a change that spills more shows here before it is timed."""
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+    from megakernel import config
+    env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
+                           CUTE_DSL_DUMP_DIR=str(tmp_path), MEGAKERNEL_CACHE="off")
+    ptx = tmp_path / "k.ptx"
+    r = subprocess.run([sys.executable, "-c", WG_CHILD, "dict()", str(ptx)], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = ptx.read_text()
+    assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 36   # tile 0, then j + 1
+    assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 8
+    if shutil.which("ptxas") is None:
+        pytest.skip("no ptxas here to count spills")
+    from megakernel.tools.persistent_regs import parse_ptxas
+    p = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
+                       capture_output=True, text=True, timeout=600)
+    regs, st, ld = parse_ptxas(p.stdout + p.stderr)
+    assert regs <= 255 and st <= 80, (regs, st, ld)
 
 
 def test_merged_partials_are_the_softmax():

@@ -22,7 +22,7 @@ from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
 from megakernel.device import GMEM  # noqa: E402
 from megakernel import fast_call, kernel_store, registry  # noqa: E402
-from megakernel.kernel_args import INT, call_values, dtypes, placeholders  # noqa: E402
+from megakernel.kernel_args import INT, PDL, call_values, dtypes, placeholders  # noqa: E402
 
 _CACHE = {}
 COMPILE_SECONDS = {}       # key -> seconds, for kernels compiled by this process
@@ -47,16 +47,18 @@ class Launch:
         self._tried = not fast_call.enabled()
 
     def __call__(self, named, stream, bind=None):
-        values = call_values(self.args, named, bind)
+        # the host-only PDL flag last (kernel_args; pdl.py): the step's, else 0
+        values = call_values(self.args, named, bind) + [int(named.get(PDL, 0))]
         if self.fast is not None:
             self.fast(values, int(stream))
             return
-        args = [v if t == INT else ptr(t, v) for v, (_, t) in zip(values, self.args)]
+        hosted = self.args + [(PDL, INT)]
+        args = [v if t == INT else ptr(t, v) for v, (_, t) in zip(values, hosted)]
         cs = fast_call.cu_stream(stream)
         self.fn(*args, cs)
         if not self._tried:
             self._tried = True
-            kinds = ["int" if t == INT else "ptr" for _, t in self.args]
+            kinds = ["int" if t == INT else "ptr" for _, t in hosted]
             self.fast = fast_call.FastCall.attach(self.fn, kinds, values, args, cs)
 
 

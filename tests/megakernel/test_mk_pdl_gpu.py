@@ -153,8 +153,8 @@ def test_layer_pdl_keeps_the_bits(layer):
     cfg, weights, inputs = materialize(case, "cuda")
     step = MegakernelBackend().prepare(cfg, "layer", weights)
     parts = [m for m in (step, step.kda, step.mla, step.moe, step.dense) if m is not None]
-    first = {n: v.clone() if torch.is_tensor(v) else v for n, v in inputs.items()}
-    work = {n: v.contiguous() if torch.is_tensor(v) else v for n, v in first.items()}
+    first = {n: v.contiguous().clone() if torch.is_tensor(v) else v for n, v in inputs.items()}
+    work = {n: v.clone() if torch.is_tensor(v) else v for n, v in first.items()}     # updated in place
     state = [n for n, v in work.items() if torch.is_tensor(v) and v.dtype != torch.int64]
     d = inputs["prefix"].shape[1]
     out = {n: torch.empty(T, d, dtype=torch.bfloat16, device=DEV) for n in OUTPUTS}

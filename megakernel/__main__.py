@@ -4,14 +4,12 @@ bench is megakernel/tools/bench.py; the other tools run as `python -m megakernel
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 
 
 def _compile_one_arch(dims_names, experimental):
-    # runs in a child whose CUTE_DSL_ARCH is already set, and CUTE_DSL_KEEP=ptx: each kernel's
-    # PTX is read back for the PDL rule (pdl.py)
-    from megakernel import cache, compile_list, config, pdl, registry
+    # runs in a child whose CUTE_DSL_ARCH is already set
+    from megakernel import cache, compile_list, config, registry
     arch = config.dsl_arch()
     extra = None
     if experimental:
@@ -23,10 +21,8 @@ def _compile_one_arch(dims_names, experimental):
         t0 = time.time()
         try:
             # always compiled (this is the check), and stored: it warms the disk cache
-            fn = cache.compile_kernel(name, dims, fresh=True, **var)
-            bad = pdl.check_ptx(fn.__ptx__ or "")
-            status = "ok" if bad is None else f"FAIL pdl rule: {bad}"
-            ok = ok and bad is None
+            cache.compile_kernel(name, dims, fresh=True, **var)
+            status = "ok"
         except Exception as e:  # report and continue: one line per kernel x arch
             status = f"FAIL {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             ok = False
@@ -58,17 +54,13 @@ def main(argv=None):
         # one child per arch, side by side: compiling is one core's work per kernel, and the two
         # archs on CI's 2 cores take half the time (300 s one after the other, measured there);
         # each line is printed whole and names its arch, so interleaved lines stay readable
-        # (the DSL keeps a kernel's PTX only with a dump folder: a scratch one, dropped after)
-        with tempfile.TemporaryDirectory() as ptx:
-            children = [subprocess.Popen(
-                [sys.executable, "-m", "megakernel", "compile", "--_child", "--dims", a.dims]
-                + ["--experimental"] * a.experimental,
-                env=config.child_env(CUTE_DSL_ARCH=arch, CUTE_DSL_KEEP="ptx",
-                                     CUTE_DSL_DUMP_DIR=ptx))
-                for arch in a.arch.split(",")]
-            rc = 0
-            for child in children:
-                rc |= child.wait()
+        children = [subprocess.Popen([sys.executable, "-m", "megakernel", "compile", "--_child",
+                                      "--dims", a.dims] + ["--experimental"] * a.experimental,
+                                     env=config.child_env(CUTE_DSL_ARCH=arch))
+                    for arch in a.arch.split(",")]
+        rc = 0
+        for child in children:
+            rc |= child.wait()
         print("compile:", "all ok" if rc == 0 else "FAILED")
         return 1 if rc else 0
     from megakernel.tools import bench

@@ -22,7 +22,7 @@ from cutlass.cute.runtime import make_ptr, make_fake_stream  # noqa: E402
 
 from megakernel.device import GMEM  # noqa: E402
 from megakernel import fast_call, kernel_store, registry  # noqa: E402
-from megakernel.kernel_args import INT, PDL, call_values, dtypes, placeholders  # noqa: E402
+from megakernel.kernel_args import INT, call_values, dtypes, placeholders  # noqa: E402
 
 _CACHE = {}
 COMPILE_SECONDS = {}       # key -> seconds, for kernels compiled by this process
@@ -46,27 +46,17 @@ class Launch:
         self.fast = None
         self._tried = not fast_call.enabled()
 
-    def values(self, named, bind=None):
-        """The host function's arguments before the stream as ints (addresses for pointers): its
-        ARGS from `named`, then the PDL flag (kernel_args.PDL, pdl.py): the step's, else 0."""
-        return call_values(self.args, named, bind) + [int(named.get(PDL, 0))]
-
-    def wrap(self, values):
-        """`values` as CuTe DSL's call takes them (pointers typed), and their kinds."""
-        hosted = self.args + [(PDL, INT)]
-        return ([v if t == INT else ptr(t, v) for v, (_, t) in zip(values, hosted)],
-                ["int" if t == INT else "ptr" for _, t in hosted])
-
     def __call__(self, named, stream, bind=None):
-        values = self.values(named, bind)
+        values = call_values(self.args, named, bind)
         if self.fast is not None:
             self.fast(values, int(stream))
             return
-        args, kinds = self.wrap(values)
+        args = [v if t == INT else ptr(t, v) for v, (_, t) in zip(values, self.args)]
         cs = fast_call.cu_stream(stream)
         self.fn(*args, cs)
         if not self._tried:
             self._tried = True
+            kinds = ["int" if t == INT else "ptr" for _, t in self.args]
             self.fast = fast_call.FastCall.attach(self.fn, kinds, values, args, cs)
 
 

@@ -17,8 +17,6 @@ imports no cutlass.
   MK_MLA_MMA                attn.mla_mma,          0: MLA's absorb, attention, value projection on the CUDA cores;
                             attn.mla_wg            sync / wg: the attention on mma.sync / on wgmma (sm_90a; the default)
   MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
-  MEGAKERNEL_PDL            pdl                    1 (default) | 0: launches without programmatic
-                                                   dependent launch (pdl.py; the same bits)
   MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
   MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
   MEGAKERNEL_EP_EXCHANGE    ep_exchange            auto (default) | ipc | dist: megakernel-ep's
@@ -94,9 +92,6 @@ class Settings:
     moe: Moe = field(default_factory=Moe)
     attn: Attn = field(default_factory=Attn)
     layer: bool = True
-    # every kernel launched with programmatic dependent launch (pdl.py): the same binaries and
-    # bits either way; the benches time both side by side
-    pdl: bool = True
     kernel_cache: str = ""
     fast_call: bool = True
     ep_exchange: str = "auto"
@@ -131,7 +126,6 @@ def from_env(env=None) -> Settings:
         attn=Attn(streams=_choice(env, "MEGAKERNEL_ATTN_STREAMS", ATTN_MODES, None),
                   mla_mma=mla != "0", mla_wg={"wg": True, "sync": False}.get(mla, Attn.mla_wg)),
         layer=env.get("MEGAKERNEL_LAYER") != "0",
-        pdl=_choice(env, "MEGAKERNEL_PDL", ("0", "1"), "1") == "1",
         kernel_cache=env.get("MEGAKERNEL_CACHE", ""),
         fast_call=env.get("MEGAKERNEL_FAST_CALL", "1") != "0",
         ep_exchange=_choice(env, "MEGAKERNEL_EP_EXCHANGE", EP_EXCHANGES, "auto"))

@@ -12,7 +12,6 @@ over its chunks in order, butterfly per virtual warp, then the VT/32 warp partia
 from megakernel.device import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
                                load8_bf16_f32, warp_sum)
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 
 VT = 512   # "virtual" threads: the sum-of-squares order is that of 512 threads however many run
 
@@ -36,11 +35,10 @@ class Combine:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(A.T, 1, 1), block=(self.threads, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, _, _ = cute.arch.block_idx()
         self.body(*a, t)
 

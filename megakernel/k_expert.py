@@ -12,7 +12,6 @@ registers with mxfp4.mxfp4_word_to_f32x8 (one 16-byte load = 32 elements = one s
 from megakernel.device import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32, Uint8,
                                Uint32, copy_atom_128, load8_bf16_f32, warp_sum, row_ptr)
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.pointwise import situ
 from megakernel.mxfp4 import MX_POST, mxfp4_word_to_f32x8, mx_scale2
 
@@ -40,12 +39,10 @@ class ExpertLaunch:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(
-            grid=(self.tiles, A.maxU, 1), block=(self.threads, 1, 1), stream=A.stream,
-            use_pdl=A.pdl)
+            grid=(self.tiles, A.maxU, 1), block=(self.threads, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS less maxU
-        enter()                       # pdl.py: first, before any global access
         bx, u, _ = cute.arch.block_idx()
         self.body(*a, bx, u)
 

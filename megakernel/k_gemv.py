@@ -16,7 +16,6 @@ output: `ldx`) and o_proj.
 from megakernel.device import (THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32,
                                copy_atom_128, dot_rows, warp_sum)
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 
 
 class GemvLaunch:
@@ -31,11 +30,10 @@ class GemvLaunch:
         A = Args(self, a, host=True)
         grid = cutlass.min(A.ctas, self.tiles)
         self.kernel(*A.kernel(ctas=grid)).launch(grid=(grid, 1, 1), block=(self.threads, 1, 1),
-                                                 stream=A.stream, use_pdl=A.pdl)
+                                                 stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS, ctas = the grid launched
-        enter()                       # pdl.py: first, before any global access
         bid, _, _ = cute.arch.block_idx()
         w, x, y, T, grid = a
         self.body(w, x, y, T, bid, self.tiles, grid)

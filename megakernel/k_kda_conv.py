@@ -7,7 +7,6 @@ CTAs, which all read y; the history they would otherwise read is rewritten here.
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.pointwise import sigmoid
 
 THREADS = 256
@@ -25,12 +24,10 @@ class KdaConv:
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, self.ctas, 1), block=(THREADS, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+        self.kernel(*A.kernel()).launch(grid=(A.T, self.ctas, 1), block=(THREADS, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, by, _ = cute.arch.block_idx()
         self.body(*a, t, by)
 

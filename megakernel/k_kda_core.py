@@ -22,7 +22,6 @@ results depend neither on the batch, nor the split, nor the run.
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, warp_sum
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.pointwise import sigmoid
 
 L2_EPS = 1e-6      # inside the sum of squares (reference/kda.py, vLLM's fused_recurrent kernel)
@@ -43,11 +42,10 @@ class KdaCore:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(A.T, self.kd.H, self.split), block=(self.kd.D, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, h, part = cute.arch.block_idx()
         self.body(*a, t, h, part)
 

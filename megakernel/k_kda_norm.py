@@ -5,7 +5,6 @@ its own because the core (k_kda_core.py) spreads a head's readout o over several
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, warp_sum
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.pointwise import sigmoid
 
 
@@ -22,11 +21,10 @@ class KdaNorm:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(A.T, self.kd.H, 1), block=(self.kd.D, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, h, _ = cute.arch.block_idx()
         self.body(*a, t, h)
 

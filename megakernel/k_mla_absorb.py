@@ -8,7 +8,6 @@ batch or TT.
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 
 THREADS = 128
 
@@ -25,11 +24,10 @@ class MlaAbsorb:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(self.md.H, self.ctas, (A.T + self.TT - 1) // self.TT),
-                                        block=(THREADS, 1, 1), stream=A.stream, use_pdl=A.pdl)
+                                        block=(THREADS, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         h, by, bz = cute.arch.block_idx()
         self.body(*a, h, by, bz)
 

@@ -16,7 +16,6 @@ it. The order within a split (steps of RB rows, rows in order within a step) and
 from megakernel.device import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
                                load8_bf16_f32, row_ptr, warp_sum)
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 
 HG = 4          # heads (warps) per CTA
 CH = 256        # cache rows per split of a long sequence (n > SHORT rows)
@@ -49,11 +48,10 @@ class MlaAttn:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(A.T, self.groups, A.NS), block=(32 * self.hg, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, g, s = cute.arch.block_idx()
         self.body(*a, t, g, s)
 

@@ -39,7 +39,6 @@ differ from k_mla_attn_mma.py's (other sum groupings); one kernel serves every b
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.kernel_args import Args, declare
-from megakernel.pdl import enter
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH_SHORT, SHORT, MlaAttn
 from megakernel.mla_softmax import exp_sum, masked_max, rescale
@@ -95,11 +94,10 @@ class MlaAttnWG(MlaAttn):
         # per SM in all, each loading its query once
         W = cutlass.max(1, (self.groups * A.T * A.NS) // (WAVES * SMS))
         self.kernel(*A.kernel()).launch(grid=(self.groups, A.T, (A.NS + W - 1) // W),
-                                        block=(256, 1, 1), stream=A.stream, use_pdl=A.pdl)
+                                        block=(256, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         g, t, z = cute.arch.block_idx()
         self.body(*a, t, g, z)
 

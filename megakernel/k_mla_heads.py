@@ -25,7 +25,6 @@ take use the CUDA-core pair; the merge then does the value projection itself).
 """
 from megakernel.device import cute, BFloat16, Float32, Int64
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.k_gemv_mma import GemvMMA
 from megakernel.pointwise import sigmoid
 
@@ -61,7 +60,7 @@ class _Heads(GemvMMA):
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(self.tiles, self.md.H, 1),
-                                        block=(self.threads, 1, 1), stream=A.stream, use_pdl=A.pdl)
+                                        block=(self.threads, 1, 1), stream=A.stream)
 
     @cute.jit
     def head_tile(self, w, x, out, T, tile, h):
@@ -85,7 +84,6 @@ class MlaAbsorbMMA(_Heads):
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         wuk_t, q, ql, T = a
         tile, h, _ = cute.arch.block_idx()
         md = self.md
@@ -108,7 +106,6 @@ class MlaValueMMA(_Heads):
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         kv_b, lat, z, o, gated, T = a
         tile, h, _ = cute.arch.block_idx()
         md = self.md

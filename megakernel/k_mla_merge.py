@@ -22,7 +22,6 @@ loads of independent sums overlap (v3's first run merged a tile's tokens one aft
 from megakernel.device import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
                                load8_bf16_f32, warp_sum)
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.pointwise import sigmoid
 
 THREADS = 128
@@ -45,11 +44,10 @@ class MlaMerge:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=((A.T + self.TT - 1) // self.TT, self.md.H * self.VQ, 1),
-                                        block=(THREADS, 1, 1), stream=A.stream, use_pdl=A.pdl)
+                                        block=(THREADS, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         bx, by, _ = cute.arch.block_idx()
         self.body(*a, bx, by)
 

@@ -35,7 +35,6 @@ from megakernel import plan as P
 from megakernel.device import (THREADS, cute, cutlass, BFloat16 as BF, Float32 as F32, Int32,
                                Int32 as I32, Int64, Uint8 as U8)
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.ptx import globaltimer, smid
 from megakernel.k_combine import Combine
 from megakernel.k_expert import ExpertUp, ExpertDown
@@ -102,7 +101,7 @@ class PersistentStep:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(
-            grid=(A.ctas, 1, 1), block=(THREADS, 1, 1), stream=A.stream, use_pdl=A.pdl,
+            grid=(A.ctas, 1, 1), block=(THREADS, 1, 1), stream=A.stream,
             smem_merge_branch_allocs=True, min_blocks_per_mp=self.ctas_per_sm,
             # given explicitly: otherwise min_blocks_per_mp > 1 makes the DSL query the driver
             # while tracing (and a CPU-only compile fail); the largest carveout (percent)
@@ -110,7 +109,6 @@ class PersistentStep:
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         A = Args(self, a, host=False)
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()

@@ -9,7 +9,6 @@
 from megakernel.device import THREADS, WARPS, cute, cutlass, BFloat16, Float32, Int32
 from megakernel.pointwise import sigmoid
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 
 
 @cute.jit
@@ -34,11 +33,10 @@ class Route:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(
-            grid=(A.T, 1 + NPW, 1), block=(THREADS, 1, 1), stream=A.stream, use_pdl=A.pdl)
+            grid=(A.T, 1 + NPW, 1), block=(THREADS, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, by, _ = cute.arch.block_idx()
         self.body(*a, t, by)
 

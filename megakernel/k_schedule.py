@@ -15,7 +15,6 @@ a CTA of the same size as the GEMVs' fits beside the side stream's CTAs.
 """
 from megakernel.device import cute, cutlass, Int32
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.dims import MAX_T
 
 NT = 256
@@ -43,12 +42,10 @@ class Schedule:
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(1, 1, 1), block=(NT, 1, 1), stream=A.stream,
-                                        use_pdl=A.pdl)
+        self.kernel(*A.kernel()).launch(grid=(1, 1, 1), block=(NT, 1, 1), stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         self.body(*a)
 
     @cute.jit

@@ -96,7 +96,7 @@ class KdaStep(side_stream.Modes):
         s["sidx"].copy_(state_idx.to(torch.int32))
         named = dict(s, **self._weights, x=x, f_a=s["z"][:, kd.FA0:], gz=s["z"][:, kd.G0:],
                      conv_state=conv_state, rec=rec, T=T, S=S, full_grid=gemv.FULL_GRID,
-                     side_grid=self.side_grid(gemv.FULL_GRID), pdl=int(self.settings.pdl))
+                     side_grid=self.side_grid(gemv.FULL_GRID))
 
         self.run(named, T, kd, stages)
         return s

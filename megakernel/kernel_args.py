@@ -9,12 +9,8 @@ generic kernel used for several stages (Gemv, the experts) is bound to buffers p
 (launch_streams.BIND). From ARGS:
 - cache.compile_kernel builds the placeholder arguments (`placeholders`),
 - the launchers build each call from a dict of named buffers (`call_values`),
-- `declare` writes the signatures of the class's `@cute.jit __call__` (ARGS, then PDL, then the
-  stream) and `@cute.kernel kernel` (ARGS less HOST_ONLY).
-
-PDL, the last host argument of every kernel: a run-time Int32, 1 to launch with programmatic
-dependent launch (pdl.py: the rule, and why), taken by the launch (cache.Launch) from the step's
-buffers (`named[PDL]`, absent: 0), so the benches time both ways with the same binaries.
+- `declare` writes the signatures of the class's `@cute.jit __call__` (ARGS, then the stream) and
+  `@cute.kernel kernel` (ARGS less HOST_ONLY).
 
 Why the signatures are written by `declare` and not in the source: CuTe DSL makes one typed IR
 parameter per Python parameter it finds in `inspect.signature` of the function (annotations give
@@ -29,11 +25,9 @@ import types
 from types import SimpleNamespace
 
 from megakernel.device import cute, Int32
-from megakernel.pdl import enter
 import cuda.bindings.driver as _cuda
 
 INT = "int"
-PDL = "pdl"
 
 
 def dtypes(obj):
@@ -42,9 +36,8 @@ def dtypes(obj):
 
 
 def placeholders(obj, ptr):
-    """Compile-time stand-ins of the host function's arguments before the stream: Int32(1) for
-    INT, ptr(dtype, 256) for pointers, then Int32(0) for PDL."""
-    return [Int32(1) if t == INT else ptr(t, 256) for _, t in dtypes(obj)] + [Int32(0)]
+    """Compile-time stand-ins: Int32(1) for INT, ptr(dtype, 256) for pointers."""
+    return [Int32(1) if t == INT else ptr(t, 256) for _, t in dtypes(obj)]
 
 
 def call_values(args, named, bind=None):
@@ -68,11 +61,10 @@ class TokenLaunch:
     def __call__(self, *a):           # ARGS, stream (signatures: declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(A.T, self.CTAS, 1), block=(self.threads, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         t, by, _ = cute.arch.block_idx()
         self.body(*a, t, by)
 
@@ -83,7 +75,7 @@ class Args(SimpleNamespace):
     def __init__(self, obj, a, host: bool):
         names = [n for n, _ in obj.ARGS if host or n not in obj.HOST_ONLY]
         if host:
-            names += [PDL, "stream"]
+            names.append("stream")
         assert len(names) == len(a), (type(obj).__name__, names, len(a))
         super().__init__(**dict(zip(names, a)))
         self._kernel_names = [n for n, _ in obj.ARGS if n not in obj.HOST_ONLY]
@@ -99,7 +91,6 @@ def _params(obj_args, stream):
     ps += [P(n, P.POSITIONAL_OR_KEYWORD, annotation=Int32 if t == INT else cute.Pointer)
            for n, t in obj_args]
     if stream:
-        ps.append(P(PDL, P.POSITIONAL_OR_KEYWORD, annotation=Int32))
         # typed: export_to_c (the disk cache, kernel_store.py) refuses an unannotated argument;
         # the stream is host-only, so the PTX is unchanged (checked: every variant's PTX hash)
         ps.append(P("stream", P.POSITIONAL_OR_KEYWORD, annotation=_cuda.CUstream))

@@ -54,7 +54,7 @@ class DenseMLP:
         s2 = torch.empty(T, 2 * dm.Is, dtype=torch.float32, device=x.device)
         acts = torch.empty(T, dm.Is, dtype=torch.bfloat16, device=x.device)
         named = dict(self._w, x=x, s2=s2, acts=acts, so=out, T=T, full_grid=gemv.FULL_GRID,
-                     side_grid=gemv.FULL_GRID, pdl=int(self.settings.pdl))
+                     side_grid=gemv.FULL_GRID)
         st = stream()
         for name in self.STAGES:
             v = gemv.variant(name, T, self.settings.gemv) if name in MOE_BIND else {}
@@ -92,8 +92,7 @@ class LayerStep:
     def _attn_res(self, w, prefix, delta, blocks, out, n, wi):
         T, NB = prefix.shape[0], blocks.shape[1]
         named = dict(w, prefix=prefix, delta=prefix if delta is None else delta, blocks=blocks,
-                     out=out, T=T, NB=NB, n=n, wi=wi, has_delta=int(delta is not None),
-                     pdl=int(self.settings.pdl))
+                     out=out, T=T, NB=NB, n=n, wi=wi, has_delta=int(delta is not None))
         cache.compiled("attn_res", self.dm)(named, stream())
 
     def launch(self, inputs: dict, out: dict):

@@ -118,7 +118,7 @@ class MlaStep(side_stream.Modes):
         s["lens"].copy_(cache_lens.to(torch.int32))
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
                      gz=s["z"][:, md.G0:], full_grid=gemv.FULL_GRID,
-                     side_grid=self.side_grid(gemv.FULL_GRID), pdl=int(self.settings.pdl))
+                     side_grid=self.side_grid(gemv.FULL_GRID))
 
         self.run(named, T, md, stages)
         return s

@@ -109,7 +109,7 @@ class LatentMoE:
         weights, the scratch `s`, x, out (s["out"] unless given), and the run-time ints T and maxU (the expert grid's active-slot bound)."""
         T = x.shape[0]
         return dict(s, **self._weights, x=x, out=out if out is not None else s["out"],
-                    T=T, maxU=min(self.dm.E, T * self.dm.k), pdl=int(self.settings.pdl))
+                    T=T, maxU=min(self.dm.E, T * self.dm.k))
 
     def launch(self, x, forced_ids=None, out=None, stages=None):
         """Enqueue the step (module docstring); returns the scratch dict, whose buffers hold every

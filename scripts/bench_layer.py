@@ -14,8 +14,7 @@ experts the kernel's schedule streamed; AttnRes's sources read and rows written)
 bandwidth measured in the same run. "attn", "moe" and "2 AttnRes": the attention step, the MoE
 and the two AttnRes launches alone (their own graphs, same inputs), and their sum, so what the
 layer's own launches cost shows; "other attn": the layer with the attention step in its other
-stream mode ("fused" or "fork", side_stream.py); "PDL off" (or "on"): every launch of the layer
-the other way round as to programmatic dependent launch (megakernel/pdl.py). Torch: k3diff's torch-blocked
+stream mode ("fused" or "fork", side_stream.py). Torch: k3diff's torch-blocked
 AttnRes and attention with bench.py's eager MoE (TorchMoE), eager and under torch.compile
 (dynamic shapes), timed with events without a graph (host syncs): "x eager" / "x compile",
 their time over the layer's.
@@ -129,7 +128,7 @@ def main(argv=None) -> int:
     tm = TorchMoE(dm, step.moe)
     print(f"{'layer':9} {'T':>4} {'us':>9} {'MB':>8} {'roofline':>9} {'roof2':>8} {'x eager':>8} "
           f"{'x compile':>9}  {'attn us':>8} {'moe us':>8} {'2 AttnRes':>9} {'sum':>8} "
-          f"{'other attn':>10} {'PDL ' + ('off' if step.settings.pdl else 'on'):>8}  distinct experts")
+          f"{'other attn':>10}  distinct experts")
     for i in pick_layers(cfg):
         kind = "kda" if cfg.is_kda_layer(i) else "mla"
         nb = -(-i // cfg.attn_res_block_size)
@@ -158,9 +157,6 @@ def main(argv=None) -> int:
             us = graph_us(lambda r: step.launch(ins[r], out), R)
             with other_mode(step.kda if kind == "kda" else step.mla):
                 one = graph_us(lambda r: step.launch(ins[r], out), R)   # the other attn mode
-            parts = [m for m in (step, step.kda, step.mla, step.moe, step.dense) if m is not None]
-            with bench.other_pdl(parts):                                 # PDL the other way
-                pd = graph_us(lambda r: step.launch(ins[r], out), R)
             if kind == "kda":
                 a_us = graph_us(lambda r: step.kda.launch(xa, ins[r]["conv_state"],
                                                           ins[r]["recurrent_state"],
@@ -183,7 +179,7 @@ def main(argv=None) -> int:
             two = roofline.share(machine, us, mb, attn_f + bench.step_flops(dm, T))   # AttnRes: ~0
             print(f"{kind} {i:<5} {T:>4} {us:9.1f} {mb / 1e6:8.1f} {mb / (us * 1e-6) / bw:8.1%} {two} "
                   f"{te / us:8.2f} {tc / us:9.2f}  {a_us:8.1f} {m_us:8.1f} {r_us:9.1f} "
-                  f"{a_us + m_us + r_us:8.1f} {one:10.1f} {pd:8.1f}  {nexp}",
+                  f"{a_us + m_us + r_us:8.1f} {one:10.1f}  {nexp}",
                   flush=True)
             ins = base = out = None        # free before the next batch's buffers
             torch.cuda.empty_cache()

@@ -22,7 +22,6 @@ last one comes late.
 """
 from megakernel.device import THREADS, cute, cutlass, BFloat16, Float32, Int32
 from megakernel.kernel_args import INT, Args, declare
-from megakernel.pdl import enter
 from megakernel.k_route import Route, NPW
 from megakernel.k_schedule import Schedule
 
@@ -46,11 +45,10 @@ class GemvRoute:
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
         self.kernel(*A.kernel()).launch(grid=(self.gx.tiles, 1, 1), block=(THREADS, 1, 1),
-                                        stream=A.stream, use_pdl=A.pdl)
+                                        stream=A.stream)
 
     @cute.kernel
     def kernel(self, *a):             # ARGS
-        enter()                       # pdl.py: first, before any global access
         A = Args(self, a, host=False)
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()

@@ -216,10 +216,6 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
         if T > 8 and any(g in gemv.WGMMA_GEMVS for g in MOE_GEMVS):
             with other_large_gemv(mods):
                 wg_us = graph_us(mods, xs, R)
-        # and with programmatic dependent launch the other way (config.Settings.pdl, pdl.py)
-        pdl_now = mods[0].settings.pdl
-        with other_pdl(mods):
-            pdl_us = graph_us(mods, xs, R)
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):
@@ -236,7 +232,6 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
             + f" | one launch {one_us:.1f}"
             + f" | fork-join, GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt_us:.1f}"
             + f" | one launch so {alt_one_us:.1f}"
-            + f" | fork-join {'without' if pdl_now else 'with'} PDL {pdl_us:.1f} (x{pdl_us / k_us:.2f})"
             + (f" | fork-join, GEMVs at batch > 8 on mma.sync {wg_us:.1f}" if T > 8 else "")
             + f" | distinct experts {statistics.mean(nexp):.1f}")
 
@@ -302,12 +297,6 @@ def other_large_gemv(steps):
     """with_settings: the tensor-core GEMVs at batch > 8 on the other instruction (wgmma or
     mma.sync, config.Gemv.wgmma; the same bits)."""
     return with_settings(steps, lambda s: replace(s, gemv=replace(s.gemv, wgmma=not s.gemv.wgmma)))
-
-
-def other_pdl(steps):
-    """with_settings: every launch with programmatic dependent launch if it is not now, else
-    without (config.Settings.pdl, pdl.py: the same binaries, the same bits)."""
-    return with_settings(steps, lambda s: replace(s, pdl=not s.pdl))
 
 
 def out_log(name):

@@ -23,7 +23,7 @@ from megakernel.dims import KDA_FULL, KDA_SMALL
 from megakernel.kda import KdaStep
 from megakernel.side_stream import other_mode
 from megakernel.tools import roofline
-from megakernel.tools.bench import (no_gpu, copy_bw, other_gemv_kernel, other_large_gemv, other_pdl,
+from megakernel.tools.bench import (no_gpu, copy_bw, other_gemv_kernel, other_large_gemv,
                                     time_events)
 
 DEV = torch.device("cuda")
@@ -147,16 +147,12 @@ def main(argv=None) -> int:
             # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
             with other_mode(step) as other:
                 one = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
-            # and with programmatic dependent launch the other way (config.Settings.pdl)
-            with other_pdl([step]):
-                pd = graph_us(lambda i: step.launch(x, conv, rec, idx[i]), R)
             mb = step_bytes(kd, T)
             alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
             alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
             if wg is not None:
                 alone += f"  GEMVs on mma.sync {wg:.1f} (x{wg / us[None]:.2f})"
             alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
-            alone += f"  {'without' if step.settings.pdl else 'with'} PDL {pd:.1f} (x{pd / us[None]:.2f})"
             fla = fla_core_us(kd, T, R)
             vs = "" if fla is None else f"  fla core {fla:.1f} (x fla {fla / us[('kda_core',)]:.2f})"
             two = roofline.share(machine, us[None], mb, step_flops(kd, T))

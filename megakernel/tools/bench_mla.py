@@ -35,7 +35,7 @@ from megakernel.dims import MLA_FULL, MLA_SMALL
 from megakernel.mla import MlaStep
 from megakernel.side_stream import other_mode
 from megakernel.tools import roofline
-from megakernel.tools.bench import (no_gpu, copy_bw, other_gemv_kernel, other_large_gemv, other_pdl,
+from megakernel.tools.bench import (no_gpu, copy_bw, other_gemv_kernel, other_large_gemv,
                                     time_events, with_settings)
 from megakernel.tools.bench_kda import graph_us
 
@@ -186,9 +186,6 @@ def main(argv=None) -> int:
                 # and in the other stream mode (fused x-side GEMV / the gate beside the chain)
                 with other_mode(step) as other:
                     one = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
-                # and with programmatic dependent launch the other way (config.Settings.pdl)
-                with other_pdl([step]):
-                    pd = graph_us(lambda i: step.launch(x, cache, ln[i], max_len=L + R), R)
                 mb = step_bytes(md, T, L)
                 alone = " ".join(f"{n}={us[(n,)]:.1f}" for n in step.launches())
                 alone += f"  step with the GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt:.1f}"
@@ -199,7 +196,6 @@ def main(argv=None) -> int:
                 if wg is not None:
                     alone += f"  GEMVs on mma.sync {wg:.1f} (x{wg / us[None]:.2f})"
                 alone += f"  {other} {one:.1f} (x{one / us[None]:.2f})"
-                alone += f"  {'without' if step.settings.pdl else 'with'} PDL {pd:.1f} (x{pd / us[None]:.2f})"
                 fi_us = fi.us(md, cache, ln[0])
                 if fi_us is not None:
                     ours = us[("mla_attn",)] + us[("mla_merge",)]

@@ -15,11 +15,7 @@ def recorder(monkeypatch):
     from megakernel import cache, launch_plan, layer, registry
     from megakernel.kernel_args import call_values, dtypes
 
-    class Calls(list):
-        pdl = None           # the PDL flag (kernel_args.PDL) each launch found in its buffers
-
-    calls = Calls()
-    calls.pdl = []
+    calls = []
 
     class Recorded:
         def __init__(self, name, dims, variant):
@@ -31,7 +27,6 @@ def recorder(monkeypatch):
             for v, (n, t) in zip(values, self.args):
                 assert isinstance(v, int), (self.name, n)
             calls.append(self.name + ("+" if stream == "side" else ""))
-            calls.pdl.append(named.get("pdl"))
 
     def walk(self, steps, go, one_stream=False):
         for what, s in steps:
@@ -64,14 +59,14 @@ FUSED = {0: ["attn_res", "kda_x", "kda_fb", "kda_conv", "kda_core", "kda_norm", 
              "mla_attn", "mla_merge", "mla_uv", "mla_out", "attn_res", "moe"]}
 
 
-@pytest.mark.parametrize("mode,pdl", [("fork", True), ("fused", True), ("fork", False)])
+@pytest.mark.parametrize("mode", ["fork", "fused"])
 @pytest.mark.parametrize("layer_idx", [0, 3])      # KDA + dense MLP + block write; MLA + MoE
-def test_layer_launches_bind_every_kernel_argument(recorder, mode, pdl, layer_idx):
+def test_layer_launches_bind_every_kernel_argument(recorder, mode, layer_idx):
     from dataclasses import replace
 
     from megakernel import config
     base = config.current()
-    settings = replace(base, attn=replace(base.attn, streams=mode), pdl=pdl)
+    settings = replace(base, attn=replace(base.attn, streams=mode))
     expect = (FORKED if mode == "fork" else FUSED)[layer_idx]
     from k3diff.case import Case
     from k3diff.materialize import materialize
@@ -93,5 +88,3 @@ def test_layer_launches_bind_every_kernel_argument(recorder, mode, pdl, layer_id
     if not settings.attn.mla_mma:                              # MK_MLA_MMA=0
         expect = [{"mla_absorb_mma": "mla_absorb"}.get(n, n) for n in expect if n != "mla_uv"]
     assert recorder == expect
-    # every launch the settings' PDL flag (pdl.py), so one setting turns it on or off everywhere
-    assert recorder.pdl == [int(pdl)] * len([n for n in expect if n != "moe"])

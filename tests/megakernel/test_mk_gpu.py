@@ -281,12 +281,14 @@ def test_fast_call_refuses_what_it_cannot_check(capsys):
     for the same call is not built (one line on stderr; the caller keeps CuTe DSL's path): here a
     pointer 16 bytes off, then one argument left out."""
     from megakernel import cache, fast_call
+    from megakernel.kernel_args import INT, call_values
     m = LatentMoE(SMALL, weights("bf16"), DEV, streams="serial")
     x = torch.zeros(2, SMALL.d, device=DEV, dtype=torch.bfloat16)
     named = m.buffers(x, m.launch(x))
     launch = next(v for k, v in cache._CACHE.items() if k[0] == "final_sum")
-    values = launch.values(named)
-    args, kinds = launch.wrap(values)
+    values = call_values(launch.args, named)
+    args = [v if t == INT else cache.ptr(t, v) for v, (_, t) in zip(values, launch.args)]
+    kinds = ["int" if t == INT else "ptr" for _, t in launch.args]
     cs = fast_call.cu_stream(torch.cuda.current_stream().cuda_stream)
     assert fast_call.FastCall.attach(launch.fn, kinds, values, args, cs) is not None
     off = [values[0] + 16] + values[1:]

@@ -59,6 +59,30 @@ def mma_variants(shape, T, grid):
     return out
 
 
+def tried(name, shape, T, args):
+    """(the CUDA-core GEMV's variant, the GemvMMA variants) timed for GEMV `name` at batch T:
+    with --own-ks only those of its own K split (gemv.MMA_GEMV)."""
+    own = gemv.MMA_GEMV[name][0]["KS"] if args.own_ks else None
+    return (dict(TT=1 if T == 1 else gemv.TT_GEMV, U=gemv.UNROLL),
+            [v for v in mma_variants(shape, T, args.grid) if own is None or v["KS"] == own])
+
+
+def compile_only(names, sh, batches, args):
+    """--compile-only: every kernel a run would time, compiled into the kernel cache (no GPU:
+    the device's time then goes to timing)."""
+    seen = set()
+    for n in names:
+        for T in batches:
+            core, mma = tried(n, sh[n], T, args)
+            for v in [core] + mma + [dict(v, NTT=1, MT=1) for v in mma]:
+                key = tuple(sorted(v.items()))
+                if (n, key) not in seen:
+                    seen.add((n, key))
+                    cache.compiled("gemv", sh[n], **v)
+    print(f"tune_gemv: {len(seen)} kernels compiled")
+    return 0
+
+
 def run_us(launch, named_list, R, bind=None):
     """us per launch over R launches in a CUDA graph, rotating the named buffers."""
     st = torch.cuda.current_stream().cuda_stream
@@ -96,13 +120,11 @@ def one(name, shape, T, args, bw, log):
     bits_of = lambda t: t.view(torch.int16 if out_bf16 else torch.int32)  # noqa: E731
     row = dict(shape=name, T=T, N=N, K=K, MB=round(moved / 1e6, 1))
     # the CUDA-core GEMV as the steps launch it today (k_gemv.Gemv)
-    lc = cache.compiled("gemv", shape, TT=1 if T == 1 else gemv.TT_GEMV, U=gemv.UNROLL)
+    core, mma = tried(name, shape, T, args)
+    lc = cache.compiled("gemv", shape, **core)
     row["core_us"] = run_us(lc, named, args.R)
     by_ks = {}
-    own = gemv.MMA_GEMV[name][0]["KS"] if args.own_ks else None
-    for v in mma_variants(shape, T, args.grid):
-        if own is not None and v["KS"] != own:
-            continue
+    for v in mma:
         lm = cache.compiled("gemv", shape, **v)
         us = run_us(lm, named, args.R)
         lm(named[0], st())
@@ -158,8 +180,10 @@ def main(argv=None) -> int:
     ap.add_argument("--own-ks", action="store_true",
                     help="only each GEMV's own K split (gemv.MMA_GEMV): its bits, its variants")
     ap.add_argument("--json", default="")
+    ap.add_argument("--compile-only", action="store_true",
+                    help="compile every kernel the run would time, no GPU needed, and stop")
     a = ap.parse_args(argv)
-    if no_gpu("tune_gemv"):
+    if not a.compile_only and no_gpu("tune_gemv"):
         return 2
     try:
         batches = [int(b) for b in a.batches.split(",")]
@@ -178,6 +202,8 @@ def main(argv=None) -> int:
     if bad:
         print(f"tune_gemv: unknown shape {bad[0]!r}; known: {', '.join(sh)}", file=sys.stderr)
         return 2
+    if a.compile_only:
+        return compile_only(names, sh, batches, a)
     bw = copy_bw()
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s ({a.preset} dims); us per launch; % of copy bandwidth")
     log, rows, ok = [], [], True

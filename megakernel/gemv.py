@@ -31,20 +31,26 @@ WGMMA = dict(WG=1, RT=4)
 # at batch 64 gained 1.24x and MLA's at 64 / 1k 1.17x in the same call.
 WGMMA_GEMVS = KDA_GEMVS + MLA_GEMVS
 # the attention steps' x-side projections (kda_x, mla_x) and their rows launched apart (kda_in /
-# kda_g, mla_a / mla_g: side_stream.py): one variant, so one K split, so the same bits in both
-# stream modes
+# kda_g, mla_a / mla_g: side_stream.py): one K split, so the same bits in both stream modes
 _X_SIDE = (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1))
+# ... at batch <= 8 the narrow ones double-buffered, and the output projections one block in
+# flight per buffer, each the fastest of its K split at batch 1 and 8 (the same bits: call 45,
+# `tune_gemv --batches 1,8 --own-ks --U 1,2,4,8 --PIPE 0,1`, docs/megakernel-notes.md, twelfth
+# session): mla_a 12.5 against 19.5 us, mla_out 44.1 against 47.0, kda_out 44.1 against 45.7,
+# kda_in 128.7 against 131.0 at batch 1
+_X_PIPED = (dict(_PIPED, KS=4, U=2, RT=1), _X_SIDE[1])
+_OUT_PIPED = dict(_PIPED, KS=4, U=1, RT=1)
 MMA_GEMV = {   # name -> (variant at T <= 8, variant at T > 8 on mma.sync)
     "gemv_x": (dict(_PIPED, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=1, MT=1)),
     "gemv_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "out_shared": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
     "out_routed": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
-    "kda_x": _X_SIDE, "kda_in": _X_SIDE, "kda_g": _X_SIDE,
+    "kda_x": _X_SIDE, "kda_in": _X_PIPED, "kda_g": _X_SIDE,
     "kda_fb": (dict(_SMALL_T, KS=2, U=1, RT=2), dict(_LARGE_T, KS=2, U=1, RT=2, MT=1)),
-    "kda_out": (dict(_SMALL_T, KS=4, U=2, RT=2), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
-    "mla_x": _X_SIDE, "mla_a": _X_SIDE, "mla_g": _X_SIDE,
+    "kda_out": (_OUT_PIPED, dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "mla_x": _X_SIDE, "mla_a": _X_PIPED, "mla_g": _X_SIDE,
     "mla_qb": (dict(_PIPED, KS=2, U=2, RT=2), dict(_LARGE_T, KS=2, U=2, RT=2, MT=1)),
-    "mla_out": (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
+    "mla_out": (_OUT_PIPED, dict(_LARGE_T, KS=4, U=2, RT=2, MT=1)),
 }
 TT_GEMV = 8     # the CUDA-core GEMV: tokens per pass over a weight row when T > 1
 # K chunks per lane whose loads each CUDA-core GEMV issues together (device.dot_rows; 0 = the

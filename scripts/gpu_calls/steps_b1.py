@@ -1,5 +1,5 @@
-"""Call 46: the MLA and KDA steps at batch 1 and 8 with the batch <= 8 GEMV variants of 8294c3c
-(gemv._X_PIPED, _OUT_PIPED) against those before it, side by side in one process, each stream
+"""Call 46: the MLA and KDA steps at batch 1 and 8 with the batch <= 8 GEMV variants
+(gemv._X_PIPED, _OUT_PIPED; 560fbf4) against those before it (80a950d), side by side in one process, each stream
 mode; and the bits of both (the variants differ in unroll, row tiles and double buffering only,
 so every output must be equal). Prints one row per (step, mode, batch): µs before, after, ratio.
 Run from the project root: PYTHONPATH=$PWD python3 scripts/gpu_calls/steps_b1.py"""

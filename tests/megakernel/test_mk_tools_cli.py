@@ -122,3 +122,20 @@ def test_persistent_regs_measures_one_variant():
     from megakernel.tools.persistent_regs import measure
     regs, st, ld = measure("small", "bf16", True, (-1,), "sm_90a")
     assert 0 < regs <= 80 and st == ld == 0
+
+
+def test_tune_gemv_compiles_its_kernels_without_a_gpu(tmp_path):
+    """--compile-only: the kernels a run would time (the CUDA-core GEMV, each tensor-core variant
+    and its batch-invariance form) compiled into the cache on a CPU, so a GPU call only times;
+    a bad argument still exits 2 with one line."""
+    env = dict(os.environ, MEGAKERNEL_CACHE=str(tmp_path), PYTHONPATH=os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
+    args = ["--compile-only", "--preset", "small", "--shapes", "kda_fb", "--batches", "1",
+            "--own-ks", "--U", "1", "--RTKS", "2x2,4x2", "--PIPE", "0,1"]
+    r = subprocess.run([sys.executable, "-m", "megakernel.tools.tune_gemv", *args],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "tune_gemv: 5 kernels compiled"   # 1 + 4 variants
+    assert len(list(tmp_path.rglob("*.o"))) == 5
+    lines = refused("tune_gemv", ["--compile-only", "--shapes", "nope"])
+    assert len(lines) == 1 and "unknown shape 'nope'" in lines[0], lines

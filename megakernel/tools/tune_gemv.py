@@ -69,7 +69,8 @@ def tried(name, shape, T, args):
 
 def compile_only(names, sh, batches, args):
     """--compile-only: every kernel a run would time, compiled into the kernel cache (no GPU:
-    the device's time then goes to timing)."""
+    the device's time then goes to timing). The batch-invariance form of every variant, not only
+    of the best one a run checks: the best is known only once timed."""
     seen = set()
     for n in names:
         for T in batches:

@@ -71,12 +71,14 @@ def desc(addr, lbo: int, sbo: int):
 
 @declare
 class MlaAttnWG(MlaAttn):
-    def __init__(self, md, ch: int = CH_LONG):
+    def __init__(self, md, ch: int = CH_LONG, early: bool = True, fast: bool = True):
         """ch: rows per split past SHORT (a tool may time others; the step's NS follows
-        split_rows in k_mla_attn_mma.py)."""
+        split_rows in k_mla_attn_mma.py). early, fast: the load schedule (the same bits)."""
         assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
         assert ch % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
         self.ch = ch
+        self.early = early
+        self.fast = fast and md.C % 32 == 0               # TR * C / 8 units: whole rounds of 256
         self.md = md
         self.hg = 8                               # warps: two warpgroups
         self.groups = (md.H + HM - 1) // HM
@@ -146,16 +148,23 @@ class MlaAttnWG(MlaAttn):
             self.stage_query(q.toint(), ql.toint(), sq, t, g, i)
             self.issue(kvb, st, t, Lcap, R0, R1, 0, 0, i)
         cute.arch.cp_async_commit_group()
-        cute.arch.cp_async_wait_group(0)
+        if cutlass.const_expr(self.early):
+            if ntiles > 1:
+                self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(1)
+        else:
+            cute.arch.cp_async_wait_group(0)
         proxy_fence_shared()                  # cp.async's writes, to wgmma's reads
         cute.arch.sync_threads()
         if ntiles > 0:
             self.scores(S, dq, st)
             wgmma_wait(0)
             self.softmax(S, P, O, ML, R0, R1, tq, scale)
-        if ntiles > 1:
-            self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
-        cute.arch.cp_async_commit_group()
+        if cutlass.const_expr(not self.early):
+            if ntiles > 1:
+                self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
+            cute.arch.cp_async_commit_group()
         # tile j: its P V (waited for: overlapping it with the next scores measured no gain,
         # call 37), a split's partials at its last tile; then one barrier (tile j + 1 landed for
         # every thread, every thread done with tile j), the rows of j + 2 into the buffer tile j
@@ -170,10 +179,13 @@ class MlaAttnWG(MlaAttn):
                 cute.arch.cp_async_wait_group(0)
                 proxy_fence_shared()
                 cute.arch.sync_threads()
+                if cutlass.const_expr(self.early):
+                    self.scores(S, dq, st + ((j + 1) % 2) * TB)
                 if j + 2 < ntiles:
                     self.issue(kvb, st, t, Lcap, R0, R1, j + 2, j % 2, i)
                 cute.arch.cp_async_commit_group()
-                self.scores(S, dq, st + ((j + 1) % 2) * TB)
+                if cutlass.const_expr(not self.early):
+                    self.scores(S, dq, st + ((j + 1) % 2) * TB)
                 wgmma_wait(0)
                 self.softmax(S, P, O, ML, R0 + TR * (j + 1), R1, tq, scale)
         cute.arch.cp_async_wait_group(0)
@@ -295,6 +307,34 @@ class MlaAttnWG(MlaAttn):
     def issue(self, kvb, st, t, Lcap, start, end, tile, bufno, i):
         """cp.async rows start + TR tile .. + TR - 1 of token t's cache (rows past `end` repeat
         row end - 1) into shared tile `bufno`, in the query's unit order."""
+        C, CC = self.md.C, self.CC
+        rb = start + TR * tile
+        if cutlass.const_expr(self.fast):
+            if rb + TR <= end:
+                self.issue_whole(kvb + (Int64(t) * Int64(Lcap) + Int64(rb)) * Int64(2 * C),
+                                 st + bufno * self.TB, i)
+            else:
+                self.issue_clamped(kvb, st, t, Lcap, start, end, tile, bufno, i)
+        else:
+            self.issue_clamped(kvb, st, t, Lcap, start, end, tile, bufno, i)
+
+    @cute.jit
+    def issue_whole(self, src, dst, i):
+        """issue for a tile of rows all inside the sequence: thread i's units u = i + 256 k keep
+        their row in the 8-row group (i % 8), so each is one 32-bit offset from the tile's first
+        row (row 8 (w // CC) + i % 8, chunk w % CC, w = i // 8 + 32 k), no clamp, no 64-bit
+        multiply: ~8 instructions a unit against ~18."""
+        C, CC = self.md.C, self.CC
+        rr = i % 8
+        v = i // 8
+        for k in cutlass.range_constexpr(TR * CC // 256):
+            w = v + 32 * k
+            off = rr * (2 * C) + (w // CC) * (16 * C) + (w % CC) * 16
+            cp_async_16(dst + 16 * i + 4096 * k, src + Int64(off))
+
+    @cute.jit
+    def issue_clamped(self, kvb, st, t, Lcap, start, end, tile, bufno, i):
+        """issue, any tile (the one a sequence ends in): rows past `end` repeat row end - 1."""
         C, CC = self.md.C, self.CC
         for u in cutlass.range(i, TR * CC, 256):
             r = 8 * (u // (8 * CC)) + u % 8

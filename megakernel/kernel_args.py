@@ -10,7 +10,7 @@ generic kernel used for several stages (Gemv, the experts) is bound to buffers p
 - cache.compile_kernel builds the placeholder arguments (`placeholders`),
 - the launchers build each call from a dict of named buffers (`call_values`),
 - `declare` writes the signatures of the class's `@cute.jit __call__` (ARGS, then the stream) and
-  `@cute.kernel kernel` (ARGS less HOST_ONLY).
+  `@cute.kernel kernel` (ARGS less HOST_ONLY, then KERNEL_EXTRA).
 
 Why the signatures are written by `declare` and not in the source: CuTe DSL makes one typed IR
 parameter per Python parameter it finds in `inspect.signature` of the function (annotations give
@@ -121,6 +121,11 @@ def declare(cls):
     may be inherited from a launch shared by several kernels: each class gets its own copy)."""
     cls.HOST_ONLY = tuple(getattr(cls, "HOST_ONLY", ()))
     _sign(_own(cls, "__call__", cute.jit), _params(cls.ARGS, True))
-    _sign(_own(cls, "kernel", cute.kernel),
-          _params([a for a in cls.ARGS if a[0] not in cls.HOST_ONLY], False))
+    sig = _params([a for a in cls.ARGS if a[0] not in cls.HOST_ONLY], False)
+    # KERNEL_EXTRA: kernel-only parameters the host function makes (a TMA atom and its tensor:
+    # the DSL types them from the values), after ARGS
+    P = inspect.Parameter
+    sig = sig.replace(parameters=list(sig.parameters.values()) + [
+        P(n, P.POSITIONAL_OR_KEYWORD) for n in getattr(cls, "KERNEL_EXTRA", ())])
+    _sign(_own(cls, "kernel", cute.kernel), sig)
     return cls

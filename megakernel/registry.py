@@ -17,6 +17,7 @@ from megakernel.k_mla_absorb import MlaAbsorb
 from megakernel.k_mla_attn import MlaAttn
 from megakernel.k_mla_attn_mma import MlaAttnMMA
 from megakernel.k_mla_attn_wg import MlaAttnWG
+from megakernel.k_mla_attn_tma import MlaAttnTMA
 from megakernel.k_mla_heads import MlaAbsorbMMA, MlaValueMMA
 from megakernel.k_mla_merge import MlaMerge
 from megakernel.k_mla_norm import MlaNorm
@@ -83,6 +84,7 @@ KERNELS.update({
     "mla_attn": lambda md, **v: MlaAttn(md, **v),
     "mla_attn_mma": lambda md, **v: MlaAttnMMA(md, **v),
     "mla_attn_wg": lambda md, **v: MlaAttnWG(md, **v),
+    "mla_attn_tma": lambda md, **v: MlaAttnTMA(md, **v),
     "mla_merge": lambda md, **v: MlaMerge(md, **v),
     "mla_absorb_mma": lambda md, **v: MlaAbsorbMMA(md, **v),
     "mla_uv": lambda md, **v: MlaValueMMA(md, **v),

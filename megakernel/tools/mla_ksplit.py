@@ -9,7 +9,8 @@ mma.sync's default now. Other sum orders, so the bits differ: each layout's merg
 every split, from the kernel's own partials) is held against a float64 attention over the same
 cache and query, in units of max|ref| of the case. A layout faster but less accurate than
 `unsplit` is a trade-off, printed as such. Timing as tune_attn.py's (R launches in one CUDA graph,
-median of 5). Exit 1 if a layout's error exceeds 2x unsplit's (2^-20 at least) or 2^-12."""
+median of 5). Exit 1 if a layout's error exceeds 2x unsplit's (2^-20 at least) or 2^-12, or
+a load schedule's bits differ from the default's (SAME_BITS)."""
 import argparse
 import sys
 
@@ -25,8 +26,12 @@ DEV = torch.device("cuda")
 # default, wgmma (k_mla_attn_wg.py, splits of 512 past SHORT) the default on sm_90a
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
-            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256)}
+            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256),
+            "wgmma_late": dict(wg=True, early=False, fast=False), "wgmma_early": dict(wg=True, fast=False),
+            "tma": dict(tma=True)}
 BASE = "unsplit"
+# load schedules of k_mla_attn_wg.py: the same sums, so the same bits as the default, required
+SAME_BITS = {"wgmma_late": "wgmma", "wgmma_early": "wgmma", "tma": "wgmma"}
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
 
@@ -59,17 +64,23 @@ def row(T, L, names, R=4):
     s, named, kv, lens = mla_step_scratch(T, L, R)
     ref = exact(md, s, kv, lens)
     scale = float(ref.abs().max())
-    us, err = {}, {}
+    us, err, out, same = {}, {}, {}, {}
     for name in names:
         v = dict(VARIANTS[name])
-        launch = (cache.compiled("mla_attn_wg", md, **v) if v.pop("wg", False) else
-                  cache.compiled("mla_attn_mma", md, **v))
+        kname = ("mla_attn_tma" if v.pop("tma", False) else "mla_attn_wg" if v.pop("wg", False)
+                 else "mla_attn_mma")
+        launch = cache.compiled(kname, md, **v)
         s["pa"].fill_(float("nan"))
         launch(named, stream())
         torch.cuda.synchronize()
         err[name] = float((merged(s["pm"], s["pl"], s["pa"]) - ref).abs().max()) / scale
+        out[name] = [s[k].clone() for k in ("pm", "pl", "pa")]
         us[name] = graph_us(lambda i, launch=launch: launch(named, stream()), R)
-    return us, err
+    for name in names:
+        if name in SAME_BITS and SAME_BITS[name] in out:
+            same[name] = all(bool(((a == b) | (a.isnan() & b.isnan())).all())
+                             for a, b in zip(out[name], out[SAME_BITS[name]]))
+    return us, err, same
 
 
 def main(argv=None) -> int:
@@ -96,12 +107,14 @@ def main(argv=None) -> int:
           "| max|lat - exact| / max|exact|")
     ok = True
     for T, L in rows:
-        us, err = row(T, L, names)
+        us, err, same = row(T, L, names)
         for v in names[1:]:
             ok &= err[v] <= max(2 * err[BASE], 2.0 ** -20) and err[v] <= WORST
+        ok &= all(same.values())
         print(f"  T={T:3d} L={L:6d} " + "  ".join(
             f"{v}: {us[v]:8.1f} (x{us[BASE] / us[v]:.2f})" for v in names) + " | " +
-            "  ".join(f"{v} {err[v]:.2e}" for v in names), flush=True)
+            "  ".join(f"{v} {err[v]:.2e}" for v in names) +
+            "".join(f" | {v} bits {'==' if e else '!='} {SAME_BITS[v]}" for v, e in same.items()), flush=True)
     print("every variant within its error bound:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -5,7 +5,8 @@ what runs.
 """
 from dataclasses import replace
 
-from megakernel import gemv, k_expert_mma, k_kda_core, k_mla_attn_wg, k_mla_heads, k_mla_merge
+from megakernel import (gemv, k_expert_mma, k_kda_core, k_mla_attn_tma, k_mla_attn_wg, k_mla_heads,
+                        k_mla_merge)
 from megakernel.config import KDA_GEMVS, MLA_GEMVS, MOE_GEMVS
 from megakernel.k_expert import TT_EXPERT
 
@@ -70,7 +71,8 @@ def mla(s, md):
     return _gemvs(MLA_GEMVS, s) + [
         ("mla_absorb", dict(TT=1)), ("mla_absorb", dict(TT=gemv.TT_GEMV)), ("mla_norm", {}),
         ("mla_attn", {}), ("mla_attn_mma", {})] + (
-        [("mla_attn_wg", {})] if k_mla_attn_wg.fits(md) else []) + [
+        [("mla_attn_wg", {})] if k_mla_attn_wg.fits(md) else []) + (
+        [("mla_attn_tma", {})] if k_mla_attn_tma.fits(md) else []) + [
         ("mla_merge", k_mla_merge.variant(T)) for T in (1, 2)] + (
         heads + [("mla_merge", k_mla_merge.variant(1, md, value=False))]
         if k_mla_heads.fits(md) else [])

@@ -15,7 +15,7 @@ imports no cutlass.
   MEGAKERNEL_ATTN_STREAMS   attn.streams           fused | fork (unset: each step's measured default)
   MK_GEMV_MMA               gemv.mma               0 | 1 | names (unset: every GEMV on the tensor cores)
   MK_MLA_MMA                attn.mla_mma,          0: MLA's absorb, attention, value projection on the CUDA cores;
-                            attn.mla_wg            sync / wg: the attention on mma.sync / on wgmma (sm_90a; the default)
+                            attn.mla_wg            sync / wg: the attention on mma.sync / on wgmma (sm_90a, tiles by TMA; the default)
   MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
   MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
   MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
@@ -82,7 +82,8 @@ class Attn:
     streams: str | None = None   # None: each step's measured default (mla.py fork, kda.py fused)
     mla_mma: bool = True         # MLA's products on the tensor cores (k_mla_attn_mma.py, k_mla_heads.py)
     # ... the attention on wgmma where it runs (k_mla_attn_wg.fits): 1.10-1.39x the MLA step at
-    # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (call 41, docs/megakernel-notes.md)
+    # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (call 41, docs/megakernel-notes.md);
+    # its tiles by TMA (k_mla_attn_tma.py, the same bits) 1.2-1.6x the attention alone (call 57)
     mla_wg: bool = True
 
 

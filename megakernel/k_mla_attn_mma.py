@@ -34,7 +34,7 @@ a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md) until k_mla_att
 took sm_90a in the eleventh session; still the default off sm_90a (GB300) and with
 MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
 """
-from megakernel import k_mla_attn_wg
+from megakernel import k_mla_attn_tma, k_mla_attn_wg
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
 from megakernel.mla_softmax import exp_sum, masked_max, rescale
@@ -269,14 +269,18 @@ class MlaAttnMMA(MlaAttn):
 
 def attention_kernel(md, attn):
     """The attention kernel's name for these dims under attn (a config.Attn): the wgmma one where
-    it runs (k_mla_attn_wg.fits: sm_90a, its tiles), else this one where its tiles fit, else the
-    CUDA-core one. They round differently, so one of them serves every batch (on one arch)."""
+    it runs (k_mla_attn_wg.fits: sm_90a, its tiles), its tiles by TMA where they are whole
+    128-byte blocks (k_mla_attn_tma.fits; the same bits as k_mla_attn_wg.py's), else this one
+    where its tiles fit, else the CUDA-core one. The three families round differently, so one of
+    them serves every batch (on one arch)."""
     ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
     if not (attn.mla_mma and ok):
         return "mla_attn"
-    return "mla_attn_wg" if attn.mla_wg and k_mla_attn_wg.fits(md) else "mla_attn_mma"
+    if not (attn.mla_wg and k_mla_attn_wg.fits(md)):
+        return "mla_attn_mma"
+    return "mla_attn_tma" if k_mla_attn_tma.fits(md) else "mla_attn_wg"
 
 
 def split_rows(kernel: str) -> int:
     """The rows of a long sequence's split (past SHORT) in attention kernel `kernel`."""
-    return k_mla_attn_wg.CH_LONG if kernel == "mla_attn_wg" else CH
+    return k_mla_attn_wg.CH_LONG if kernel in ("mla_attn_wg", "mla_attn_tma") else CH

@@ -16,8 +16,9 @@ and two cache tiles of TR = 64 rows (C wide), all in wgmma's no-swizzle K-major 
 matrices of 8 rows x 16 bytes, the C / 8 core matrices of an 8-row group consecutive (byte
 (8 rg + r) row, 16-byte chunk cc at (rg C / 8 + cc) 128 + 16 r; tests/megakernel/
 test_mk_mma_layout.py holds it to PTX's descriptor layouts). Rows arrive by cp.async (16 bytes
-each; rows past the sequence repeat its last row: finite, scored -inf), tile j + 2's while tile
-j + 1 is computed. The grid's x is the head group, so both groups of a (token, walk) run side by
+each; rows past the sequence repeat its last row: finite, scored -inf), tile j + 2's issued
+while the tensor cores run tile j + 1's scores (the issue was a fifth of the warps' time: call
+53). On sm_90a the step runs k_mla_attn_tma.py: these sums, the tiles brought by TMA. The grid's x is the head group, so both groups of a (token, walk) run side by
 side and the second reads the tiles from L2. 255 registers (80 bytes spilled), 221 KB of shared
 memory: one CTA (8 warps) per SM. Per tile:
 - S = Q K^T, wgmma m64n64k16 over the C / 16 k-steps in order, both operands from shared memory.
@@ -71,14 +72,13 @@ def desc(addr, lbo: int, sbo: int):
 
 @declare
 class MlaAttnWG(MlaAttn):
-    def __init__(self, md, ch: int = CH_LONG, early: bool = True, fast: bool = True):
+    def __init__(self, md, ch: int = CH_LONG):
         """ch: rows per split past SHORT (a tool may time others; the step's NS follows
-        split_rows in k_mla_attn_mma.py). early, fast: the load schedule (the same bits)."""
+        split_rows in k_mla_attn_mma.py)."""
         assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
         assert ch % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
         self.ch = ch
-        self.early = early
-        self.fast = fast and md.C % 32 == 0               # TR * C / 8 units: whole rounds of 256
+        self.fast = md.C % 32 == 0                        # TR * C / 8 units: whole rounds of 256
         self.md = md
         self.hg = 8                               # warps: two warpgroups
         self.groups = (md.H + HM - 1) // HM
@@ -148,23 +148,16 @@ class MlaAttnWG(MlaAttn):
             self.stage_query(q.toint(), ql.toint(), sq, t, g, i)
             self.issue(kvb, st, t, Lcap, R0, R1, 0, 0, i)
         cute.arch.cp_async_commit_group()
-        if cutlass.const_expr(self.early):
-            if ntiles > 1:
-                self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
-            cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(1)
-        else:
-            cute.arch.cp_async_wait_group(0)
+        if ntiles > 1:
+            self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(1)
         proxy_fence_shared()                  # cp.async's writes, to wgmma's reads
         cute.arch.sync_threads()
         if ntiles > 0:
             self.scores(S, dq, st)
             wgmma_wait(0)
             self.softmax(S, P, O, ML, R0, R1, tq, scale)
-        if cutlass.const_expr(not self.early):
-            if ntiles > 1:
-                self.issue(kvb, st, t, Lcap, R0, R1, 1, 1, i)
-            cute.arch.cp_async_commit_group()
         # tile j: its P V (waited for: overlapping it with the next scores measured no gain,
         # call 37), a split's partials at its last tile; then one barrier (tile j + 1 landed for
         # every thread, every thread done with tile j), the rows of j + 2 into the buffer tile j
@@ -179,13 +172,10 @@ class MlaAttnWG(MlaAttn):
                 cute.arch.cp_async_wait_group(0)
                 proxy_fence_shared()
                 cute.arch.sync_threads()
-                if cutlass.const_expr(self.early):
-                    self.scores(S, dq, st + ((j + 1) % 2) * TB)
+                self.scores(S, dq, st + ((j + 1) % 2) * TB)
                 if j + 2 < ntiles:
                     self.issue(kvb, st, t, Lcap, R0, R1, j + 2, j % 2, i)
                 cute.arch.cp_async_commit_group()
-                if cutlass.const_expr(not self.early):
-                    self.scores(S, dq, st + ((j + 1) % 2) * TB)
                 wgmma_wait(0)
                 self.softmax(S, P, O, ML, R0 + TR * (j + 1), R1, tq, scale)
         cute.arch.cp_async_wait_group(0)

@@ -7,7 +7,7 @@
   1 mla_norm    the latent norms; cache row L_t = [kv_c | k_pe]    k_mla_norm.py    (z's last H V
   2 mla_qb      q = bf16(q_c W_q_b^T), [T, H, NP + RP]              GEMV              columns)
   3 mla_absorb  ql = bf16(q_nope W_UK)                              k_mla_heads.py
-  4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_wg.py (sm_90a)
+  4 mla_attn    per split of the cache: online-softmax partials    k_mla_attn_tma.py (sm_90a)
                                                    <-- join --
   5 mla_merge   lat = merge of the splits                          k_mla_merge.py
   6 mla_uv      o = bf16(lat W_UV^T); gated = bf16(o sigmoid(gz))  k_mla_heads.py

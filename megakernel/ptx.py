@@ -240,11 +240,3 @@ def wgmma_bf16_ss(acc: list, desc_a, desc_b, *, loc=None, ip=None):
     r = asm_op(n, T.f32(), args, asm, cons, loc, ip, side=True)
     return [Float32(x) for x in r]
 
-
-@dsl_user_op
-def mbar_wait_parity(saddr, parity, *, loc=None, ip=None):
-    """Spin until the mbarrier at shared address `saddr` completes the phase of `parity`."""
-    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Int32(parity).ir_value(loc=loc, ip=ip)],
-           "{\n\t.reg .pred p;\n\tWAIT${:uid}:\n\t"
-           "mbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n\t@!p bra WAIT${:uid};\n\t}",
-           "r,r,~{memory}", loc, ip)

@@ -1,6 +1,7 @@
 """python -m megakernel.tools.mla_ksplit: MLA's tensor-core attentions in their layouts, alone,
 side by side, full dims (issue 31): k_mla_attn_mma.py's on mma.sync and k_mla_attn_wg.py on wgmma
-(`wgmma`, the default on sm_90a; `wgmma256` with splits of 256 past SHORT).
+(`wgmma`; `wgmma256` with splits of 256 past SHORT) and k_mla_attn_tma.py (`tma`: the same sums
+with the tiles by TMA, the default on sm_90a; SAME_BITS holds it to `wgmma` bit for bit).
 
 `unsplit` (one head tile per CTA, every warp of a head tile scoring the whole 576-wide row:
 NCOL-fold score work) was the default until the whole k3diff check ran with `ksplit+mtc2` (each
@@ -23,15 +24,13 @@ from megakernel.tools.bench import no_gpu
 
 DEV = torch.device("cuda")
 # explicit, so a row means the same layout whatever the defaults; ksplit+mtc2 is mma.sync's
-# default, wgmma (k_mla_attn_wg.py, splits of 512 past SHORT) the default on sm_90a
+# default, tma (k_mla_attn_tma.py: k_mla_attn_wg.py's sums, splits of 512 past SHORT) on sm_90a
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
-            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256),
-            "wgmma_late": dict(wg=True, early=False, fast=False), "wgmma_early": dict(wg=True, fast=False),
-            "tma": dict(tma=True)}
+            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256), "tma": dict(tma=True)}
 BASE = "unsplit"
-# load schedules of k_mla_attn_wg.py: the same sums, so the same bits as the default, required
-SAME_BITS = {"wgmma_late": "wgmma", "wgmma_early": "wgmma", "tma": "wgmma"}
+# the same sums by other loads (k_mla_attn_tma.py: TMA), so the same bits, required
+SAME_BITS = {"tma": "wgmma"}
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
 
@@ -102,7 +101,7 @@ def main(argv=None) -> int:
     if no_gpu("mla_ksplit"):
         return 2
     names = [BASE] + [v for v in names if v != BASE]
-    print(f"MLA attention alone, us (x: {BASE}'s time over the layout's; wgmma is the default on sm_90a, ksplit+mtc2 "
+    print(f"MLA attention alone, us (x: {BASE}'s time over the layout's; tma is the default on sm_90a, ksplit+mtc2 "
           "elsewhere) "
           "| max|lat - exact| / max|exact|")
     ok = True

@@ -8,8 +8,9 @@ T, L = int(sys.argv[1]), int(sys.argv[2])
 s, named, kv, lens = mla_step_scratch(T, L, 1)
 for v in sys.argv[3:]:
     kw = dict(VARIANTS[v])
-    launch = (cache.compiled("mla_attn_wg", MLA_FULL, **kw) if kw.pop("wg", False) else
-              cache.compiled("mla_attn_mma", MLA_FULL, **kw))
+    name = ("mla_attn_tma" if kw.pop("tma", False) else "mla_attn_wg" if kw.pop("wg", False)
+            else "mla_attn_mma")
+    launch = cache.compiled(name, MLA_FULL, **kw)
     launch(named, stream()); torch.cuda.synchronize()
     launch(named, stream()); torch.cuda.synchronize()
 print("done")

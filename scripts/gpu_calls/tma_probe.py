@@ -13,15 +13,15 @@ import torch
 from megakernel.device import cute, cutlass, BFloat16, Int32, Int64
 from cutlass.cute.runtime import make_ptr, make_fake_stream
 from megakernel.k_mla_attn_tma import tile_layout
-from megakernel.ptx import ld_shared_v4_f32, mbar_wait_parity, st_global_v2_f32
+from megakernel.ptx import ld_shared_v4_f32, st_global_v2_f32
 
 TR, C = 64, 576
 TB = TR * C * 2
 
 
 class Probe:
-    def __init__(self, swz=True, own_wait=False, cols=C):
-        self.swz, self.own_wait, self.cols = swz, own_wait, cols
+    def __init__(self, swz=True, cols=C):
+        self.swz, self.cols = swz, cols
 
     def layout(self):
         return tile_layout(TR, self.cols) if self.swz else cute.make_ordered_layout((TR, self.cols), order=(1, 0))
@@ -54,10 +54,7 @@ class Probe:
             if i == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(mbar, TR * self.cols * 2)
             cute.copy(atom, gs[(None, rt, 0, tok)], d0, tma_bar_ptr=mbar)
-        if cutlass.const_expr(self.own_wait):
-            mbar_wait_parity(mbar.toint(), 0)
-        else:
-            cute.arch.mbarrier_wait(mbar, 0)
+        cute.arch.mbarrier_wait(mbar, 0)
         cute.arch.sync_threads()
         ob = out.toint() + Int64(tok) * Int64(TB)
         for u in cutlass.range(i, TR * self.cols // 8, 128):
@@ -80,12 +77,12 @@ def expected(kv, rt):
     return img
 
 
-def image_check(swz, own_wait, cols):
+def image_check(swz, cols):
     T, Lcap = 3, 200
     kv = torch.randn(T, Lcap, C, device="cuda").to(torch.bfloat16)
     out = torch.zeros(T, TB // 2, dtype=torch.int16, device="cuda")
     p = lambda t: make_ptr(BFloat16, t.data_ptr(), cute.AddressSpace.gmem, assumed_align=16)  # noqa: E731
-    fn = cute.compile(Probe(swz, own_wait, cols), p(kv), p(out), Int32(T), Int32(Lcap), Int32(0), make_fake_stream())
+    fn = cute.compile(Probe(swz, cols), p(kv), p(out), Int32(T), Int32(Lcap), Int32(0), make_fake_stream())
     for rt in (0, 1, 3):          # tile 3: rows 192..255, past Lcap from 200 (TMA fills zeros)
         out.zero_()
         fn(p(kv), p(out), Int32(T), Int32(Lcap), Int32(rt), torch.cuda.current_stream().cuda_stream)
@@ -114,7 +111,7 @@ def attention_child(rows):
     return mla_ksplit.main(["--rows", rows, "--variants", "unsplit,wgmma,tma"])
 
 
-CASES = {"plain64_dsl": (False, False, 64), "swz576_own": (True, True, C), "swz576_dsl": (True, False, C)}
+CASES = {"plain64": (False, 64), "swz576": (True, C)}
 
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--child":

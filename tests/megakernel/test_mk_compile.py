@@ -93,14 +93,17 @@ def test_mla_attention_kernel_choice(monkeypatch):
 
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_90a")
     assert attention_kernel(MLA_FULL, Attn(mla_mma=False)) == "mla_attn"
-    assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_wg"
+    assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_tma"
+    # wgmma's tiles, but a warpgroup's 224 latent columns are no whole 128-byte blocks: cp.async
+    assert attention_kernel(replace(MLA_FULL, R=448), Attn()) == "mla_attn_wg"
     assert attention_kernel(MLA_FULL, Attn(mla_wg=False)) == "mla_attn_mma"
     assert attention_kernel(replace(MLA_FULL, R=480), Attn()) == "mla_attn"     # R % 64 != 0
     assert attention_kernel(replace(MLA_FULL, R=1024), Attn()) == "mla_attn_mma"  # > 256 per group
     assert config.from_env({"MK_MLA_MMA": "sync"}).attn == Attn(mla_wg=False)
     assert config.from_env({"MK_MLA_MMA": "wg"}).attn == Attn(mla_wg=True)
     assert config.from_env({}).attn == Attn()
-    assert split_rows("mla_attn_wg") == CH_LONG and split_rows("mla_attn_mma") == CH
+    assert split_rows("mla_attn_wg") == CH_LONG == split_rows("mla_attn_tma")
+    assert split_rows("mla_attn_mma") == CH
     assert max_splits(32769, CH_LONG) == 65 and max_splits(32769) == 129
     monkeypatch.setenv("CUTE_DSL_ARCH", "sm_103a")
     assert attention_kernel(MLA_FULL, Attn()) == "mla_attn_mma"

@@ -74,3 +74,36 @@ def test_mla_merge_tiles_and_slices_keep_the_bits(monkeypatch, lens, mma):
     for other in got[1:]:
         for a, b in zip(got[0], other):
             assert torch.equal(a, b)
+
+
+def test_mla_attention_by_tma_keeps_the_bits():
+    """k_mla_attn_tma.py (tiles by TMA, the default on sm_90a) and k_mla_attn_wg.py (tiles by
+    cp.async) sum in one order: the same partials bit for bit at full dims, over lengths whose
+    walks end in a partial tile (its cp.async path), whole tiles only, short and long ones."""
+    from megakernel import cache, k_mla_attn_tma
+    from megakernel.dims import MLA_FULL
+    from megakernel.launch_streams import stream
+    from megakernel.mla import MlaStep
+    from megakernel.tools.bench_mla import draw_weights
+    md = MLA_FULL
+    if not k_mla_attn_tma.fits(md):
+        pytest.skip("k_mla_attn_tma.py runs on sm_90a only")
+    dev = torch.device("cuda")
+    lens = (0, 70, 2100, 5, 63, 300, 1, 999, 4095, 8191, 2047)
+    T = len(lens)
+    step = MlaStep(md, draw_weights(md), dev)
+    g = torch.Generator(dev).manual_seed(11)
+    kv = torch.randn(T, max(lens) + 3, md.C, generator=g, device=dev).to(torch.bfloat16)
+    x = torch.randn(T, md.d, generator=g, device=dev).to(torch.bfloat16)
+    s = step.launch(x, kv, torch.tensor(lens, dtype=torch.int64, device=dev))
+    named = dict(s, **step._weights, x=x, kv_cache=kv, T=T, Lcap=kv.shape[1], NS=s["pm"].shape[2])
+    got = []
+    for name in ("mla_attn_tma", "mla_attn_wg"):
+        for n in ("pm", "pl", "pa"):
+            s[n].fill_(float("nan"))
+        cache.compiled(name, md)(named, stream())
+        torch.cuda.synchronize()
+        got.append([s[n].clone() for n in ("pm", "pl", "pa")])
+    for a, b in zip(*got):
+        assert not a.isnan().any()
+        assert torch.equal(a, b)

@@ -27,10 +27,11 @@ DEV = torch.device("cuda")
 # default, tma (k_mla_attn_tma.py: k_mla_attn_wg.py's sums, splits of 512 past SHORT) on sm_90a
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
-            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256), "tma": dict(tma=True)}
+            "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256), "tma": dict(tma=True),
+            "tma_barrier": dict(tma=True, desync=False)}
 BASE = "unsplit"
 # the same sums by other loads (k_mla_attn_tma.py: TMA), so the same bits, required
-SAME_BITS = {"tma": "wgmma"}
+SAME_BITS = {"tma": "wgmma", "tma_barrier": "wgmma"}
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
 

@@ -14,9 +14,10 @@ blocks of 8 KB, in each 8-row groups of 1 KB, row r's 16-byte chunk c at (c ^ r 
 32 bytes per step in it); V the same image N-major (LBO 8 KB: the next 64 columns; SBO 1 KB: the
 next 8 rows). The query is staged by cp.async into the same layout (once per walk).
 
-The warpgroups are not held together per tile (desync): a warp that is done with a tile
-arrives on its buffer's `empty` mbarrier (8 arrivals a phase), and the next load into that
-buffer waits for it; so one warpgroup's softmax runs beside the other's products.
+With desync (a variant, not yet the default) the warpgroups are not held together per tile: a
+warp done with a tile arrives on its buffer's `empty` mbarrier (8 arrivals a phase), and the
+next load into that buffer waits for it; so one warpgroup's softmax runs beside the other's
+products.
 
 A tile that runs past the sequence (the walk's last, when the length is not a multiple of 64)
 comes by cp.async as before, rows past the end repeating the last one (finite; the kv cache past
@@ -54,12 +55,14 @@ def tile_layout(rows: int, cols: int):
 class MlaAttnTMA(MlaAttnWG):
     KERNEL_EXTRA = ("tma_atom", "tma_kv")
 
-    def __init__(self, md, ch: int = 512, desync: bool = True):
+    def __init__(self, md, ch: int = 512, desync: bool = False):
         """desync: no CTA barrier per tile; each warp releases a buffer on its `empty` mbarrier
         and the loads into it wait for the release, so the two warpgroups drift apart (one's
-        softmax beside the other's products). The same instructions per warpgroup: the same bits.
-        1.04-1.09x the attention alone at 8k-32k caches, within 0.5 us at 1k (call 60);
-        desync=False keeps a CTA barrier per tile (tools time it)."""
+        softmax beside the other's products). The same instructions per warpgroup: the same bits
+        (call 60, every row of mla_ksplit), 1.04-1.09x the attention alone at 8k-32k caches,
+        within 0.5 us at 1k. Not the default: the whole check (the MLA GPU tests, ci, memcheck)
+        has not run on it; the step's kernel is desync=False, whose PTX is 56595a0's (checked
+        by ptx_dump --diff), the one calls 58 and 59 judged."""
         assert fits(md), "mla_attn_tma: dims or arch it does not take (fits)"
         super().__init__(md, ch)
         self.desync = desync
@@ -99,7 +102,7 @@ class MlaAttnTMA(MlaAttnWG):
         smem = cutlass.memory.SmemAllocator()
         sq = smem.allocate(self.QB + 2 * TB, 1024).toint()
         st = sq + self.QB
-        mbar = smem.allocate_array(cutlass.Int64, 4)       # full 0, full 1, empty 0, empty 1
+        mbar = smem.allocate_array(cutlass.Int64, 4 if self.desync else 2)   # full 0, 1, empty 0, 1
         kvb = kv_cache.toint()
 
         # the TMA view: tile (row tile, token) of the cache into buffer 0 or 1
@@ -114,8 +117,9 @@ class MlaAttnTMA(MlaAttnWG):
         if i == 0:
             cute.arch.mbarrier_init(mbar, 1)
             cute.arch.mbarrier_init(mbar + 1, 1)
-            cute.arch.mbarrier_init(mbar + 2, 8)         # one arrival per warp
-            cute.arch.mbarrier_init(mbar + 3, 8)
+            if cutlass.const_expr(self.desync):
+                cute.arch.mbarrier_init(mbar + 2, 8)     # one arrival per warp
+                cute.arch.mbarrier_init(mbar + 3, 8)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 

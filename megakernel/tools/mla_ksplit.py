@@ -28,10 +28,10 @@ DEV = torch.device("cuda")
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
             "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256), "tma": dict(tma=True),
-            "tma_barrier": dict(tma=True, desync=False)}
+            "tma_desync": dict(tma=True, desync=True)}
 BASE = "unsplit"
 # the same sums by other loads (k_mla_attn_tma.py: TMA), so the same bits, required
-SAME_BITS = {"tma": "wgmma", "tma_barrier": "wgmma"}
+SAME_BITS = {"tma": "wgmma", "tma_desync": "wgmma"}
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
 

@@ -297,7 +297,7 @@ class MlaAttnWG(MlaAttn):
     def issue(self, kvb, st, t, Lcap, start, end, tile, bufno, i):
         """cp.async rows start + TR tile .. + TR - 1 of token t's cache (rows past `end` repeat
         row end - 1) into shared tile `bufno`, in the query's unit order."""
-        C, CC = self.md.C, self.CC
+        C = self.md.C
         rb = start + TR * tile
         if cutlass.const_expr(self.fast):
             if rb + TR <= end:

@@ -4,7 +4,6 @@ tile `rt` of its cache by the DSL's TMA atom (as k_mla_attn_tma.py builds it), w
 mbarrier and copies the shared image out raw; the image is checked against the 128-byte swizzle
 formula. Then mla_attn_tma alone at small rows, each in a child process with a deadline.
 """
-import os
 import subprocess
 import sys
 

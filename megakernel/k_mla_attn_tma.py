@@ -219,39 +219,19 @@ class MlaAttnTMA(MlaAttnWG):
         else:
             self.issue_clamped(kvb, st, t, Lcap, R0, R1, j, j % 2, i)
 
-    @cute.jit
-    def scores(self, S, dq, sb):
-        """S = Q K^T over the tile at sb (as k_mla_attn_wg.py's, SW128 descriptors: k-step j at
-        64-column block j / 4, 32 bytes per step inside it)."""
-        from megakernel.ptx import wgmma_bf16_ss, wgmma_commit, wgmma_fence
-        dk = desc_sw(sb, 16, 1024)
-        for e in cutlass.range_constexpr(32):
-            S[e] = cutlass.Float32(0.0)
-        wgmma_fence()
-        for j in cutlass.range_constexpr(self.md.C // 16):
-            off = Int64((j // 4) * 512 + (j % 4) * 2)          # 16-byte units
-            r = wgmma_bf16_ss([S[e] for e in range(32)], dq + off, dk + off)
-            for e in cutlass.range_constexpr(32):
-                S[e] = r[e]
-        wgmma_commit()
+    # the swizzled image's descriptors (k_mla_attn_wg.py's scores and values use them)
+    def k_desc(self, sb):
+        """K-major SW128 (SBO 1 KB: the next 8 rows)."""
+        return desc_sw(sb, 16, 1024)
 
-    @cute.jit
-    def values(self, O, P, sb, wg):
-        """O += P V over this warpgroup's R / 2 columns (as k_mla_attn_wg.py's): V N-major SW128,
-        k-step kk at 8-row groups 2 kk, 2 kk + 1 (2 KB each step), the warpgroup's columns from
-        block wg NV / 64."""
-        from megakernel.ptx import wgmma_bf16_rs, wgmma_commit, wgmma_fence
-        NI = self.NI
-        wgmma_fence()
-        for kk in cutlass.range_constexpr(TR // 16):
-            dv = desc_sw(sb + kk * 2048 + wg * self.NV * 128, 8192, 1024)
-            for part in cutlass.range_constexpr(2):
-                a = 16 * part + 4 * kk
-                r = wgmma_bf16_rs([O[e] for e in range(4 * NI)], P[a], P[a + 1], P[a + 2],
-                                  P[a + 3], dv, 1)
-                for e in cutlass.range_constexpr(4 * NI):
-                    O[e] = r[e]
-        wgmma_commit()
+    def k_step(self, j: int):
+        """k-step j: 64-column block j / 4 (8 KB each), 32 bytes per step inside it."""
+        return Int64((j // 4) * 512 + (j % 4) * 2)          # 16-byte units
+
+    def v_desc(self, sb, kk: int, wg):
+        """V N-major SW128 on the same image: k-step kk at 8-row groups 2 kk, 2 kk + 1 (2 KB a
+        step), warpgroup wg's columns from block wg NV / 64 (LBO 8 KB: the next 64 columns)."""
+        return desc_sw(sb + kk * 2048 + wg * self.NV * 128, 8192, 1024)
 
     @cute.jit
     def stage_query(self, qb, qlb, sq, t, g, i):

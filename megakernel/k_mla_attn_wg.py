@@ -219,16 +219,29 @@ class MlaAttnWG(MlaAttn):
                 for b in cutlass.range_constexpr(self.NI):
                     st_global_v2_f32(row + Int64(32 * b), O[4 * b + 2 * hh], O[4 * b + 2 * hh + 1])
 
+    # the descriptors of the shared image (k_mla_attn_tma.py's swizzled image overrides them)
+    def k_desc(self, sb):
+        """The K-major descriptor of an image (the query or a tile) at sb: no swizzle."""
+        return desc(sb, 128, self.RG)
+
+    def k_step(self, j: int):
+        """Descriptor increment of k-step j (16 columns: two core matrices of 128 bytes)."""
+        return Int64(16 * j)
+
+    def v_desc(self, sb, kk: int, wg):
+        """V's N-major descriptor: k-step kk's 16 cache rows, warpgroup wg's R / 2 columns."""
+        return desc(sb + kk * 2 * self.RG + wg * self.NI * 128, self.RG, 128)
+
     @cute.jit
     def scores(self, S, dq, sb):
         """Issue S = Q K^T over the tile at shared address sb (C / 16 wgmma, committed as one
         group; not waited for)."""
-        dk = desc(sb, 128, self.RG)
+        dk = self.k_desc(sb)
         for e in cutlass.range_constexpr(32):
             S[e] = Float32(0.0)
         wgmma_fence()
         for j in cutlass.range_constexpr(self.md.C // 16):
-            r = wgmma_bf16_ss([S[e] for e in range(32)], dq + Int64(16 * j), dk + Int64(16 * j))
+            r = wgmma_bf16_ss([S[e] for e in range(32)], dq + self.k_step(j), dk + self.k_step(j))
             for e in cutlass.range_constexpr(32):
                 S[e] = r[e]
         wgmma_commit()
@@ -264,10 +277,10 @@ class MlaAttnWG(MlaAttn):
     def values(self, O, P, sb, wg):
         """Issue O += P V over this warpgroup's R / 2 columns of the tile at sb: per k-step the
         hi part, then the lo part (committed as one group; not waited for)."""
-        NI, RG = self.NI, self.RG
+        NI = self.NI
         wgmma_fence()
         for kk in cutlass.range_constexpr(TR // 16):
-            dv = desc(sb + kk * 2 * RG + wg * NI * 128, RG, 128)
+            dv = self.v_desc(sb, kk, wg)
             for part in cutlass.range_constexpr(2):
                 a = 16 * part + 4 * kk
                 r = wgmma_bf16_rs([O[e] for e in range(4 * NI)], P[a], P[a + 1], P[a + 2],

@@ -308,3 +308,44 @@ def test_mla_attention_wgmma_images_feed_each_operand_its_element():
                     for n in range(NV):
                         at = start + (n // 8) * 128 + 2 * (n % 8) + (k % 8) * 16 + (k // 8) * RG
                         assert image[at] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)
+
+
+def test_mla_attention_tma_swizzled_image_feeds_each_operand_its_element():
+    """k_mla_attn_tma.py: row r's 16-byte chunk cc (elements 8 cc .. 8 cc + 7) sits at byte
+    (cc // 8) 8192 + r 128 + (cc % 8 ^ r % 8) 16 of an image (what TMA writes with the 128-byte
+    swizzle: scripts/gpu_calls/tma_probe.py held a tile to it on the H200, call 56; the query and
+    partial tiles go there by cp.async). Read through PTX's 128-byte-swizzle canonical layouts
+    (cute's make_gmma_desc comment): an address is formed unswizzled, then bits 4-6 are XORed
+    with bits 7-9 (the image 1024-byte aligned). K-major, element (m, k) of a step at start +
+    (m // 8) SBO + (m % 8) 128 + 2 k; N-major (B transposed), element (k, n) at start + 2 (n % 8)
+    + 16 ((n // 8) % 8) + (n // 64) LBO + (k % 8) 128 + (k // 8) SBO. The scores' step j (start
+    + (j // 4) 8192 + (j % 4) 32, SBO 1024) must find element 16 j + k of row m in the query and
+    the tile alike; P V's step kk of warpgroup w (start + kk 2048 + w (R / 2) 128, LBO 8192, SBO
+    1024) tile row 16 kk + k's latent column w R / 2 + n."""
+    def swz(a):
+        return a ^ (((a >> 7) & 7) << 4)
+
+    for C, R in ((576, 512), (192, 128)):
+        CC, NV = C // 8, R // 2
+        image = {}
+        for r in range(64):
+            for cc in range(CC):
+                for e in range(8):
+                    at = (cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (r % 8)) * 16 + 2 * e
+                    assert at not in image
+                    image[at] = (r, 8 * cc + e)
+        assert len(image) == 64 * C and max(image) < 64 * C * 2
+        for j in range(C // 16):
+            start = (j // 4) * 8192 + (j % 4) * 32
+            for m in range(64):
+                for k in range(16):
+                    at = swz(start + (m // 8) * 1024 + (m % 8) * 128 + 2 * k)
+                    assert image[at] == (m, 16 * j + k), (C, j, m, k)
+        for w in range(2):
+            for kk in range(4):
+                start = kk * 2048 + w * NV * 128
+                for k in range(16):
+                    for n in range(NV):
+                        at = swz(start + 2 * (n % 8) + 16 * ((n // 8) % 8) + (n // 64) * 8192
+                                 + (k % 8) * 128 + (k // 8) * 1024)
+                        assert image[at] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)

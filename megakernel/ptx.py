@@ -239,4 +239,3 @@ def wgmma_bf16_ss(acc: list, desc_a, desc_b, *, loc=None, ip=None):
     cons = ",".join(["=f"] * n + ["l", "l", "r"] + [str(i) for i in range(n)]) + ",~{memory}"
     r = asm_op(n, T.f32(), args, asm, cons, loc, ip, side=True)
     return [Float32(x) for x in r]
-

@@ -35,6 +35,14 @@ SAME_BITS = {"tma": "wgmma", "tma_desync": "wgmma"}
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 
 
+def compiled(name, md):
+    """The compiled attention of variant `name` (a key of VARIANTS) at dims md."""
+    v = dict(VARIANTS[name])
+    kernel = ("mla_attn_tma" if v.pop("tma", False) else "mla_attn_wg" if v.pop("wg", False)
+              else "mla_attn_mma")
+    return cache.compiled(kernel, md, **v)
+
+
 def merged(pm, pl, pa):
     """The latent softmax(z) C from a kernel's split partials (m, l, acc), in float64."""
     pm, pl, pa = pm.double(), pl.double(), pa.double()
@@ -66,10 +74,7 @@ def row(T, L, names, R=4):
     scale = float(ref.abs().max())
     us, err, out, same = {}, {}, {}, {}
     for name in names:
-        v = dict(VARIANTS[name])
-        kname = ("mla_attn_tma" if v.pop("tma", False) else "mla_attn_wg" if v.pop("wg", False)
-                 else "mla_attn_mma")
-        launch = cache.compiled(kname, md, **v)
+        launch = compiled(name, md)
         s["pa"].fill_(float("nan"))
         launch(named, stream())
         torch.cuda.synchronize()

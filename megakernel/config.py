@@ -83,7 +83,9 @@ class Attn:
     mla_mma: bool = True         # MLA's products on the tensor cores (k_mla_attn_mma.py, k_mla_heads.py)
     # ... the attention on wgmma where it runs (k_mla_attn_wg.fits): 1.10-1.39x the MLA step at
     # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (call 41, docs/megakernel-notes.md);
-    # its tiles by TMA (k_mla_attn_tma.py, the same bits) 1.2-1.6x the attention alone (call 57)
+    # its tiles by TMA (k_mla_attn_tma.py) 1.2-1.6x the attention alone (call 57), the scores
+    # split between its warpgroups 1.02-1.06x more (call 65: m and acc the same bits, l summed
+    # in another order)
     mla_wg: bool = True
 
 

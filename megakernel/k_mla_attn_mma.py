@@ -270,9 +270,10 @@ class MlaAttnMMA(MlaAttn):
 def attention_kernel(md, attn):
     """The attention kernel's name for these dims under attn (a config.Attn): the wgmma one where
     it runs (k_mla_attn_wg.fits: sm_90a, its tiles), its tiles by TMA where they are whole
-    128-byte blocks (k_mla_attn_tma.fits; the same bits as k_mla_attn_wg.py's), else this one
-    where its tiles fit, else the CUDA-core one. The three families round differently, so one of
-    them serves every batch (on one arch)."""
+    128-byte blocks (k_mla_attn_tma.fits; m and acc the bits of k_mla_attn_wg.py's, l summed in
+    another order), else this one where its tiles fit, else the CUDA-core one. Each rounds its
+    own way, and the choice depends on the dims and arch alone, so one of them serves every
+    batch."""
     ok = (md.R + md.RP) % 64 == 0 and md.R % 64 == 0
     if not (attn.mla_mma and ok):
         return "mla_attn"

@@ -1,41 +1,54 @@
-"""MLA launch 4 on wgmma with the cache tiles brought by TMA (Hopper, sm_90a): k_mla_attn_wg.py's
-sums in k_mla_attn_wg.py's order (the same bits: mla_ksplit's SAME_BITS holds it), its loads
-changed.
+"""MLA launch 4 on wgmma with the cache tiles brought by TMA and the scores split between the
+warpgroups (Hopper, sm_90a): k_mla_attn_wg.py's products, its m and acc bit for bit, l summed in
+another order.
 
-Why: k_mla_attn_wg.py brings each 64-row tile (72 KB) by 4608 cp.async of 16 bytes; every thread
-issues 18 per tile, and ncu (call 53, docs/megakernel-notes.md thirteenth session) puts a fifth
-of the warps' time in that issue and each SM's fetch at ~11 GB/s, a third of its share of HBM.
-One thread issues a tile as one TMA copy (9 boxes of 64 rows x 128 bytes), completion counted
-on the buffer's mbarrier; the other threads never touch the load.
+Why TMA: k_mla_attn_wg.py brings each 64-row tile (72 KB) by 4608 cp.async of 16 bytes; every
+thread issues 18 per tile, and ncu (call 52, docs/megakernel-notes.md thirteenth session) put a
+fifth of the warps' time in that issue and each SM's fetch at ~11 GB/s, a third of its share of
+HBM. Warp 0 issues a tile as one TMA copy (9 boxes of 64 rows x 128 bytes), completion counted
+on the buffer's mbarrier; the other threads never touch the load: 1.26-1.58x (call 57).
+
+Why the split: in k_mla_attn_wg.py both warpgroups score the whole tile (the same instructions,
+so they agree on the softmax without an exchange): half of each one's tensor work and all of its
+softmax repeat the other's. Here warpgroup w scores tile rows 32 w .. 32 w + 31 (m64n32), the
+two trade their row maxima and then their halves of P through shared memory; P V is unchanged.
+Measured against the unsplit TMA kernel (desync: no CTA barrier a tile, 1.04-1.09x the synced
+one) 1.02-1.06x at every row of mla_ksplit (call 65). Tried and dropped in the same call: tile
+j + 1's scores issued before tile j's P V is waited for (0.75-0.8x: its accumulators in flight
+spill 588 bytes).
 
 The tile's shared image is wgmma's 128-byte-swizzle K-major layout (TMA writes it so): 64-column
 blocks of 8 KB, in each 8-row groups of 1 KB, row r's 16-byte chunk c at (c ^ r % 8) 16 of its
 128-byte line. So the descriptors: S's operands K-major SW128 (SBO 1 KB; k-step j at block j / 4,
-32 bytes per step in it); V the same image N-major (LBO 8 KB: the next 64 columns; SBO 1 KB: the
-next 8 rows). The query is staged by cp.async into the same layout (once per walk).
-
-With desync (a variant, not yet the default) the warpgroups are not held together per tile: a
-warp done with a tile arrives on its buffer's `empty` mbarrier (8 arrivals a phase), and the
-next load into that buffer waits for it; so one warpgroup's softmax runs beside the other's
-products.
+32 bytes per step in it; warpgroup w's rows 4 KB in); V the same image N-major (LBO 8 KB: the
+next 64 columns; SBO 1 KB: the next 8 rows). The query is staged by cp.async into the same
+layout (once per walk). The tile's last block (rope columns only, which the scores alone read)
+takes warpgroup 1's P once both have scored (tests/megakernel/test_mk_mma_layout.py).
 
 A tile that runs past the sequence (the walk's last, when the length is not a multiple of 64)
 comes by cp.async as before, rows past the end repeating the last one (finite; the kv cache past
 a sequence may hold anything, which a TMA box would read). Only a walk's last tile can be
 partial, so buffer b's k-th TMA tile is its k-th mbarrier phase: tile j waits parity (j / 2) % 2.
 """
-from megakernel.device import cute, cutlass, BFloat16, Int32, Int64
+from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
 from megakernel.kernel_args import Args, declare
-from megakernel.k_mla_attn_wg import HM, SMS, TR, WAVES, MlaAttnWG, fits as wg_fits
+from megakernel.k_mla_attn_wg import (HM, SMEM_MAX, SMS, TR, WAVES, MlaAttnWG, fits as wg_fits,
+                                       quad_sums)
 from megakernel.k_mla_attn import CH_SHORT, SHORT
-from megakernel.ptx import cp_async_16, proxy_fence_shared, wgmma_wait
+from megakernel.mla_softmax import exp_sum, masked_max, rescale
+from megakernel.ptx import (cp_async_16, ld_shared_f32, ld_shared_v4, pack_bf16x2, proxy_fence_shared,
+                            st_shared_f32, st_shared_v4_u32, wgmma_bf16_ss, wgmma_commit,
+                            wgmma_fence, wgmma_wait)
 
 SW128 = 1 << 62          # a wgmma descriptor's layout type: 128-byte swizzle
 
 
 def fits(md) -> bool:
-    """k_mla_attn_wg.py's dims whose rows are whole 64-column blocks (C = R + RP)."""
-    return wg_fits(md) and md.C % 64 == 0 and md.R % 128 == 0
+    """k_mla_attn_wg.py's dims whose rows are whole 64-column blocks (C = R + RP), the rope block
+    of a tile holding a warpgroup's P (HM x TR / 2, hi and lo: 8 KB), and shared memory the
+    query, two tiles, the other warpgroup's P and the exchanged maxima and sums."""
+    return (wg_fits(md) and md.C % 64 == 0 and md.R % 128 == 0 and md.C - md.R >= HM
+            and 3 * HM * md.C * 2 + HM * TR * 2 + 3 * HM * 4 + 64 <= SMEM_MAX)
 
 
 def desc_sw(addr, lbo: int, sbo: int):
@@ -55,17 +68,9 @@ def tile_layout(rows: int, cols: int):
 class MlaAttnTMA(MlaAttnWG):
     KERNEL_EXTRA = ("tma_atom", "tma_kv")
 
-    def __init__(self, md, ch: int = 512, desync: bool = False):
-        """desync: no CTA barrier per tile; each warp releases a buffer on its `empty` mbarrier
-        and the loads into it wait for the release, so the two warpgroups drift apart (one's
-        softmax beside the other's products). The same instructions per warpgroup: the same bits
-        (call 60, every row of mla_ksplit), 1.04-1.09x the attention alone at 8k-32k caches,
-        within 0.5 us at 1k. Not the default: the whole check (the MLA GPU tests, ci, memcheck)
-        has not run on it; the step's kernel is desync=False, whose PTX is 56595a0's (checked
-        by ptx_dump --diff), the one calls 58 and 59 judged."""
+    def __init__(self, md, ch: int = 512):
         assert fits(md), "mla_attn_tma: dims or arch it does not take (fits)"
         super().__init__(md, ch)
-        self.desync = desync
 
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
@@ -88,24 +93,34 @@ class MlaAttnTMA(MlaAttnWG):
 
     @cute.jit
     def body_tma(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, atom, tkv, t, g, z):
-        """k_mla_attn_wg.py's body (early issue), tiles by TMA where whole."""
+        """k_mla_attn_wg.py's body (one CTA barrier a tile), tiles by TMA where whole, the scores
+        split: warpgroup w scores tile rows 32 w .. 32 w + 31 only (S = Q K^T, m64n32), the two
+        exchange their row maxima through shared memory (max is exact: every P the one of the whole-tile softmax), then their
+        halves of P (hi and lo, 8 KB each: warpgroup 0's in a buffer of its own, warpgroup 1's
+        over the tile's rope columns, which only the scores read); each P V then runs over all
+        64 rows as before. Half the score products and half the softmax per warpgroup; l (a
+        lane's running sum over its rows) is summed per warpgroup and the two added at the
+        split's end: the one sum whose order differs from k_mla_attn_wg.py's."""
         from cutlass.cute.nvgpu import cpasync
         TB = self.TB
-        scale = cutlass.Float32(float(self.md.NP + self.md.RP) ** -0.5)
+        scale = Float32(float(self.md.NP + self.md.RP) ** -0.5)
         i, _, _ = cute.arch.thread_idx()
         _, _, gz = cute.arch.grid_dim()
         lane = i % 32
         wg = i // 128
         tq = lane % 4
-        hlo = g * HM + (i // 32 % 4) * 16 + lane // 4
+        hl = (i // 32 % 4) * 16 + lane // 4               # this thread's head row (and + 8)
+        hlo = g * HM + hl
         LENS = cute.make_tensor(lens, cute.make_layout((T,), stride=(1,)))
         smem = cutlass.memory.SmemAllocator()
         sq = smem.allocate(self.QB + 2 * TB, 1024).toint()
         st = sq + self.QB
-        mbar = smem.allocate_array(cutlass.Int64, 4 if self.desync else 2)   # full 0, 1, empty 0, 1
+        xp = smem.allocate(HM * TR * 2, 128).toint()      # warpgroup 0's P
+        xm = smem.allocate(3 * HM * 4, 16).toint()        # the maxima (2 x HM), l (HM)
+        mbar = smem.allocate_array(cutlass.Int64, 2)
         kvb = kv_cache.toint()
+        rope = (self.md.C // 64 - 1) * 8192               # a tile's last 64-column block
 
-        # the TMA view: tile (row tile, token) of the cache into buffer 0 or 1
         gkv = cute.flat_divide(tkv, (TR, self.md.C))
         sl = tile_layout(TR, self.md.C)
         s0 = cute.make_tensor(cute.make_ptr(BFloat16, st, cute.AddressSpace.smem, assumed_align=1024), sl)
@@ -117,9 +132,6 @@ class MlaAttnTMA(MlaAttnWG):
         if i == 0:
             cute.arch.mbarrier_init(mbar, 1)
             cute.arch.mbarrier_init(mbar + 1, 1)
-            if cutlass.const_expr(self.desync):
-                cute.arch.mbarrier_init(mbar + 2, 8)     # one arrival per warp
-                cute.arch.mbarrier_init(mbar + 3, 8)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
@@ -135,11 +147,11 @@ class MlaAttnTMA(MlaAttnWG):
         if R1 > R0:
             ntiles = (R1 - R0 + TR - 1) // TR
 
-        ML = cute.make_rmem_tensor((4,), cutlass.Float32)
-        O = cute.make_rmem_tensor((4 * self.NI,), cutlass.Float32)
+        ML = cute.make_rmem_tensor((4,), Float32)
+        O = cute.make_rmem_tensor((4 * self.NI,), Float32)
         self.reset(ML, O)
-        S = cute.make_rmem_tensor((32,), cutlass.Float32)
-        P = cute.make_rmem_tensor((32,), cutlass.Uint32)
+        S = cute.make_rmem_tensor((16,), Float32)
+        P = cute.make_rmem_tensor((32,), Uint32)
         dq = desc_sw(sq, 16, 1024)
 
         if ntiles > 0:
@@ -148,46 +160,122 @@ class MlaAttnTMA(MlaAttnWG):
         if ntiles > 1:
             self.load(atom, gsrc, d0, d1, mbar, kvb, st, t, Lcap, R0, R1, 1, i)
         cute.arch.cp_async_commit_group()
-        cute.arch.cp_async_wait_group(0)      # the query (and a partial tile 0 / 1)
+        cute.arch.cp_async_wait_group(0)
         proxy_fence_shared()
         cute.arch.sync_threads()
         if ntiles > 0:
             self.wait_tile(mbar, R0, R1, 0)
-            self.scores(S, dq, st)
+            self.scores_half(S, dq, st, wg)
             wgmma_wait(0)
-            self.softmax(S, P, O, ML, R0, R1, tq, scale)
+            self.softmax_half(S, P, O, ML, R0, R1, tq, scale, wg, hl, xm, xp, st + rope, i)
         for j in cutlass.range(ntiles):
             self.values(O, P, st + (j % 2) * TB, wg)
             wgmma_wait(0)
-            if cutlass.const_expr(self.desync):
-                if lane == 0:
-                    cute.arch.mbarrier_arrive(mbar + 2 + j % 2)     # this warp is done with tile j
             if j % TPS == TPS - 1 or j + 1 == ntiles:
-                self.store(pm, pl, pa, ML, O, T, NS, t, hlo, z * W + j // TPS, wg, tq)
+                self.store_both(pm, pl, pa, ML, O, T, NS, t, hl, hlo, z * W + j // TPS, wg, tq, xm)
                 self.reset(ML, O)
             if j + 1 < ntiles:
-                # tile j + 1 landed (its mbarrier, or this thread's cp.async then the barrier);
-                # the barrier: every thread done with tile j, whose buffer tile j + 2 takes
-                self.wait_tile(mbar, R0, R1, j + 1)
-                if cutlass.const_expr(self.desync):
-                    if R0 + TR * (j + 2) > R1:           # a partial tile: every thread's cp.async
-                        cute.arch.cp_async_wait_group(0)
-                        proxy_fence_shared()
-                        cute.arch.sync_threads()
-                else:
-                    cute.arch.cp_async_wait_group(0)
-                    proxy_fence_shared()
-                    cute.arch.sync_threads()
-                self.scores(S, dq, st + ((j + 1) % 2) * TB)
+                self.next_tile_ready(mbar, R0, R1, j)
+                self.scores_half(S, dq, st + ((j + 1) % 2) * TB, wg)
                 if j + 2 < ntiles:
                     self.load(atom, gsrc, d0, d1, mbar, kvb, st, t, Lcap, R0, R1, j + 2, i)
                 cute.arch.cp_async_commit_group()
                 wgmma_wait(0)
-                self.softmax(S, P, O, ML, R0 + TR * (j + 1), R1, tq, scale)
+                self.softmax_half(S, P, O, ML, R0 + TR * (j + 1), R1, tq, scale, wg, hl, xm, xp,
+                                   st + ((j + 1) % 2) * TB + rope, i)
         cute.arch.cp_async_wait_group(0)
         for w in cutlass.range((ntiles + TPS - 1) // TPS, W):
             if z * W + w < NS:
-                self.store(pm, pl, pa, ML, O, T, NS, t, hlo, z * W + w, wg, tq)
+                self.store_both(pm, pl, pa, ML, O, T, NS, t, hl, hlo, z * W + w, wg, tq, xm)
+
+    @cute.jit
+    def scores_half(self, S, dq, sb, wg):
+        """Issue warpgroup wg's S = Q K^T over tile rows 32 wg .. 32 wg + 31 (8-row groups of
+        1 KB in each 64-column block: the rows start 4 KB in), m64n32k16 over the k-steps in
+        order (committed as one group; not waited for)."""
+        dk = self.k_desc(sb + wg * 4096)
+        for e in cutlass.range_constexpr(16):
+            S[e] = Float32(0.0)
+        wgmma_fence()
+        for j in cutlass.range_constexpr(self.md.C // 16):
+            r = wgmma_bf16_ss([S[e] for e in range(16)], dq + self.k_step(j), dk + self.k_step(j))
+            for e in cutlass.range_constexpr(16):
+                S[e] = r[e]
+        wgmma_commit()
+
+    @cute.jit
+    def softmax_half(self, S, P, O, ML, rb, end, tq, scale, wg, hl, xm, xp, xr, i):
+        """The online softmax of body_tma's tile (first row rb): this warpgroup's rows' maxima,
+        the tile's from both (shared memory, a CTA barrier), then softmax's steps as
+        k_mla_attn_wg.py's on this half; its P hi / lo to shared memory (warpgroup 0's at xp, 1's
+        at xr: the tile's rope block) in 16-byte chunks c (hi 0, 1, lo 2, 3) at c 2 KB + 16 lane
+        of the warpgroup, a barrier, and all four k-steps' fragments back: P[8 w + u] hi and
+        P[16 + 8 w + u] lo from warpgroup w's chunks."""
+        m_lo = ML[0]
+        m_hi = ML[1]
+        mx_lo, mx_hi = masked_max(S, S, 16, rb + 32 * wg, end, tq, scale)
+        if tq == 0:
+            st_shared_f32(xm + (wg * HM + hl) * 4, mx_lo)
+            st_shared_f32(xm + (wg * HM + hl + 8) * 4, mx_hi)
+        cute.arch.sync_threads()
+        mx_lo = cute.arch.fmax(mx_lo, ld_shared_f32(xm + ((1 - wg) * HM + hl) * 4), nan=True)
+        mx_hi = cute.arch.fmax(mx_hi, ld_shared_f32(xm + ((1 - wg) * HM + hl + 8) * 4), nan=True)
+        mn_lo = cutlass.max(m_lo, mx_lo)
+        mn_hi = cutlass.max(m_hi, mx_hi)
+        a_lo = cute.math.exp(m_lo - mn_lo)
+        a_hi = cute.math.exp(m_hi - mn_hi)
+        l_lo, l_hi = exp_sum(S, 16, mn_lo, mn_hi, ML[2] * a_lo, ML[3] * a_hi)
+        rescale(O, self.NI, a_lo, a_hi)
+        ML[0] = mn_lo
+        ML[1] = mn_hi
+        ML[2] = l_lo
+        ML[3] = l_hi
+        H = cute.make_rmem_tensor((16,), Uint32)          # this half's hi 0..7, lo 8..15
+        for u in cutlass.range_constexpr(8):
+            x0 = S[2 * u]
+            x1 = S[2 * u + 1]
+            h0 = x0.to(BFloat16).to(Float32)
+            h1 = x1.to(BFloat16).to(Float32)
+            H[u] = pack_bf16x2(h0, h1)
+            H[8 + u] = pack_bf16x2(x0 - h0, x1 - h1)
+        mine = xp
+        if wg == 1:
+            mine = xr
+        li = (i % 128) * 16
+        for c in cutlass.range_constexpr(4):
+            st_shared_v4_u32(mine + c * 2048 + li, H[4 * c], H[4 * c + 1], H[4 * c + 2], H[4 * c + 3])
+        cute.arch.sync_threads()
+        for w in cutlass.range_constexpr(2):
+            src = xp if w == 0 else xr
+            for c in cutlass.range_constexpr(4):
+                v = ld_shared_v4(src + c * 2048 + li)
+                base = 8 * w + 4 * (c % 2) + (16 if c >= 2 else 0)
+                for k in cutlass.range_constexpr(4):
+                    P[base + k] = v[k]
+
+    @cute.jit
+    def store_both(self, pm, pl, pa, ML, O, T, NS, t, hl, hlo, s, wg, tq, xm):
+        """store with body_tma's l: each warpgroup's quad sums, warpgroup 1's through shared
+        memory (a CTA barrier), added to warpgroup 0's, which writes m and l."""
+        l_lo, l_hi = quad_sums(ML)
+        if wg == 1 and tq == 0:
+            st_shared_f32(xm + (2 * HM + hl) * 4, l_lo)
+            st_shared_f32(xm + (2 * HM + hl + 8) * 4, l_hi)
+        cute.arch.sync_threads()
+        if wg == 0:
+            l_lo = l_lo + ld_shared_f32(xm + (2 * HM + hl) * 4)
+            l_hi = l_hi + ld_shared_f32(xm + (2 * HM + hl + 8) * 4)
+        self.write_partials(pm, pl, pa, ML, l_lo, l_hi, O, T, NS, t, hlo, s, wg, tq)
+
+    @cute.jit
+    def next_tile_ready(self, mbar, R0, R1, j):
+        """Tile j + 1 landed (its mbarrier, or this thread's cp.async) and, the barrier, every
+        thread done with tile j, whose buffer tile j + 2 takes (the proxy fence: P's generic
+        writes into its rope block before TMA's)."""
+        self.wait_tile(mbar, R0, R1, j + 1)
+        cute.arch.cp_async_wait_group(0)
+        proxy_fence_shared()
+        cute.arch.sync_threads()
 
     @cute.jit
     def wait_tile(self, mbar, R0, R1, j):
@@ -199,15 +287,8 @@ class MlaAttnTMA(MlaAttnWG):
     def load(self, atom, gsrc, d0, d1, mbar, kvb, st, t, Lcap, R0, R1, j, i):
         """Tile j of the walk into buffer j % 2: one TMA copy by warp 0 if its rows are all
         inside [R0, R1), else every thread's cp.async (clamped rows). Not by thread 0 alone: the
-        copy's elect.sync needs the full warp (alone, lane 0 hung: call 56)."""
+        copy's elect.sync needs the full warp (alone, lane 0 hung: call 55)."""
         rb = R0 + TR * j
-        if cutlass.const_expr(self.desync):
-            if j >= 2:      # every warp done with tile j - 2, which this one replaces
-                if rb + TR <= R1:
-                    if i < 32:
-                        cute.arch.mbarrier_wait(mbar + 2 + j % 2, (j // 2 + 1) % 2)
-                else:
-                    cute.arch.mbarrier_wait(mbar + 2 + j % 2, (j // 2 + 1) % 2)
         if rb + TR <= R1:
             if i < 32:      # the whole warp: the DSL's TMA copy elects its lane (elect.sync)
                 if i == 0:

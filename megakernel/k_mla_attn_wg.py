@@ -18,7 +18,8 @@ matrices of 8 rows x 16 bytes, the C / 8 core matrices of an 8-row group consecu
 test_mk_mma_layout.py holds it to PTX's descriptor layouts). Rows arrive by cp.async (16 bytes
 each; rows past the sequence repeat its last row: finite, scored -inf), tile j + 2's issued
 while the tensor cores run tile j + 1's scores (the issue was a fifth of the warps' time: call
-53). On sm_90a the step runs k_mla_attn_tma.py: these sums, the tiles brought by TMA. The grid's x is the head group, so both groups of a (token, walk) run side by
+53). On sm_90a the step runs k_mla_attn_tma.py where its dims allow: these products, the tiles
+brought by TMA and the scores split between the warpgroups. The grid's x is the head group, so both groups of a (token, walk) run side by
 side and the second reads the tiles from L2. 255 registers (80 bytes spilled), 221 KB of shared
 memory: one CTA (8 warps) per SM. Per tile:
 - S = Q K^T, wgmma m64n64k16 over the C / 16 k-steps in order, both operands from shared memory.
@@ -68,6 +69,18 @@ def desc(addr, lbo: int, sbo: int):
     """A wgmma shared-memory descriptor, no swizzle: start, LBO and SBO in 16-byte units."""
     return (Int64((lbo >> 4) << 16) + Int64((sbo >> 4) << 32)
             + Int64((Int32(addr) >> 4) & 0x3FFF))
+
+
+@cute.jit
+def quad_sums(ML):
+    """(l_lo, l_hi): this lane's running sums (ML[2], ML[3]) summed over its quad, butterfly
+    order."""
+    l_lo = ML[2]
+    l_hi = ML[3]
+    for off in cutlass.range_constexpr(1, 3):
+        l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
+        l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
+    return l_lo, l_hi
 
 
 @declare
@@ -198,14 +211,16 @@ class MlaAttnWG(MlaAttn):
     def store(self, pm, pl, pa, ML, O, T, NS, t, hlo, s, wg, tq):
         """Split s's partials (m, l, acc) of this thread's heads and columns; l summed over the
         quad (butterfly order), m and l by warpgroup 0's first lane of each quad."""
+        l_lo, l_hi = quad_sums(ML)
+        self.write_partials(pm, pl, pa, ML, l_lo, l_hi, O, T, NS, t, hlo, s, wg, tq)
+
+    @cute.jit
+    def write_partials(self, pm, pl, pa, ML, l_lo, l_hi, O, T, NS, t, hlo, s, wg, tq):
+        """Split s's partials: m (ML) and l of heads hlo, hlo + 8 by warpgroup 0's first lane of
+        each quad, this thread's columns of acc (O)."""
         H, R, NV = self.md.H, self.md.R, self.NV
         PM = cute.make_tensor(pm, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
         PL = cute.make_tensor(pl, cute.make_layout((T, H, NS), stride=(H * NS, NS, 1)))
-        l_lo = ML[2]
-        l_hi = ML[3]
-        for off in cutlass.range_constexpr(1, 3):
-            l_lo = l_lo + cute.arch.shuffle_sync_bfly(l_lo, off)
-            l_hi = l_hi + cute.arch.shuffle_sync_bfly(l_hi, off)
         pab = pa.toint()
         for hh in cutlass.range_constexpr(2):
             h = hlo + 8 * hh

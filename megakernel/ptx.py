@@ -159,6 +159,29 @@ def smid(*, loc=None, ip=None):
 
 
 @dsl_user_op
+def st_shared_v4_u32(saddr, v0, v1, v2, v3, *, loc=None, ip=None):
+    """16 bytes (4 u32) to shared memory, in program order with the other shared accesses."""
+    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip)] +
+           [Uint32(v).ir_value(loc=loc, ip=ip) for v in (v0, v1, v2, v3)],
+           "st.shared.v4.u32 [$0], {$1, $2, $3, $4};", "r,r,r,r,r,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def st_shared_f32(saddr, v, *, loc=None, ip=None):
+    """4 bytes (an f32) to shared memory (in program order with the other shared accesses)."""
+    asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Float32(v).ir_value(loc=loc, ip=ip)],
+           "st.shared.f32 [$0], $1;", "r,f,~{memory}", loc, ip)
+
+
+@dsl_user_op
+def ld_shared_f32(saddr, *, loc=None, ip=None):
+    """An f32 from shared memory (in program order with the other shared accesses)."""
+    r = asm_op(1, T.f32(), [Int32(saddr).ir_value(loc=loc, ip=ip)],
+               "ld.shared.f32 $0, [$1];", "=f,r,~{memory}", loc, ip, side=True)
+    return Float32(r)
+
+
+@dsl_user_op
 def st_shared_u32(saddr, v, *, loc=None, ip=None):
     """4 bytes to shared memory (in program order with the other shared accesses)."""
     asm_op(0, None, [Int32(saddr).ir_value(loc=loc, ip=ip), Uint32(v).ir_value(loc=loc, ip=ip)],

@@ -3,7 +3,10 @@
 - kda_core (k_kda_core.py): `split`, CTAs per (token, head), against FLA's fused recurrent KDA
   when fla-core is installed (bench_kda.fla_core_us);
 - mla_attn (k_mla_attn.py, the CUDA-core attention): `hg`, heads (warps) per CTA;
-- mla_merge (k_mla_merge.py): `TT` tokens per CTA x `VQ` slices of a head's output columns.
+- mla_merge (k_mla_merge.py): `TT` tokens per CTA x `VQ` slices of a head's output columns (the
+  CUDA-core path's merge, value projection included); `--lat-merges`: the tensor-core path's
+  (lat only, the step's default on sm_90a) as `vNxU` (CTAs of N threads, 4 columns a thread by
+  16-byte loads, U splits' loads in flight), on the partials of the step's own attention.
 
 No knob changes a sum, so every variant must give the bits of the default (checked: the
 readout and the updated state for kda_core, the split partials for mla_attn, the latent, the
@@ -53,9 +56,10 @@ def kda_rows(T, splits, R=8):
     return out, same, fla_core_us(kd, T, R)
 
 
-def mla_step_scratch(T, L, R=4):
+def mla_step_scratch(T, L, R=4, default_attn=False):
     """One full-dims MLA step run once at batch T over L cache rows each: (its scratch, every
-    buffer by kernel argument name, the cache, the lengths), the inputs of any one launch."""
+    buffer by kernel argument name, the cache, the lengths), the inputs of any one launch.
+    default_attn: the step's own attention (its splits, its partials), else mma.sync's."""
     from dataclasses import replace
 
     from megakernel import config
@@ -65,8 +69,8 @@ def mla_step_scratch(T, L, R=4):
     # the step on the mma.sync attention: its splits of 256 give the larger split count, which
     # every attention kernel takes (the wgmma one writes the splits past its own empty)
     base = config.current()
-    step = MlaStep(md, draw_weights(md), DEV,
-                   settings=replace(base, attn=replace(base.attn, mla_wg=False)))
+    step = MlaStep(md, draw_weights(md), DEV, settings=base if default_attn else
+                   replace(base, attn=replace(base.attn, mla_wg=False)))
     kv = torch.randn(T, L + R + 1, md.C, device=DEV).to(torch.bfloat16)
     x = torch.randn(T, md.d, device=DEV).to(torch.bfloat16)
     lens = torch.full((T,), L, dtype=torch.int64, device=DEV)
@@ -75,12 +79,12 @@ def mla_step_scratch(T, L, R=4):
     return s, named, kv, lens
 
 
-def mla_variant_rows(T, L, name, variants, ref, outputs, R=4):
+def mla_variant_rows(T, L, name, variants, ref, outputs, R=4, default_attn=False):
     """us of MLA kernel `name` in each variant (dicts) on one step's scratch at batch T with L
     cache rows, and whether its `outputs` equal those of variant `ref` bit for bit."""
     from megakernel.tools.bench_kda import graph_us
     md = MLA_FULL
-    s, named, _, _ = mla_step_scratch(T, L, R)
+    s, named, _, _ = mla_step_scratch(T, L, R, default_attn)
     out, bits = {}, {}
     for v in [ref] + [v for v in variants if v != ref]:
         key = tuple(v.values())
@@ -106,6 +110,21 @@ def merge_rows(T, L, variants):
                             dict(TT=variants[0][0], VQ=variants[0][1]), ("lat", "o", "gated"))
 
 
+def lat_merge(code):
+    """A --lat-merges entry -> the mla_merge variant: vNxU (module docstring)."""
+    if code[0] != "v":
+        raise ValueError(code)
+    n, u = (int(v) for v in code[1:].split("x"))
+    return dict(value=False, vec=n, unroll=u)
+
+
+def lat_merge_rows(T, L, codes):
+    vs = [lat_merge(c) for c in codes]
+    out, same = mla_variant_rows(T, L, "mla_merge", vs, vs[0], ("lat",), default_attn=True)
+    key = {c: tuple(v.values()) for c, v in zip(codes, vs)}
+    return {c: out[key[c]] for c in codes}, {c: same[key[c]] for c in codes}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_attn", description=__doc__.splitlines()[0])
     p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head)")
@@ -116,6 +135,11 @@ def main(argv=None) -> int:
                    help="mla_merge variants, TTxVQ (the first is the bits' yardstick)")
     p.add_argument("--merge-rows", default="1x1024,1x32768,8x1024,8x32768,64x1024,64x32768",
                    help="batch x cache length for mla_merge")
+    p.add_argument("--lat-merges", default="v32x8,v64x8,v128x4",
+                   help="the tensor-core path's mla_merge variants, vNxU (the first is the bits' "
+                        "yardstick); '' for none")
+    p.add_argument("--lat-rows", default="1x1024,1x8192,1x32768,8x8192,8x32768,64x1024,64x8192,64x32768",
+                   help="batch x cache length for --lat-merges")
     a = p.parse_args(argv)
     if no_gpu("tune_attn"):
         return 2
@@ -127,6 +151,11 @@ def main(argv=None) -> int:
         assert all(len(c) == 2 for c in merges + mrows)
         for v in merges:
             registry.KERNELS["mla_merge"](MLA_FULL, TT=v[0], VQ=v[1])
+        lats = [c for c in a.lat_merges.split(",") if c]
+        lrows = [tuple(int(v) for v in c.split("x")) for c in a.lat_rows.split(",") if c]
+        assert all(len(c) == 2 for c in lrows)
+        for c in lats:
+            registry.KERNELS["mla_merge"](MLA_FULL, **lat_merge(c))
         batches = [int(v) for v in a.batches.split(",") if v]
         mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
         assert all(len(c) == 2 for c in mla)
@@ -135,7 +164,7 @@ def main(argv=None) -> int:
     except (ValueError, AssertionError):
         print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
               "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla / --merge-rows pairs like "
-              "1x32768, --merges pairs TTxVQ with VQ dividing 32", file=sys.stderr)
+              "1x32768, --merges pairs TTxVQ with VQ dividing 32, --lat-merges vNxU", file=sys.stderr)
         return 2
     ok = True
     print("kda_core us (bits equal to the default split: y/n)" + " | FLA fused recurrent us")
@@ -151,12 +180,20 @@ def main(argv=None) -> int:
         ok &= all(same.values())
         print(f"  T={T:3d} L={L:6d} " + " ".join(f"hg {hg}: {us[hg]:8.1f} {'y' if same[hg] else 'n'}"
                                                  for hg in hgs), flush=True)
-    print(f"mla_merge us (bits equal to {merges[0][0]}x{merges[0][1]}: y/n)")
+    if merges:
+        print(f"mla_merge us (bits equal to {merges[0][0]}x{merges[0][1]}: y/n)")
     for T, L in (mrows if merges else []):
         us, same = merge_rows(T, L, merges)
         ok &= all(same.values())
         print(f"  T={T:3d} L={L:6d} " + " ".join(f"{v[0]}x{v[1]}: {us[v]:7.1f} {'y' if same[v] else 'n'}"
                                                  for v in merges), flush=True)
+    if lats:
+        print(f"mla_merge, lat only, us (bits equal to {lats[0]}: y/n)")
+    for T, L in (lrows if lats else []):
+        us, same = lat_merge_rows(T, L, lats)
+        ok &= all(same.values())
+        print(f"  T={T:3d} L={L:6d} " + " ".join(f"{c}: {us[c]:7.1f} {'y' if same[c] else 'n'}"
+                                                 for c in lats), flush=True)
     print("bits equal across every variant:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -77,9 +77,11 @@ def test_mla_merge_tiles_and_slices_keep_the_bits(monkeypatch, lens, mma):
 
 
 def test_mla_attention_by_tma_keeps_the_bits():
-    """k_mla_attn_tma.py (tiles by TMA, the default on sm_90a) and k_mla_attn_wg.py (tiles by
-    cp.async) sum in one order: the same partials bit for bit at full dims, over lengths whose
-    walks end in a partial tile (its cp.async path), whole tiles only, short and long ones."""
+    """k_mla_attn_tma.py (tiles by TMA, the scores split between the warpgroups: the default on
+    sm_90a) and k_mla_attn_wg.py (tiles by cp.async, each warpgroup scoring the whole tile) run
+    the same products in one order: m and acc bit for bit at full dims, l (each warpgroup's rows
+    summed apart, then added) within 2^-20, over lengths whose walks end in a partial tile (its
+    cp.async path), whole tiles only, short and long ones."""
     from megakernel import cache, k_mla_attn_tma
     from megakernel.dims import MLA_FULL
     from megakernel.launch_streams import stream
@@ -104,6 +106,8 @@ def test_mla_attention_by_tma_keeps_the_bits():
         cache.compiled(name, md)(named, stream())
         torch.cuda.synchronize()
         got.append([s[n].clone() for n in ("pm", "pl", "pa")])
-    for a, b in zip(*got):
+    (m, l, acc), (m0, l0, acc0) = got
+    for a, b in ((m, m0), (acc, acc0)):
         assert not a.isnan().any()
         assert torch.equal(a, b)
+    assert not l.isnan().any() and ((l - l0).abs() <= 2.0 ** -20 * l0.abs()).all()

@@ -349,3 +349,63 @@ def test_mla_attention_tma_swizzled_image_feeds_each_operand_its_element():
                         at = swz(start + 2 * (n % 8) + 16 * ((n // 8) % 8) + (n // 64) * 8192
                                  + (k % 8) * 128 + (k // 8) * 1024)
                         assert image[at] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)
+
+
+def test_mla_attention_split_halves_feed_the_whole_tiles_operands():
+    """k_mla_attn_tma.py's body_split: warpgroup w's scores (m64n32) read the image at start +
+    4096 w, which must find tile rows 32 w .. 32 w + 31 (element 16 j + k) with the swizzle of
+    the test above; V's descriptors never reach the tile's last 64-column block (the rope block
+    warpgroup 1's P overwrites), while the scores do read it. Then the exchange: thread X of
+    warpgroup w holds S_half[4 b + e] = (head 16 (X // 32) + X % 32 // 4 + 8 (e >= 2), row 32 w +
+    8 b + 2 (X % 4) + e % 2); its P half goes out in chunks c (hi u = 4 c.. for c < 2, lo for c >=
+    2) at c 2048 + 16 X of its warpgroup's buffer, and back into P[8 w + 4 (c % 2) + k (+ 16 for
+    lo)] of both warpgroups' thread X: which must be the P a whole-tile softmax holds there
+    (P[x] = pack(S[2 x], S[2 x + 1]) of the m64n64 fragment; hi x < 16, lo the same pairs)."""
+    def swz(a):
+        return a ^ (((a >> 7) & 7) << 4)
+
+    for C, R in ((576, 512), (192, 128)):
+        CC, NV = C // 8, R // 2
+        image = {}
+        for r in range(64):
+            for cc in range(CC):
+                for e in range(8):
+                    image[(cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (r % 8)) * 16 + 2 * e] = (r, 8 * cc + e)
+        rope = (C // 64 - 1) * 8192
+        assert all(col >= R for at, (_, col) in image.items() if at >= rope)
+        for w in range(2):
+            for j in range(C // 16):
+                start = 4096 * w + (j // 4) * 8192 + (j % 4) * 32
+                for n in range(32):
+                    for k in range(16):
+                        at = swz(start + (n // 8) * 1024 + (n % 8) * 128 + 2 * k)
+                        assert image[at] == (32 * w + n, 16 * j + k), (C, w, j, n, k)
+            for kk in range(4):
+                start = kk * 2048 + w * NV * 128
+                for k in range(16):
+                    for n in range(NV):
+                        at = swz(start + 2 * (n % 8) + 16 * ((n // 8) % 8) + (n // 64) * 8192
+                                 + (k % 8) * 128 + (k // 8) * 1024)
+                        assert at < rope, (C, w, kk, k, n)
+
+    def s_full(X, e):            # the m64n64 fragment: element e of thread X -> (head, row)
+        return (16 * (X // 32) + X % 32 // 4 + 8 * (e % 4 >= 2), 8 * (e // 4) + 2 * (X % 4) + e % 2)
+
+    def s_half(w, X, e):
+        return (16 * (X // 32) + X % 32 // 4 + 8 * (e % 4 >= 2), 32 * w + 8 * (e // 4) + 2 * (X % 4) + e % 2)
+
+    for X in range(128):
+        whole = {x: (s_full(X, 2 * x), s_full(X, 2 * x + 1)) for x in range(16)}
+        buffers = {}
+        for w in range(2):                      # H[u] hi, H[8 + u] lo: pairs (2 u, 2 u + 1)
+            H = [(s_half(w, X, 2 * (u % 8)), s_half(w, X, 2 * (u % 8) + 1)) for u in range(16)]
+            for c in range(4):
+                buffers[(w, c * 2048 + 16 * X)] = H[4 * c:4 * c + 4]
+        P = {}
+        for w in range(2):
+            for c in range(4):
+                for k, v in enumerate(buffers[(w, c * 2048 + 16 * X)]):
+                    P[8 * w + 4 * (c % 2) + (16 if c >= 2 else 0) + k] = v
+        assert sorted(P) == list(range(32))
+        for x in range(16):
+            assert P[x] == whole[x] and P[16 + x] == whole[x], (X, x)

@@ -35,11 +35,11 @@ took sm_90a in the eleventh session; still the default off sm_90a (GB300) and wi
 MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
 """
 from megakernel import k_mla_attn_tma, k_mla_attn_wg
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
+from megakernel.device import cute, cutlass, Float32, Int32, Int64, Uint32
 from megakernel.k_mla_attn import CH, CH_SHORT, SHORT, MlaAttn
-from megakernel.mla_softmax import exp_sum, masked_max, rescale
+from megakernel.mla_softmax import hi_lo, masked_max, update
 from megakernel.ptx import (cp_async_16, ld_shared_v4, ld_shared_v4_f32, ld_v4_cached,
-                            ldmatrix_x4_trans, mma_bf16_16816, pack_bf16x2, st_shared_v4_f32)
+                            ldmatrix_x4_trans, mma_bf16_16816, st_shared_v4_f32)
 
 RT = 16        # cache rows per tile
 MTC = 2        # 16-head tiles per CTA: 2 with KSPLIT (1.6x alone at 32k; 1 before, H200, tools/mla_ksplit.py)
@@ -154,12 +154,7 @@ class MlaAttnMMA(MlaAttn):
             # --- online softmax: element e of half nt is row 8 nt + 2 tq + e % 2 of head lo (e < 2)
             # or hi (e >= 2)
             mx_lo, mx_hi = masked_max(S, z, 8, start + RT * it, end, tq, scale)
-            mn_lo = cutlass.max(m_lo, mx_lo)
-            mn_hi = cutlass.max(m_hi, mx_hi)
-            a_lo = cute.math.exp(m_lo - mn_lo)
-            a_hi = cute.math.exp(m_hi - mn_hi)
-            l_lo, l_hi = exp_sum(z, 8, mn_lo, mn_hi, l_lo * a_lo, l_hi * a_hi)
-            rescale(O, NJ, a_lo, a_hi)
+            mn_lo, mn_hi, l_lo, l_hi = update(z, 8, O, NJ, m_lo, m_hi, l_lo, l_hi, mx_lo, mx_hi)
             m_lo = mn_lo
             m_hi = mn_hi
             # --- P as A fragments, hi + lo parts: a0 = rows 2t, 2t+1 of head lo (half 0), a1 head
@@ -167,12 +162,9 @@ class MlaAttnMMA(MlaAttn):
             ph = []
             pr = []
             for w in cutlass.range_constexpr(4):
-                x0 = z[4 * (w // 2) + 2 * (w % 2)]
-                x1 = z[4 * (w // 2) + 2 * (w % 2) + 1]
-                h0v = x0.to(BFloat16).to(Float32)
-                h1v = x1.to(BFloat16).to(Float32)
-                ph.append(pack_bf16x2(h0v, h1v))
-                pr.append(pack_bf16x2(x0 - h0v, x1 - h1v))
+                hi, lo = hi_lo(z[4 * (w // 2) + 2 * (w % 2)], z[4 * (w // 2) + 2 * (w % 2) + 1])
+                ph.append(hi)
+                pr.append(lo)
             # --- O += P V over this warp's columns, two 8-column tiles per ldmatrix
             for jp in cutlass.range_constexpr(NJ // 2):
                 n0 = cg * CW + 16 * jp

@@ -34,11 +34,9 @@ from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Ui
 from megakernel.kernel_args import Args, declare
 from megakernel.k_mla_attn_wg import (HM, SMEM_MAX, SMS, TR, WAVES, MlaAttnWG, fits as wg_fits,
                                        quad_sums)
-from megakernel.k_mla_attn import CH_SHORT, SHORT
-from megakernel.mla_softmax import exp_sum, masked_max, rescale
-from megakernel.ptx import (cp_async_16, ld_shared_f32, ld_shared_v4, pack_bf16x2, proxy_fence_shared,
-                            st_shared_f32, st_shared_v4_u32, wgmma_bf16_ss, wgmma_commit,
-                            wgmma_fence, wgmma_wait)
+from megakernel.mla_softmax import hi_lo, masked_max
+from megakernel.ptx import (cp_async_16, ld_shared_f32, ld_shared_v4, proxy_fence_shared,
+                            st_shared_f32, st_shared_v4_u32, wgmma_wait)
 
 SW128 = 1 << 62          # a wgmma descriptor's layout type: 128-byte swizzle
 
@@ -135,17 +133,7 @@ class MlaAttnTMA(MlaAttnWG):
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
 
-        W = (NS + gz - 1) // gz
-        n = LENS[t] + 1
-        ch = self.ch
-        if n <= SHORT:
-            ch = CH_SHORT
-        TPS = ch // TR
-        R0 = z * W * ch
-        R1 = cutlass.min(R0 + W * ch, n)
-        ntiles = Int32(0)
-        if R1 > R0:
-            ntiles = (R1 - R0 + TR - 1) // TR
+        W, TPS, R0, R1, ntiles = self.walk(LENS, NS, gz, t, z)
 
         ML = cute.make_rmem_tensor((4,), Float32)
         O = cute.make_rmem_tensor((4 * self.NI,), Float32)
@@ -165,7 +153,7 @@ class MlaAttnTMA(MlaAttnWG):
         cute.arch.sync_threads()
         if ntiles > 0:
             self.wait_tile(mbar, R0, R1, 0)
-            self.scores_half(S, dq, st, wg)
+            self.scores(S, dq, st + wg * 4096, 16)   # rows 32 wg..: 4 KB in
             wgmma_wait(0)
             self.softmax_half(S, P, O, ML, R0, R1, tq, scale, wg, hl, xm, xp, st + rope, i)
         for j in cutlass.range(ntiles):
@@ -176,7 +164,7 @@ class MlaAttnTMA(MlaAttnWG):
                 self.reset(ML, O)
             if j + 1 < ntiles:
                 self.next_tile_ready(mbar, R0, R1, j)
-                self.scores_half(S, dq, st + ((j + 1) % 2) * TB, wg)
+                self.scores(S, dq, st + ((j + 1) % 2) * TB + wg * 4096, 16)
                 if j + 2 < ntiles:
                     self.load(atom, gsrc, d0, d1, mbar, kvb, st, t, Lcap, R0, R1, j + 2, i)
                 cute.arch.cp_async_commit_group()
@@ -187,21 +175,6 @@ class MlaAttnTMA(MlaAttnWG):
         for w in cutlass.range((ntiles + TPS - 1) // TPS, W):
             if z * W + w < NS:
                 self.store_both(pm, pl, pa, ML, O, T, NS, t, hl, hlo, z * W + w, wg, tq, xm)
-
-    @cute.jit
-    def scores_half(self, S, dq, sb, wg):
-        """Issue warpgroup wg's S = Q K^T over tile rows 32 wg .. 32 wg + 31 (8-row groups of
-        1 KB in each 64-column block: the rows start 4 KB in), m64n32k16 over the k-steps in
-        order (committed as one group; not waited for)."""
-        dk = self.k_desc(sb + wg * 4096)
-        for e in cutlass.range_constexpr(16):
-            S[e] = Float32(0.0)
-        wgmma_fence()
-        for j in cutlass.range_constexpr(self.md.C // 16):
-            r = wgmma_bf16_ss([S[e] for e in range(16)], dq + self.k_step(j), dk + self.k_step(j))
-            for e in cutlass.range_constexpr(16):
-                S[e] = r[e]
-        wgmma_commit()
 
     @cute.jit
     def softmax_half(self, S, P, O, ML, rb, end, tq, scale, wg, hl, xm, xp, xr, i):
@@ -220,24 +193,10 @@ class MlaAttnTMA(MlaAttnWG):
         cute.arch.sync_threads()
         mx_lo = cute.arch.fmax(mx_lo, ld_shared_f32(xm + ((1 - wg) * HM + hl) * 4), nan=True)
         mx_hi = cute.arch.fmax(mx_hi, ld_shared_f32(xm + ((1 - wg) * HM + hl + 8) * 4), nan=True)
-        mn_lo = cutlass.max(m_lo, mx_lo)
-        mn_hi = cutlass.max(m_hi, mx_hi)
-        a_lo = cute.math.exp(m_lo - mn_lo)
-        a_hi = cute.math.exp(m_hi - mn_hi)
-        l_lo, l_hi = exp_sum(S, 16, mn_lo, mn_hi, ML[2] * a_lo, ML[3] * a_hi)
-        rescale(O, self.NI, a_lo, a_hi)
-        ML[0] = mn_lo
-        ML[1] = mn_hi
-        ML[2] = l_lo
-        ML[3] = l_hi
+        self.update_ml(S, 16, O, ML, m_lo, m_hi, mx_lo, mx_hi)
         H = cute.make_rmem_tensor((16,), Uint32)          # this half's hi 0..7, lo 8..15
         for u in cutlass.range_constexpr(8):
-            x0 = S[2 * u]
-            x1 = S[2 * u + 1]
-            h0 = x0.to(BFloat16).to(Float32)
-            h1 = x1.to(BFloat16).to(Float32)
-            H[u] = pack_bf16x2(h0, h1)
-            H[8 + u] = pack_bf16x2(x0 - h0, x1 - h1)
+            H[u], H[8 + u] = hi_lo(S[2 * u], S[2 * u + 1])
         mine = xp
         if wg == 1:
             mine = xr

@@ -39,12 +39,12 @@ on the sequence's own length (its splits and tiles): batch-invariant and determi
 differ from k_mla_attn_mma.py's (other sum groupings); one kernel serves every batch
 (attention_kernel in k_mla_attn_mma.py picks by dims, arch and Settings.attn).
 """
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint32
+from megakernel.device import cute, cutlass, Float32, Int32, Int64, Uint32
 from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH_SHORT, SHORT, MlaAttn
-from megakernel.mla_softmax import exp_sum, masked_max, rescale
-from megakernel.ptx import (cp_async_16, pack_bf16x2, proxy_fence_shared, st_global_v2_f32,
+from megakernel.mla_softmax import hi_lo, masked_max, update
+from megakernel.ptx import (cp_async_16, proxy_fence_shared, st_global_v2_f32,
                             wgmma_bf16_rs, wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
 
 HM = 64         # heads per CTA: wgmma's M
@@ -135,17 +135,7 @@ class MlaAttnWG(MlaAttn):
         st = sq + self.QB
         kvb = kv_cache.toint()
 
-        W = (NS + gz - 1) // gz
-        n = LENS[t] + 1
-        ch = self.ch
-        if n <= SHORT:
-            ch = CH_SHORT
-        TPS = ch // TR                                    # tiles per split
-        R0 = z * W * ch
-        R1 = cutlass.min(R0 + W * ch, n)
-        ntiles = Int32(0)
-        if R1 > R0:
-            ntiles = (R1 - R0 + TR - 1) // TR
+        W, TPS, R0, R1, ntiles = self.walk(LENS, NS, gz, t, z)
 
         ML = cute.make_rmem_tensor((4,), Float32)          # m_lo, m_hi, l_lo, l_hi
         O = cute.make_rmem_tensor((4 * self.NI,), Float32)
@@ -198,6 +188,24 @@ class MlaAttnWG(MlaAttn):
                 self.store(pm, pl, pa, ML, O, T, NS, t, hlo, z * W + w, wg, tq)
 
     @cute.jit
+    def walk(self, LENS, NS, gz, t, z):
+        """CTA z's walk of token t's splits (of ch rows past SHORT, CH_SHORT up to it): W =
+        ceil(NS / gz) consecutive ones, TPS tiles each, the rows [R0, R1) of the sequence they
+        hold and their ntiles tiles. Returns (W, TPS, R0, R1, ntiles)."""
+        W = (NS + gz - 1) // gz
+        n = LENS[t] + 1
+        ch = self.ch
+        if n <= SHORT:
+            ch = CH_SHORT
+        TPS = ch // TR                                    # tiles per split
+        R0 = z * W * ch
+        R1 = cutlass.min(R0 + W * ch, n)
+        ntiles = Int32(0)
+        if R1 > R0:
+            ntiles = (R1 - R0 + TR - 1) // TR
+        return W, TPS, R0, R1, ntiles
+
+    @cute.jit
     def reset(self, ML, O):
         """A split's start: m = -inf, l = 0, O = 0."""
         ML[0] = Float32(-float("inf"))
@@ -248,16 +256,19 @@ class MlaAttnWG(MlaAttn):
         return desc(sb + kk * 2 * self.RG + wg * self.NI * 128, self.RG, 128)
 
     @cute.jit
-    def scores(self, S, dq, sb):
-        """Issue S = Q K^T over the tile at shared address sb (C / 16 wgmma, committed as one
-        group; not waited for)."""
+    def scores(self, S, dq, sb, n: cutlass.Constexpr = 32):
+        """Issue S = Q K^T over the 2 n tile rows from shared address sb (C / 16 wgmma m64n(2 n),
+        committed as one group; not waited for)."""
         dk = self.k_desc(sb)
-        for e in cutlass.range_constexpr(32):
+        for e in cutlass.range_constexpr(n):
             S[e] = Float32(0.0)
         wgmma_fence()
         for j in cutlass.range_constexpr(self.md.C // 16):
-            r = wgmma_bf16_ss([S[e] for e in range(32)], dq + self.k_step(j), dk + self.k_step(j))
-            for e in cutlass.range_constexpr(32):
+            acc = []
+            for e in cutlass.range_constexpr(n):
+                acc.append(S[e])
+            r = wgmma_bf16_ss(acc, dq + self.k_step(j), dk + self.k_step(j))
+            for e in cutlass.range_constexpr(n):
                 S[e] = r[e]
         wgmma_commit()
 
@@ -270,23 +281,18 @@ class MlaAttnWG(MlaAttn):
         m_lo = ML[0]
         m_hi = ML[1]
         mx_lo, mx_hi = masked_max(S, S, 32, rb, end, tq, scale)
-        mn_lo = cutlass.max(m_lo, mx_lo)
-        mn_hi = cutlass.max(m_hi, mx_hi)
-        a_lo = cute.math.exp(m_lo - mn_lo)
-        a_hi = cute.math.exp(m_hi - mn_hi)
-        l_lo, l_hi = exp_sum(S, 32, mn_lo, mn_hi, ML[2] * a_lo, ML[3] * a_hi)
-        rescale(O, self.NI, a_lo, a_hi)
+        self.update_ml(S, 32, O, ML, m_lo, m_hi, mx_lo, mx_hi)
+        for w in cutlass.range_constexpr(16):
+            P[w], P[16 + w] = hi_lo(S[2 * w], S[2 * w + 1])
+
+    @cute.jit
+    def update_ml(self, z, n: cutlass.Constexpr, O, ML, m_lo, m_hi, mx_lo, mx_hi):
+        """mla_softmax.update on the split's state ML (m_lo, m_hi, l_lo, l_hi)."""
+        mn_lo, mn_hi, l_lo, l_hi = update(z, n, O, self.NI, m_lo, m_hi, ML[2], ML[3], mx_lo, mx_hi)
         ML[0] = mn_lo
         ML[1] = mn_hi
         ML[2] = l_lo
         ML[3] = l_hi
-        for w in cutlass.range_constexpr(16):
-            x0 = S[2 * w]
-            x1 = S[2 * w + 1]
-            h0 = x0.to(BFloat16).to(Float32)
-            h1 = x1.to(BFloat16).to(Float32)
-            P[w] = pack_bf16x2(h0, h1)
-            P[16 + w] = pack_bf16x2(x0 - h0, x1 - h1)
 
     @cute.jit
     def values(self, O, P, sb, wg):

@@ -4,7 +4,8 @@ two heads, lo and hi (the C fragment's rows g and g + 8), element e of its n bei
 e % 4 < 2, else hi, at cache row rb + 8 (e // 4) + 2 tq + e % 2; the four lanes of a quad hold
 all of a head's row of the tile. The split's state (m, l, the un-normalised output) is the
 caller's; these are the two passes over the tile between which it rescales."""
-from megakernel.device import cute, cutlass, Float32
+from megakernel.device import cute, cutlass, BFloat16, Float32
+from megakernel.ptx import pack_bf16x2
 
 
 @cute.jit
@@ -40,6 +41,29 @@ def exp_sum(z, n: cutlass.Constexpr, mn_lo, mn_hi, l_lo, l_hi):
             z[e] = cute.math.exp(z[e] - mn_hi)
             l_hi = l_hi + z[e]
     return l_lo, l_hi
+
+
+@cute.jit
+def update(z, n: cutlass.Constexpr, O, nb: cutlass.Constexpr, m_lo, m_hi, l_lo, l_hi, mx_lo, mx_hi):
+    """The step after a tile's maxima (mx_lo, mx_hi): the new maxima m, the correction
+    a = exp(m_old - m), z[e] = exp(z[e] - m) summed into l (times a), O times a (its P V must be
+    complete). Returns the new (m_lo, m_hi, l_lo, l_hi)."""
+    mn_lo = cutlass.max(m_lo, mx_lo)
+    mn_hi = cutlass.max(m_hi, mx_hi)
+    a_lo = cute.math.exp(m_lo - mn_lo)
+    a_hi = cute.math.exp(m_hi - mn_hi)
+    l_lo, l_hi = exp_sum(z, n, mn_lo, mn_hi, l_lo * a_lo, l_hi * a_hi)
+    rescale(O, nb, a_lo, a_hi)
+    return mn_lo, mn_hi, l_lo, l_hi
+
+
+@cute.jit
+def hi_lo(x0, x1):
+    """Two probabilities as a bf16x2 A-fragment register pair: (their bf16 roundings, what those
+    leave): ~16 bits of each p through two bf16 products (the spec's f32 softmax)."""
+    h0 = x0.to(BFloat16).to(Float32)
+    h1 = x1.to(BFloat16).to(Float32)
+    return pack_bf16x2(h0, h1), pack_bf16x2(x0 - h0, x1 - h1)
 
 
 @cute.jit

@@ -125,6 +125,20 @@ def lat_merge_rows(T, L, codes):
     return {c: out[key[c]] for c in codes}, {c: same[key[c]] for c in codes}
 
 
+def table(title, rows, measure, variants, label) -> bool:
+    """One block of rows (batch x cache length): each variant's us and whether its bits equal
+    the yardstick's; the title only when there are rows. Returns: every variant's bits equal."""
+    ok = True
+    if rows:
+        print(title)
+    for T, L in rows:
+        us, same = measure(T, L, variants)
+        ok &= all(same.values())
+        print(f"  T={T:3d} L={L:6d} " + " ".join(f"{label(v)}: {us[v]:8.1f} {'y' if same[v] else 'n'}"
+                                                 for v in variants), flush=True)
+    return ok
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_attn", description=__doc__.splitlines()[0])
     p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head)")
@@ -174,26 +188,12 @@ def main(argv=None) -> int:
         print(f"  T={T:3d} " + " ".join(f"split {sp}: {us[sp]:7.1f} {'y' if same[sp] else 'n'}"
                                       for sp in splits) + ("" if fla is None else f" | FLA {fla:.1f}"),
               flush=True)
-    print("mla_attn us (bits equal to the default: y/n)")
-    for T, L in (mla if hgs else []):
-        us, same = mla_rows(T, L, hgs)
-        ok &= all(same.values())
-        print(f"  T={T:3d} L={L:6d} " + " ".join(f"hg {hg}: {us[hg]:8.1f} {'y' if same[hg] else 'n'}"
-                                                 for hg in hgs), flush=True)
-    if merges:
-        print(f"mla_merge us (bits equal to {merges[0][0]}x{merges[0][1]}: y/n)")
-    for T, L in (mrows if merges else []):
-        us, same = merge_rows(T, L, merges)
-        ok &= all(same.values())
-        print(f"  T={T:3d} L={L:6d} " + " ".join(f"{v[0]}x{v[1]}: {us[v]:7.1f} {'y' if same[v] else 'n'}"
-                                                 for v in merges), flush=True)
-    if lats:
-        print(f"mla_merge, lat only, us (bits equal to {lats[0]}: y/n)")
-    for T, L in (lrows if lats else []):
-        us, same = lat_merge_rows(T, L, lats)
-        ok &= all(same.values())
-        print(f"  T={T:3d} L={L:6d} " + " ".join(f"{c}: {us[c]:7.1f} {'y' if same[c] else 'n'}"
-                                                 for c in lats), flush=True)
+    ok &= table("mla_attn us (bits equal to the default: y/n)", mla if hgs else [], mla_rows,
+                hgs, lambda hg: f"hg {hg}")
+    ok &= table(f"mla_merge us (bits equal to {'x'.join(map(str, merges[0])) if merges else ''}: y/n)",
+                mrows if merges else [], merge_rows, merges, lambda v: f"{v[0]}x{v[1]}")
+    ok &= table(f"mla_merge, lat only, us (bits equal to {lats[0] if lats else ''}: y/n)",
+                lrows if lats else [], lat_merge_rows, lats, str)
     print("bits equal across every variant:", "ok" if ok else "FAILED")
     return 0 if ok else 1
 

@@ -310,6 +310,32 @@ def test_mla_attention_wgmma_images_feed_each_operand_its_element():
                         assert image[at] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)
 
 
+def swz(a):
+    """PTX's 128-byte swizzle of an address formed unswizzled (the image 1024-byte aligned):
+    bits 4-6 XORed with bits 7-9."""
+    return a ^ (((a >> 7) & 7) << 4)
+
+
+def sw128_image(C):
+    """byte -> (row, element) of a 64-row tile image as TMA writes it (k_mla_attn_tma.py): row
+    r's 16-byte chunk cc at (cc // 8) 8192 + r 128 + (cc % 8 ^ r % 8) 16."""
+    image = {}
+    for r in range(64):
+        for cc in range(C // 8):
+            for e in range(8):
+                at = (cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (r % 8)) * 16 + 2 * e
+                assert at not in image
+                image[at] = (r, 8 * cc + e)
+    return image
+
+
+def v_at(kk, w, NV, k, n):
+    """The byte P V's step kk of warpgroup w reads for element (k, n) of V: the N-major SW128
+    layout (start kk 2048 + w NV 128, LBO 8192, SBO 1024)."""
+    return swz(kk * 2048 + w * NV * 128 + 2 * (n % 8) + 16 * ((n // 8) % 8) + (n // 64) * 8192
+               + (k % 8) * 128 + (k // 8) * 1024)
+
+
 def test_mla_attention_tma_swizzled_image_feeds_each_operand_its_element():
     """k_mla_attn_tma.py: row r's 16-byte chunk cc (elements 8 cc .. 8 cc + 7) sits at byte
     (cc // 8) 8192 + r 128 + (cc % 8 ^ r % 8) 16 of an image (what TMA writes with the 128-byte
@@ -322,18 +348,9 @@ def test_mla_attention_tma_swizzled_image_feeds_each_operand_its_element():
     + (j // 4) 8192 + (j % 4) 32, SBO 1024) must find element 16 j + k of row m in the query and
     the tile alike; P V's step kk of warpgroup w (start + kk 2048 + w (R / 2) 128, LBO 8192, SBO
     1024) tile row 16 kk + k's latent column w R / 2 + n."""
-    def swz(a):
-        return a ^ (((a >> 7) & 7) << 4)
-
     for C, R in ((576, 512), (192, 128)):
-        CC, NV = C // 8, R // 2
-        image = {}
-        for r in range(64):
-            for cc in range(CC):
-                for e in range(8):
-                    at = (cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (r % 8)) * 16 + 2 * e
-                    assert at not in image
-                    image[at] = (r, 8 * cc + e)
+        NV = R // 2
+        image = sw128_image(C)
         assert len(image) == 64 * C and max(image) < 64 * C * 2
         for j in range(C // 16):
             start = (j // 4) * 8192 + (j % 4) * 32
@@ -343,16 +360,13 @@ def test_mla_attention_tma_swizzled_image_feeds_each_operand_its_element():
                     assert image[at] == (m, 16 * j + k), (C, j, m, k)
         for w in range(2):
             for kk in range(4):
-                start = kk * 2048 + w * NV * 128
                 for k in range(16):
                     for n in range(NV):
-                        at = swz(start + 2 * (n % 8) + 16 * ((n // 8) % 8) + (n // 64) * 8192
-                                 + (k % 8) * 128 + (k // 8) * 1024)
-                        assert image[at] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)
+                        assert image[v_at(kk, w, NV, k, n)] == (16 * kk + k, w * NV + n), (C, w, kk, k, n)
 
 
 def test_mla_attention_split_halves_feed_the_whole_tiles_operands():
-    """k_mla_attn_tma.py's body_split: warpgroup w's scores (m64n32) read the image at start +
+    """k_mla_attn_tma.py's split scores: warpgroup w's scores (m64n32) read the image at start +
     4096 w, which must find tile rows 32 w .. 32 w + 31 (element 16 j + k) with the swizzle of
     the test above; V's descriptors never reach the tile's last 64-column block (the rope block
     warpgroup 1's P overwrites), while the scores do read it. Then the exchange: thread X of
@@ -361,16 +375,9 @@ def test_mla_attention_split_halves_feed_the_whole_tiles_operands():
     2) at c 2048 + 16 X of its warpgroup's buffer, and back into P[8 w + 4 (c % 2) + k (+ 16 for
     lo)] of both warpgroups' thread X: which must be the P a whole-tile softmax holds there
     (P[x] = pack(S[2 x], S[2 x + 1]) of the m64n64 fragment; hi x < 16, lo the same pairs)."""
-    def swz(a):
-        return a ^ (((a >> 7) & 7) << 4)
-
     for C, R in ((576, 512), (192, 128)):
-        CC, NV = C // 8, R // 2
-        image = {}
-        for r in range(64):
-            for cc in range(CC):
-                for e in range(8):
-                    image[(cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (r % 8)) * 16 + 2 * e] = (r, 8 * cc + e)
+        NV = R // 2
+        image = sw128_image(C)
         rope = (C // 64 - 1) * 8192
         assert all(col >= R for at, (_, col) in image.items() if at >= rope)
         for w in range(2):
@@ -381,12 +388,9 @@ def test_mla_attention_split_halves_feed_the_whole_tiles_operands():
                         at = swz(start + (n // 8) * 1024 + (n % 8) * 128 + 2 * k)
                         assert image[at] == (32 * w + n, 16 * j + k), (C, w, j, n, k)
             for kk in range(4):
-                start = kk * 2048 + w * NV * 128
                 for k in range(16):
                     for n in range(NV):
-                        at = swz(start + 2 * (n % 8) + 16 * ((n // 8) % 8) + (n // 64) * 8192
-                                 + (k % 8) * 128 + (k // 8) * 1024)
-                        assert at < rope, (C, w, kk, k, n)
+                        assert v_at(kk, w, NV, k, n) < rope, (C, w, kk, k, n)
 
     def s_full(X, e):            # the m64n64 fragment: element e of thread X -> (head, row)
         return (16 * (X // 32) + X % 32 // 4 + 8 * (e % 4 >= 2), 8 * (e // 4) + 2 * (X % 4) + e % 2)

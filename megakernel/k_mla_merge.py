@@ -50,6 +50,13 @@ class MlaMerge:
         assert vec >= 1 and unroll >= 1, (vec, unroll)
         self.md, self.TT, self.VQ, self.value, self.vec, self.unroll = md, TT, VQ, value, vec, unroll
 
+    def ctas(self, T: int) -> int:
+        """The launch's CTAs at batch T (the grid of __call__; experimental/layer_graph.py plans a
+        task for each)."""
+        if not self.value:
+            return T * -(-self.md.H * self.md.R // 4 // self.vec)
+        return -(-T // self.TT) * self.md.H * self.VQ
+
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)

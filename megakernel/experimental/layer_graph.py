@@ -69,7 +69,7 @@ def _mla(g, md, T, NS):
         g.add(Stage("mla_absorb", md.H * absorb.ctas * -(-T // absorb.TT), CRIT, (Dep("mla_qb"),)))
     g.add(Stage("mla_attn", T * attn.groups * NS, CRIT, (Dep("mla_absorb"), Dep("mla_norm"))))
     merge = (Dep("mla_attn"),) if mma else (Dep("mla_attn"), Dep("mla_g"))
-    g.add(Stage("mla_merge", -(-T // mv["TT"]) * md.H * mv["VQ"], CRIT, merge))
+    g.add(Stage("mla_merge", registry.KERNELS["mla_merge"](md, **mv).ctas(T), CRIT, merge))
     last = "mla_merge"
     if mma:
         uv = k_mla_heads.MlaValueMMA(md, **k_mla_heads.variant("mla_uv", T))

@@ -35,7 +35,7 @@ from megakernel.kernel_args import Args, declare
 from megakernel.k_mla_attn_wg import (HM, SMEM_MAX, SMS, TR, WAVES, MlaAttnWG, fits as wg_fits,
                                        quad_sums)
 from megakernel.mla_softmax import hi_lo, masked_max
-from megakernel.ptx import (cp_async_16, ld_shared_f32, ld_shared_v4, proxy_fence_shared,
+from megakernel.ptx import (ld_shared_f32, ld_shared_v4, proxy_fence_shared,
                             st_shared_f32, st_shared_v4_u32, wgmma_wait)
 
 SW128 = 1 << 62          # a wgmma descriptor's layout type: 128-byte swizzle
@@ -93,8 +93,9 @@ class MlaAttnTMA(MlaAttnWG):
     def body_tma(self, q, ql, kv_cache, lens, pm, pl, pa, T, Lcap, NS, atom, tkv, t, g, z):
         """k_mla_attn_wg.py's body (one CTA barrier a tile), tiles by TMA where whole, the scores
         split: warpgroup w scores tile rows 32 w .. 32 w + 31 only (S = Q K^T, m64n32), the two
-        exchange their row maxima through shared memory (max is exact: every P the one of the whole-tile softmax), then their
-        halves of P (hi and lo, 8 KB each: warpgroup 0's in a buffer of its own, warpgroup 1's
+        exchange their row maxima through shared memory (max is exact: every P the one of the
+        whole-tile softmax), then their halves of P (hi and lo, 8 KB each: warpgroup 0's in a
+        buffer of its own, warpgroup 1's
         over the tile's rope columns, which only the scores read); each P V then runs over all
         64 rows as before. Half the score products and half the softmax per warpgroup; l (a
         lane's running sum over its rows) is summed per warpgroup and the two added at the
@@ -273,30 +274,8 @@ class MlaAttnTMA(MlaAttnWG):
         step), warpgroup wg's columns from block wg NV / 64 (LBO 8 KB: the next 64 columns)."""
         return desc_sw(sb + kk * 2048 + wg * self.NV * 128, 8192, 1024)
 
-    @cute.jit
-    def stage_query(self, qb, qlb, sq, t, g, i):
-        """The group's query [ql | q_pe] by cp.async into the SW128 image (k_mla_attn_wg.py's
-        units; head row hr, chunk cc at (cc / 8) 8 KB + hr 128 + (cc % 8 ^ hr % 8) 16)."""
-        md = self.md
-        H, R, NP, CC = md.H, md.R, md.NP, self.CC
-        Qw = NP + md.RP
-        for u in cutlass.range(i, HM * CC, 256):
-            cc = (u // 8) % CC
-            hr = 8 * (u // (8 * CC)) + u % 8
-            h = cutlass.min(g * HM + hr, H - 1)
-            src = qlb + (Int64(t) * Int64(H) + Int64(h)) * Int64(2 * R) + Int64(16 * cc)
-            if cc >= R // 8:
-                src = (qb + ((Int64(t) * Int64(H) + Int64(h)) * Int64(Qw) + Int64(NP)) * Int64(2)
-                       + Int64(16 * (cc - R // 8)))
-            cp_async_16(sq + (cc // 8) * 8192 + hr * 128 + ((cc % 8) ^ (u % 8)) * 16, src)
-
-    @cute.jit
-    def issue_clamped(self, kvb, st, t, Lcap, start, end, tile, bufno, i):
-        """A partial tile by cp.async into the SW128 image (rows past `end` repeat row end - 1)."""
-        C, CC = self.md.C, self.CC
-        for u in cutlass.range(i, TR * CC, 256):
-            r = 8 * (u // (8 * CC)) + u % 8
-            cc = (u // 8) % CC
-            row = Int64(t) * Int64(Lcap) + Int64(cutlass.min(start + TR * tile + r, end - 1))
-            cp_async_16(st + bufno * self.TB + (cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (u % 8)) * 16,
-                        kvb + row * Int64(2 * C) + Int64(16 * cc))
+    def unit_at(self, base, u, r, cc):
+        """Unit u (row r's chunk cc, r % 8 = u % 8) of the SW128 image at base: (cc / 8) 8 KB +
+        r 128 + (cc % 8 ^ r % 8) 16 (the query and partial tiles by cp.async, where TMA would
+        write them)."""
+        return base + (cc // 8) * 8192 + r * 128 + ((cc % 8) ^ (u % 8)) * 16

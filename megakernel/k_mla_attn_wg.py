@@ -320,12 +320,13 @@ class MlaAttnWG(MlaAttn):
         Qw = NP + md.RP
         for u in cutlass.range(i, HM * CC, 256):
             cc = (u // 8) % CC
-            h = cutlass.min(g * HM + 8 * (u // (8 * CC)) + u % 8, H - 1)
+            hr = 8 * (u // (8 * CC)) + u % 8
+            h = cutlass.min(g * HM + hr, H - 1)
             src = qlb + (Int64(t) * Int64(H) + Int64(h)) * Int64(2 * R) + Int64(16 * cc)
             if cc >= R // 8:
                 src = (qb + ((Int64(t) * Int64(H) + Int64(h)) * Int64(Qw) + Int64(NP)) * Int64(2)
                        + Int64(16 * (cc - R // 8)))
-            cp_async_16(sq + 16 * u, src)
+            cp_async_16(self.unit_at(sq, u, hr, cc), src)
 
     @cute.jit
     def issue(self, kvb, st, t, Lcap, start, end, tile, bufno, i):
@@ -364,4 +365,11 @@ class MlaAttnWG(MlaAttn):
             r = 8 * (u // (8 * CC)) + u % 8
             cc = (u // 8) % CC
             row = Int64(t) * Int64(Lcap) + Int64(cutlass.min(start + TR * tile + r, end - 1))
-            cp_async_16(st + bufno * self.TB + 16 * u, kvb + row * Int64(2 * C) + Int64(16 * cc))
+            cp_async_16(self.unit_at(st + bufno * self.TB, u, r, cc),
+                        kvb + row * Int64(2 * C) + Int64(16 * cc))
+
+    def unit_at(self, base, u, r, cc):
+        """The shared address of 16-byte unit u (row r's chunk cc) of an image (the query or a
+        tile) at base: the no-swizzle layout's units in order (k_mla_attn_tma.py's swizzled
+        image overrides it)."""
+        return base + 16 * u

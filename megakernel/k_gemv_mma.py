@@ -56,7 +56,7 @@ class GemvMMA(GemvLaunch):
 
     def __init__(self, N: int, K: int, NTT: int, out_bf16: bool, U: int = 2, ldx: int = 0,
                  RT: int = 4, KS: int = 1, MT: int = 1, PF: int = 0, coherent: bool = False,
-                 threads: int = 0, PIPE: int = 0, ldy: int = 0, WG: int = 0):
+                 threads: int = 0, PIPE: int = 0, ldy: int = 0, WG: int = 0, lean: int = 0):
         """NTT: token tiles of 8 per pass (a compile-time width; any T runs, in passes); U: K
         blocks whose weight loads are issued together; RT x KS warps per CTA (row tiles x K
         splits; KS is lowered to a power of two dividing the block count: a function of the
@@ -67,10 +67,13 @@ class GemvMMA(GemvLaunch):
         loads issued before the current U blocks' mma (the same sums in the same order: the
         same bits; measured: faster at batch <= 8, slower at 64, docs/megakernel-notes.md);
         WG = 1: wgmma instead of mma.sync (the module docstring, "wgmma"; RT a multiple of
-        4, MT = 1, PIPE = 0)."""
+        4, MT = 1, PIPE = 0); lean = 1: the mma.sync K loop kept rolled (`nounroll`), for
+        the persistent launch's tasks at its 80-register cap, where ptxas's own unrolling
+        hoists later blocks' loads ahead and spills them (tools/persistent_regs.py); the
+        same sums."""
         assert K % 32 == 0 and (ldx or K) % 8 == 0 and (ldy or N) >= N
         self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
-        self.MT, self.PF, self.coherent, self.PIPE = MT, PF, coherent, PIPE
+        self.MT, self.PF, self.coherent, self.PIPE, self.lean = MT, PF, coherent, PIPE, lean
         self.ldx, self.ldy = ldx or K, ldy or N
         self.ydt = BFloat16 if out_bf16 else Float32
         self.BK = 64 if K % 64 == 0 else 32
@@ -270,7 +273,7 @@ class GemvMMA(GemvLaunch):
                 # buffer 0 holds the even groups, buffer 1 the odd ones; each group's loads are
                 # issued while the group before it is multiplied
                 self.load(Ar, 0, wad, 0, U)
-                for it2 in cutlass.range(NG // 2):
+                for it2 in cutlass.range(NG // 2, unroll=self.lean):
                     g0 = 2 * it2
                     self.load(Ar, SZ, wad, (g0 + 1) * U, U)
                     self.mma(Ar, 0, acc, xad, g0 * U, U, t0, T)
@@ -280,7 +283,7 @@ class GemvMMA(GemvLaunch):
                 if cutlass.const_expr(NG % 2 == 1):
                     self.mma(Ar, 0, acc, xad, (NG - 1) * U, U, t0, T)
             else:
-                for it in cutlass.range(NG):
+                for it in cutlass.range(NG, unroll=self.lean):
                     self.load(Ar, 0, wad, it * U, U)
                     self.mma(Ar, 0, acc, xad, it * U, U, t0, T)
             if cutlass.const_expr(NBW % U != 0):

@@ -66,9 +66,9 @@ def tile_layout(rows: int, cols: int):
 class MlaAttnTMA(MlaAttnWG):
     KERNEL_EXTRA = ("tma_atom", "tma_kv")
 
-    def __init__(self, md, ch: int = 512):
+    def __init__(self, md, ch: int = 512, remat: bool = False):
         assert fits(md), "mla_attn_tma: dims or arch it does not take (fits)"
-        super().__init__(md, ch)
+        super().__init__(md, ch, remat)
 
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)

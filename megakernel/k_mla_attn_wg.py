@@ -44,7 +44,7 @@ from megakernel.kernel_args import Args, declare
 from megakernel.k_gemv_mma import wgmma_arch
 from megakernel.k_mla_attn import CH_SHORT, SHORT, MlaAttn
 from megakernel.mla_softmax import hi_lo, masked_max, update
-from megakernel.ptx import (cp_async_16, proxy_fence_shared, st_global_v2_f32,
+from megakernel.ptx import (cp_async_16, opaque_u64, proxy_fence_shared, st_global_v2_f32,
                             wgmma_bf16_rs, wgmma_bf16_ss, wgmma_commit, wgmma_fence, wgmma_wait)
 
 HM = 64         # heads per CTA: wgmma's M
@@ -85,12 +85,17 @@ def quad_sums(ML):
 
 @declare
 class MlaAttnWG(MlaAttn):
-    def __init__(self, md, ch: int = CH_LONG):
+    def __init__(self, md, ch: int = CH_LONG, remat: bool = False):
         """ch: rows per split past SHORT (a tool may time others; the step's NS follows
-        split_rows in k_mla_attn_mma.py)."""
+        split_rows in k_mla_attn_mma.py). remat: the query's C / 16 k-step descriptors
+        recomputed in each tile's scores (ptx.opaque_u64 keeps them in the loop); left to the
+        compiler they are computed before the tile loop and held, and at the 255-register cap
+        the TMA kernel spills some and reloads them every tile (21 local loads and 3 stores in
+        its tile loop, against 11 and 1: ptxas and cuobjdump on the CPU, fifteenth session; not
+        yet timed). The same products: the same bits."""
         assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
         assert ch % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
-        self.ch = ch
+        self.ch, self.remat = ch, remat
         self.fast = md.C % 32 == 0                        # TR * C / 8 units: whole rounds of 256
         self.md = md
         self.hg = 8                               # warps: two warpgroups
@@ -260,6 +265,8 @@ class MlaAttnWG(MlaAttn):
         """Issue S = Q K^T over the 2 n tile rows from shared address sb (C / 16 wgmma m64n(2 n),
         committed as one group; not waited for)."""
         dk = self.k_desc(sb)
+        if cutlass.const_expr(self.remat):
+            dq = opaque_u64(dq)
         for e in cutlass.range_constexpr(n):
             S[e] = Float32(0.0)
         wgmma_fence()

@@ -262,3 +262,12 @@ def wgmma_bf16_ss(acc: list, desc_a, desc_b, *, loc=None, ip=None):
     cons = ",".join(["=f"] * n + ["l", "l", "r"] + [str(i) for i in range(n)]) + ",~{memory}"
     r = asm_op(n, T.f32(), args, asm, cons, loc, ip, side=True)
     return [Float32(x) for x in r]
+
+
+@dsl_user_op
+def opaque_u64(v, *, loc=None, ip=None):
+    """v unchanged, through a side-effecting move the compiler cannot look through: what is
+    computed from it after this point stays after it (not hoisted out of the loop it is in)."""
+    r = asm_op(1, T.i64(), [Int64(v).ir_value(loc=loc, ip=ip)], "mov.b64 $0, $1;", "=l,l",
+               loc, ip, side=True)
+    return Int64(r)

@@ -8,16 +8,23 @@ other bodies compiled out), this compiles the PTX in a child process (CUTE_DSL_K
 cache off) and prints what `ptxas -arch=<arch> -v` reports: registers and spill bytes. Needs
 `ptxas` on PATH (CUDA's, as on the CPU and GPU machines). Issue 16 asks for tasks that fit the
 register budget without spilling; this table says which do not.
+
+Spill bytes count every spill instruction once, wherever it is; what costs time is a spill inside
+a hot loop, run once per K block. `--loops` (needs `cuobjdump`: CUDA's, or the copy Triton ships)
+also disassembles the kernel and counts the local-memory stores and loads (STL / LDL) inside its
+innermost loops that hold tensor-core instructions (HMMA, or the cp.async of the expert ring):
+the GEMV and expert bodies' K loops (tools/spills.py's `loop_spills`, which tabulates every
+kernel of a PTX dump the same way).
 """
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 from megakernel import config
+from megakernel.tools.spills import cuobjdump, loop_spills, parse_ptxas
 
 CHILD = """
 from megakernel import cache, config, gemv
@@ -27,22 +34,11 @@ persist = config.Persist(mma_gemv={mma_gemv!r})
 cache.compile_kernel("persistent", dm, fmt={fmt!r}, forced=False, T1={t1}, persist=persist,
                      gemv_mma=gemv.moe_mma(config.current().gemv.mma), only={only!r})
 """
-_REGS = re.compile(r"Used (\d+) registers")
-_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 
-def parse_ptxas(text):
-    """(registers, spill store bytes, spill load bytes) from `ptxas -v` output; ValueError if
-    it has no register line."""
-    r = _REGS.search(text)
-    if r is None:
-        raise ValueError("ptxas -v printed no register count")
-    s = _SPILL.search(text)
-    return int(r.group(1)), int(s.group(1)) if s else 0, int(s.group(2)) if s else 0
-
-
-def measure(dims, fmt, t1, only, arch, mma_gemv=()):
-    """ptxas's (registers, spill stores, spill loads) for one variant."""
+def measure(dims, fmt, t1, only, arch, mma_gemv=(), loops=False):
+    """ptxas's (registers, spill stores, spill loads) for one variant; with loops=True also
+    loop_spills of its SASS (a fourth item)."""
     with tempfile.TemporaryDirectory() as d:
         # the child imports this very tree (not whatever an editable install points at)
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -61,7 +57,14 @@ def measure(dims, fmt, t1, only, arch, mma_gemv=()):
                            timeout=900)
         if p.returncode:
             raise RuntimeError(f"ptxas failed: {p.stderr.strip().splitlines()[-1:]}")
-        return parse_ptxas(p.stdout + p.stderr)
+        res = parse_ptxas(p.stdout + p.stderr)
+        if not loops:
+            return res
+        o = subprocess.run([cuobjdump(), "-sass", os.path.join(d, "k.cubin")],
+                           capture_output=True, text=True, timeout=900)
+        if o.returncode:
+            raise RuntimeError(f"cuobjdump failed: {o.stderr.strip().splitlines()[-1:]}")
+        return res + (loop_spills(o.stdout),)
 
 
 def main(argv=None) -> int:
@@ -72,6 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="bf16,mxfp4")
     ap.add_argument("--classes", default="1", help="batch classes: 1 and/or many (T > 1)")
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--loops", action="store_true",
+                    help="also the spill instructions inside the hot innermost loops (cuobjdump)")
     ap.add_argument("--mma-gemv", default="",
                     help="knobs over its tensor-core GEMVs, e.g. PIPE=0,U=1 (config.Persist; never KS)")
     a = ap.parse_args(argv)
@@ -89,20 +94,28 @@ def main(argv=None) -> int:
     if shutil.which("ptxas") is None:
         print("persistent_regs: needs ptxas on PATH (CUDA's)", file=sys.stderr)
         return 2
+    if a.loops and cuobjdump() is None:
+        print("persistent_regs: --loops needs cuobjdump (CUDA's, or Triton's copy)",
+              file=sys.stderr)
+        return 2
     rows = [("whole kernel", ())] + [("scheduler alone", (-1,))] + [
         (f"{name} alone", (st,)) for st, name in enumerate(P.STAGES)]
     print(f"ptxas -arch={a.arch} -v, {a.dims} dims{', ' + a.mma_gemv if a.mma_gemv else ''}: registers / "
-          "spill store bytes / spill load bytes (cap 80: 256 threads, 3 CTAs per SM)")
+          "spill store bytes / spill load bytes (cap 80: 256 threads, 3 CTAs per SM)"
+          + ("; hot innermost loops: count, STL / LDL per pass of each" if a.loops else ""))
     for fmt in fmts:
         for c in classes:
             print(f"{fmt}, batch {'1' if c == '1' else '> 1'}")
             for label, only in rows:
                 try:
-                    regs, st, ld = measure(a.dims, fmt, c == "1", only, a.arch, mma_gemv)
+                    m = measure(a.dims, fmt, c == "1", only, a.arch, mma_gemv, a.loops)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     print(f"persistent_regs: {label}: {e}", file=sys.stderr)
                     return 1
-                print(f"  {label:22s} {regs:4d} {st:6d} {ld:6d}", flush=True)
+                hot = ""
+                if a.loops:
+                    hot = f"  {len(m[3]):2d}: " + " ".join(f"{s}/{l}" for _, _, _, s, l in m[3])
+                print(f"  {label:22s} {m[0]:4d} {m[1]:6d} {m[2]:6d}{hot}", flush=True)
     return 0
 
 

@@ -8,6 +8,7 @@ of 5. Writes $OUT/persistent.txt.
 """
 import argparse
 import copy
+from dataclasses import replace
 
 import torch
 
@@ -16,11 +17,17 @@ from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 from megakernel.plan import Order
 
-# (label, plan.Order, CTAs per SM; 0 = what the kernel is built for, config.Persist.ctas)
+# (label, plan.Order, CTAs per SM; 0 = what the kernel is built for, config.Persist.ctas[, the
+# build: config.Persist fields over the settings' own])
 SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             ("nobackfill", Order(backfill=1.0), 0), ("backfill0", Order(backfill=0.0), 0),
             ("gemv2", Order(gemv_tiles=2), 0), ("groups8", Order(groups=8), 0),
-            ("groups32", Order(groups=32), 0), ("2/SM", Order(), 2)]
+            ("groups32", Order(groups=32), 0), ("2/SM", Order(), 2),
+            # the tensor-core GEMV tasks with one K block per buffer and their K loop rolled: no
+            # spill in any GEMV task's K loop at batch 1 (against up to 17 stores and 23 loads
+            # a pass, MXFP4), 7-15 loads at batch > 1 against up to 69 (tools/persistent_regs.py
+            # --loops, CPU; fifteenth session). Not yet timed.
+            ("lean", Order(), 0, dict(mma_gemv=(("U", 1), ("lean", 1))))]
 
 
 def main(argv=None):
@@ -47,7 +54,8 @@ def main(argv=None):
             xs = [torch.randn(T, FULL.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
             R = 20 if T == 1 else 8
             cells = [graph_us([fork], xs, R)]
-            for label, order, cps in chosen:
+            for label, order, cps, *build in chosen:
+                one.settings = _built(fork.settings, *build)
                 one.order, one.ctas_per_sm = order, cps or one.settings.moe.persist.ctas
                 for x in xs[:2]:
                     sf, so = fork.launch(x), one.launch(x)
@@ -60,6 +68,14 @@ def main(argv=None):
                                               for i, c in enumerate(cells)))
         del fork, one
         torch.cuda.empty_cache()
+
+
+def _built(settings, persist=None):
+    """settings with the persistent launch's build (config.Persist) fields `persist` laid over."""
+    if not persist:
+        return settings
+    return replace(settings, moe=replace(settings.moe, persist=replace(settings.moe.persist,
+                                                                       **persist)))
 
 
 def trace_main(a):

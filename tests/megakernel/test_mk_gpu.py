@@ -194,6 +194,31 @@ def test_persistent_launch_equals_eleven_launches(fmt, T):
     assert int(one._sync.abs().sum()) == 0, "counters not reset by the last CTA"
 
 
+@pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
+@pytest.mark.parametrize("T", [1, 73])
+def test_persistent_lean_build_equals_eleven_launches(fmt, T):
+    """The one launch built with lean tensor-core GEMV tasks (config.Persist.mma_gemv: U = 1,
+    the K loop rolled; tune_persistent's `lean`) computes the 11-launch step's bits, natural
+    and forced routing, launch after launch."""
+    from dataclasses import replace
+    from megakernel import config
+    s = config.current()
+    lean = replace(s, moe=replace(s.moe, persist=replace(
+        s.moe.persist, mma_gemv=(("U", 1), ("lean", 1)))))
+    w = weights(fmt)
+    ref = LatentMoE(SMALL, w, DEV, streams="serial")
+    one = LatentMoE(SMALL, w, DEV, streams="persistent", settings=lean)
+    x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
+    forced = torch.randint(-1, SMALL.E, (T, SMALL.k), device=DEV)
+    for f in (None, forced):
+        want = snapshot(ref, ref.launch(x, forced_ids=f), T)
+        for _ in range(2):
+            got = snapshot(one, one.launch(x, forced_ids=f), T)
+            for n in want:
+                assert torch.equal(got[n], want[n]), n
+    one.check_persistent()
+
+
 @pytest.mark.parametrize("stage,queue,counter", [("COMBINE", "routed", "expert_down"),
                                                   ("OUT_SHARED", "shared", "shared_act")])
 def test_persistent_watchdog_names_a_broken_wait(stage, queue, counter):

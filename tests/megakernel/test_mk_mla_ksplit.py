@@ -38,7 +38,7 @@ def test_ksplit_builds_without_spilling(variant, arch, tmp_path):
     assert ("st.shared.v4.f32" in text) == ("ksplit=False" not in variant)     # the partials' exchange
     if shutil.which("ptxas") is None:
         pytest.skip("no ptxas here to count spills")
-    from megakernel.tools.persistent_regs import parse_ptxas
+    from megakernel.tools.spills import parse_ptxas
     p = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True, timeout=600)
     regs, st, ld = parse_ptxas(p.stdout + p.stderr)
@@ -65,7 +65,7 @@ def test_wgmma_attention_builds_with_its_measured_spill(tmp_path):
     assert text.count("wgmma.mma_async.sync.aligned.m64n256k16") == 8
     if shutil.which("ptxas") is None:
         pytest.skip("no ptxas here to count spills")
-    from megakernel.tools.persistent_regs import parse_ptxas
+    from megakernel.tools.spills import parse_ptxas
     p = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
                        capture_output=True, text=True, timeout=600)
     regs, st, ld = parse_ptxas(p.stdout + p.stderr)
@@ -94,3 +94,41 @@ def test_merged_partials_are_the_softmax():
     assert torch.allclose(merged(pm, pl, pa), want, rtol=1e-12, atol=1e-12)
     pa[0, 0, 1] += 1.0                             # a wrong partial shows
     assert not torch.allclose(merged(pm, pl, pa), want, rtol=1e-6, atol=1e-6)
+
+
+TMA_CHILD = CHILD.replace('"mla_attn_mma"', '"mla_attn_tma"')
+
+
+def _tile_loop(variant, tmp_path):
+    """(STL, LDL) in the TMA attention's tile loop (the one loop of tensor-core math: its 44
+    wgmma) for `variant`, or None when this machine cannot say (no ptxas or cuobjdump)."""
+    from megakernel import config
+    from megakernel.tools.spills import cuobjdump, loop_spills
+    if shutil.which("ptxas") is None or cuobjdump() is None:
+        return None
+    d = tmp_path / variant.replace(" ", "")
+    d.mkdir()
+    env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
+                           CUTE_DSL_DUMP_DIR=str(d), MEGAKERNEL_CACHE="off")
+    r = subprocess.run([sys.executable, "-c", TMA_CHILD, variant, str(d / "k.ptx")], env=env,
+                       cwd=d, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    subprocess.run(["ptxas", "-arch=sm_90a", str(d / "k.ptx"), "-o", str(d / "k.cubin")],
+                   check=True, timeout=600)
+    sass = subprocess.run([cuobjdump(), "-sass", str(d / "k.cubin")], capture_output=True,
+                          text=True, check=True, timeout=600).stdout
+    loops = [lp for lp in loop_spills(sass) if lp[2] > 1000]     # the tile loop: ~1.8k instructions
+    assert len(loops) == 1, loops
+    return loops[0][3], loops[0][4]
+
+
+def test_tma_remat_reloads_less_in_its_tile_loop(tmp_path):
+    """k_mla_attn_tma.py with `remat` (the query's descriptors recomputed per tile, tools/
+    mla_ksplit.py's `tma_remat`): fewer local loads in the tile loop than the default, at most
+    the 11 and 1 measured (fifteenth session); a change that spills there again shows here."""
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+    base = _tile_loop("dict()", tmp_path)
+    if base is None:
+        pytest.skip("no ptxas or cuobjdump here")
+    st, ld = _tile_loop("dict(remat=True)", tmp_path)
+    assert ld < base[1] and st <= 1 and ld <= 11, (base, (st, ld))

@@ -101,7 +101,7 @@ def test_tune_gemv_variants_build_and_pipe_keeps_the_split():
 
 
 def test_persistent_regs_reads_ptxas_and_refuses_bad_arguments():
-    from megakernel.tools.persistent_regs import parse_ptxas
+    from megakernel.tools.spills import parse_ptxas
     out = ("ptxas info    : Compiling entry function 'k' for 'sm_90a'\n"
            "    224 bytes stack frame, 676 bytes spill stores, 652 bytes spill loads\n"
            "ptxas info    : Used 80 registers, used 1 barriers, 224 bytes cumulative stack size\n")
@@ -139,3 +139,41 @@ def test_tune_gemv_compiles_its_kernels_without_a_gpu(tmp_path):
     assert len(list(tmp_path.rglob("*.o"))) == 5
     lines = refused("tune_gemv", ["--compile-only", "--shapes", "nope"])
     assert len(lines) == 1 and "unknown shape 'nope'" in lines[0], lines
+
+
+SASS = """
+        /*0100*/                   LDG.E.NA.128.CONSTANT R4, desc[UR6][R2.64] ;
+        /*0110*/                   STL.64 [R1+0x10], R4 ;
+        /*0120*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+        /*0130*/                   LDL R5, [R1+0x10] ;
+        /*0140*/              @!P0 BRA 0x100 ;
+        /*0150*/                   FFMA R1, R2, R3, R4 ;
+        /*0160*/                   LDL R6, [R1+0x14] ;
+        /*0170*/               @P1 BRA `(.L_x_3), 0x150 ;
+        /*0180*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+        /*0190*/                   BRA 0x80 ;
+"""
+
+
+def test_loop_spills_counts_spills_inside_hot_innermost_loops():
+    """0x100-0x140 (HMMA: hot, innermost) holds one STL and one LDL; 0x150-0x170 has no tensor
+    work; 0x80-0x190 holds the others, so is not innermost."""
+    from megakernel.tools.spills import loop_spills
+    assert loop_spills(SASS) == [(0x100, 0x140, 5, 1, 1)]
+
+
+def test_lean_gemv_tasks_do_not_spill_in_their_k_loops():
+    """The persistent launch's tensor-core GEMV tasks built lean (U = 1, the K loop rolled:
+    config.Persist.mma_gemv, tune_persistent's `lean`) at batch 1, full dims, MXFP4 (the build
+    whose default GEMV loops spill): no spill instruction in any hot innermost loop of the whole
+    kernel (ptxas, then cuobjdump; docs/megakernel-notes.md, fifteenth session)."""
+    import shutil
+    from megakernel.tools.spills import cuobjdump
+    from megakernel.tools.persistent_regs import measure
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+    if shutil.which("ptxas") is None or cuobjdump() is None:
+        pytest.skip("no ptxas or cuobjdump here")
+    regs, _, _, loops = measure("full", "mxfp4", True, (), "sm_90a", (("U", 1), ("lean", 1)),
+                                loops=True)
+    assert regs <= 80 and len(loops) >= 5, loops      # 4 GEMV bodies and the expert ring at least
+    assert all(st == ld == 0 for *_, st, ld in loops), loops

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# call 70 (written in the fifteenth session, which had no GPU; not yet run): the two builds made
+# on the CPU to cut spills, checked for bits and timed against what they would replace.
+#   1. the persistent launch with lean GEMV tasks (tune_persistent `lean`: U = 1, the K loop
+#      rolled): its bits against the 11 launches (test_mk_gpu.py), memcheck, then the one launch
+#      default / lean against the fork-join at batch 1, 8, 64, both formats;
+#   2. the TMA attention with the query's descriptors recomputed per tile (mla_ksplit
+#      `tma_remat`): its bits against `tma` and its time beside it.
+# Before: bash scripts/gpu_calls/build_cache.sh (CPU, ~4 min) for .gpu/mkc.tgz; carry
+# [".device", ".gpu"]; command: source .device/env.sh && bash scripts/gpu_calls/call70.sh
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=12 END=${END:-570}
+GPU=tests/megakernel/test_mk_gpu.py
+TAIL=8 cmd A_persistent_bits 120 python3 -m pytest -q -p no:cacheprovider $GPU -k persistent
+TAIL=8 cmd B_lean_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  python3 -m pytest -q -p no:cacheprovider $GPU -k "lean and 73 and mxfp4"
+TAIL=12 cmd C_tune_persistent 200 python3 -m megakernel.tools.tune_persistent \
+  --settings default,lean --batches 1,8,64
+TAIL=10 cmd D_attn_remat 120 python3 -m megakernel.tools.mla_ksplit \
+  --variants unsplit,tma,tma_remat --rows 1x1024,8x8192,64x8192,64x32768
+finish

@@ -5,7 +5,9 @@
 #      rolled): its bits against the 11 launches (test_mk_gpu.py), memcheck, then the one launch
 #      default / lean against the fork-join at batch 1, 8, 64, both formats;
 #   2. the TMA attention with the query's descriptors recomputed per tile (mla_ksplit
-#      `tma_remat`): its bits against `tma` and its time beside it.
+#      `tma_remat`): its bits against `tma` and its time beside it;
+#   3. the lat-only merge, 32 x 8 (the default) against 128 x 4 at batch 64 (the same bits; 1-11%
+#      faster there in calls 62 and 66): a third run before it becomes the batch > 8 variant.
 # Before: bash scripts/gpu_calls/build_cache.sh (CPU, ~4 min) for .gpu/mkc.tgz; carry
 # [".device", ".gpu"]; command: source .device/env.sh && bash scripts/gpu_calls/call70.sh
 source "$(dirname "$0")/common.sh"
@@ -18,4 +20,7 @@ TAIL=12 cmd C_tune_persistent 200 python3 -m megakernel.tools.tune_persistent \
   --settings default,lean --batches 1,8,64
 TAIL=10 cmd D_attn_remat 120 python3 -m megakernel.tools.mla_ksplit \
   --variants unsplit,tma,tma_remat --rows 1x1024,8x8192,64x8192,64x32768
+TAIL=10 cmd E_merge 60 python3 -m megakernel.tools.tune_attn --batches '' --hgs '' --merges '' \
+  --lat-merges v32x8,v128x4 \
+  --lat-rows 8x32768,64x1024,64x8192,64x32768
 finish

@@ -78,8 +78,44 @@ def loop_spills(sass: str):
     return out
 
 
-def ptx_spills(ptx: Path, arch: str = "sm_90a"):
-    """(registers, spill store bytes, spill load bytes, loop_spills) of one PTX file."""
+_WIDTH = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+# the H200 as measured (read bandwidth, calls 15-67) and as specified (SMs, boost clock), for the
+# issue estimate: bytes a clock each SM must take for the chip to read at full bandwidth
+READ_TBS, SMS, GHZ = 4.3, 132, 1.98
+BYTES_PER_CLK = READ_TBS * 1e12 / SMS / (GHZ * 1e9)
+
+
+def streamed_bytes(ops):
+    """Bytes a warp streams from memory in these SASS instructions: the loads that skip L1, this
+    project's mark of weights (`ld.global.nc.L1::no_allocate` -> LDG .NA, `cp.async.cg` -> LDGSTS
+    .BYPASS; activations are read through L1 and left out), their width, 32 lanes each;
+    predicated ones counted as taken."""
+    n = 0
+    for o in ops:
+        parts = o.split(".")
+        if parts[0] in ("LDG", "LDGSTS") and ("NA" in parts or "BYPASS" in parts):
+            n += 32 * next((_WIDTH[p] for p in parts[1:] if p in _WIDTH), 4)
+    return n
+
+
+def loop_issue(sass: str):
+    """For each hot loop (`loop_spills`'s): (start, end, warp instructions a pass, bytes a warp
+    streams a pass (`streamed_bytes`), the share of the SM's issue slots (4 warp instructions a
+    clock) its instructions take when the chip streams at full read bandwidth (BYTES_PER_CLK
+    per SM); above 1 the loop cannot stream that fast). An estimate from the static code: every
+    path of the loop counted once."""
+    ins = [(int(a, 16), t) for a, t in _INS.findall(sass)]
+    out = []
+    for lo, hi, n, _, _ in loop_spills(sass):
+        ops = [re.sub(r"^@!?U?P\w+\s+", "", t).split()[0] for a, t in ins if lo <= a <= hi]
+        b = streamed_bytes(ops)
+        out.append((lo, hi, n, b, n * BYTES_PER_CLK / (4 * b) if b else 0.0))
+    return out
+
+
+def ptx_spills(ptx: Path, arch: str = "sm_90a", issue: bool = False):
+    """(registers, spill store bytes, spill load bytes, loop_spills) of one PTX file, and
+    loop_issue's list fifth with issue=True."""
     with tempfile.TemporaryDirectory() as d:
         cubin = os.path.join(d, "k.cubin")
         p = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", cubin],
@@ -90,7 +126,8 @@ def ptx_spills(ptx: Path, arch: str = "sm_90a"):
                            timeout=900)
         if o.returncode:
             raise RuntimeError(f"cuobjdump failed on {ptx.name}: {o.stderr.strip()[-200:]}")
-        return parse_ptxas(p.stdout + p.stderr) + (loop_spills(o.stdout),)
+        res = parse_ptxas(p.stdout + p.stderr) + (loop_spills(o.stdout),)
+        return res + (loop_issue(o.stdout),) if issue else res
 
 
 def main(argv=None) -> int:
@@ -99,6 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("dir", help="a ptx_dump --out directory")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--all", action="store_true", help="every kernel, not only those that spill")
+    ap.add_argument("--issue", action="store_true",
+                    help="instead: each hot loop's warp instructions per KB of weights it streams, "
+                         "and the share of the SM's issue they take at full read bandwidth")
     a = ap.parse_args(argv)
     files = sorted(Path(a.dir).glob("*.ptx")) if Path(a.dir).is_dir() else []
     if not files:
@@ -108,6 +148,8 @@ def main(argv=None) -> int:
         print("spills: needs ptxas on PATH and cuobjdump (CUDA's, or Triton's copy)",
               file=sys.stderr)
         return 2
+    if a.issue:
+        return issue_table(files, a.arch)
     print(f"ptxas -arch={a.arch} -v: registers / spill store / spill load bytes; hot loops: "
           "STL / LDL per pass of each")
     n = spilling = 0
@@ -125,6 +167,23 @@ def main(argv=None) -> int:
                   + " ".join(f"{s}/{lo}" for *_, s, lo in loops)
                   + ("  <- in a hot loop" if hot else ""))
     print(f"spills: {n} kernels, {spilling} spill")
+    return 0
+
+
+def issue_table(files, arch):
+    print(f"hot loops: warp instructions per KB of weights streamed (loads that skip L1) / the share "
+          f"of an SM's 4 issue slots a clock they take at full read bandwidth ({READ_TBS} TB/s over "
+          f"{SMS} SMs at {GHZ} GHz: {BYTES_PER_CLK:.1f} B a clock each; over 100%: issue-bound "
+          "below it); loops streaming nothing so (TMA, activations only) are left out")
+    for f in files:
+        try:
+            loops = ptx_spills(f, arch, issue=True)[4]
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            print(f"spills: {e}", file=sys.stderr)
+            return 1
+        cells = [f"{1024 * n / b:6.1f}/{share:5.0%}" for _, _, n, b, share in loops if b]
+        if cells:
+            print(f"{f.stem[:100]:100s} " + " ".join(cells))
     return 0
 
 

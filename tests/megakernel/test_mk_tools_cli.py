@@ -177,3 +177,17 @@ def test_lean_gemv_tasks_do_not_spill_in_their_k_loops():
                                 loops=True)
     assert regs <= 80 and len(loops) >= 5, loops      # 4 GEMV bodies and the expert ring at least
     assert all(st == ld == 0 for *_, st, ld in loops), loops
+
+
+def test_loop_issue_counts_the_weights_a_loop_streams():
+    """The hot loop of SASS above streams one 128-bit no-allocate load a pass (32 lanes: 512
+    bytes) over 5 instructions; a load through L1 (an activation) would not count."""
+    from megakernel.tools.spills import BYTES_PER_CLK, loop_issue, streamed_bytes
+    assert loop_issue(SASS) == [(0x100, 0x140, 5, 512, 5 * BYTES_PER_CLK / (4 * 512))]
+    assert streamed_bytes(["LDG.E.128.CONSTANT", "LDGSTS.E.BYPASS.LTC128B.128", "LDG.E.NA.U8"]) \
+        == 32 * (16 + 1)
+
+
+def test_spills_refuses_a_folder_without_ptx(tmp_path):
+    lines = refused("spills", [str(tmp_path)])
+    assert len(lines) == 1 and lines[0].startswith("spills: "), lines

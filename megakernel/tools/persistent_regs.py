@@ -30,13 +30,13 @@ CHILD = """
 from megakernel import cache, config, gemv
 from megakernel.dims import FULL, SMALL
 dm = {{"full": FULL, "small": SMALL}}[{dims!r}]
-persist = config.Persist(mma_gemv={mma_gemv!r})
+persist = config.Persist(mma_gemv={mma_gemv!r}, ctas={ctas!r})
 cache.compile_kernel("persistent", dm, fmt={fmt!r}, forced=False, T1={t1}, persist=persist,
                      gemv_mma=gemv.moe_mma(config.current().gemv.mma), only={only!r})
 """
 
 
-def measure(dims, fmt, t1, only, arch, mma_gemv=(), loops=False):
+def measure(dims, fmt, t1, only, arch, mma_gemv=(), loops=False, ctas=3):
     """ptxas's (registers, spill stores, spill loads) for one variant; with loops=True also
     loop_spills of its SASS (a fourth item)."""
     with tempfile.TemporaryDirectory() as d:
@@ -44,7 +44,8 @@ def measure(dims, fmt, t1, only, arch, mma_gemv=(), loops=False):
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = config.child_env(path_first=root, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=d,
                                CUTE_DSL_ARCH=arch, MEGAKERNEL_CACHE="off")
-        code = CHILD.format(dims=dims, fmt=fmt, t1=t1, only=tuple(only), mma_gemv=mma_gemv)
+        code = CHILD.format(dims=dims, fmt=fmt, t1=t1, only=tuple(only), mma_gemv=mma_gemv,
+                            ctas=ctas)
         r = subprocess.run([sys.executable, "-c", code], env=env, cwd=d, capture_output=True,
                            text=True, timeout=900)
         if r.returncode:
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="bf16,mxfp4")
     ap.add_argument("--classes", default="1", help="batch classes: 1 and/or many (T > 1)")
     ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--ctas", default="3",
+                    help="CTAs per SM the launch is built for, 1-4 (config.Persist.ctas: the "
+                         "register cap)")
     ap.add_argument("--loops", action="store_true",
                     help="also the spill instructions inside the hot innermost loops (cuobjdump)")
     ap.add_argument("--mma-gemv", default="",
@@ -87,6 +91,10 @@ def main(argv=None) -> int:
     if mma_gemv is None or any(k == "KS" for k, _ in mma_gemv):
         print("persistent_regs: --mma-gemv KNOB=INT,... (not KS: it decides the bits)", file=sys.stderr)
         return 2
+    if a.ctas not in ("1", "2", "3", "4"):
+        print("persistent_regs: --ctas takes 1, 2, 3 or 4", file=sys.stderr)
+        return 2
+    a.ctas = int(a.ctas)
     fmts, classes = a.formats.split(","), a.classes.split(",")
     if not set(fmts) <= {"bf16", "mxfp4"} or not set(classes) <= {"1", "many"}:
         print("persistent_regs: --formats bf16,mxfp4; --classes 1,many", file=sys.stderr)
@@ -101,14 +109,14 @@ def main(argv=None) -> int:
     rows = [("whole kernel", ())] + [("scheduler alone", (-1,))] + [
         (f"{name} alone", (st,)) for st, name in enumerate(P.STAGES)]
     print(f"ptxas -arch={a.arch} -v, {a.dims} dims{', ' + a.mma_gemv if a.mma_gemv else ''}: registers / "
-          "spill store bytes / spill load bytes (cap 80: 256 threads, 3 CTAs per SM)"
+          f"spill store bytes / spill load bytes (cap: 256 threads, {a.ctas} CTAs per SM)"
           + ("; hot innermost loops: count, STL / LDL per pass of each" if a.loops else ""))
     for fmt in fmts:
         for c in classes:
             print(f"{fmt}, batch {'1' if c == '1' else '> 1'}")
             for label, only in rows:
                 try:
-                    m = measure(a.dims, fmt, c == "1", only, a.arch, mma_gemv, a.loops)
+                    m = measure(a.dims, fmt, c == "1", only, a.arch, mma_gemv, a.loops, a.ctas)
                 except (RuntimeError, ValueError, subprocess.TimeoutExpired) as e:
                     print(f"persistent_regs: {label}: {e}", file=sys.stderr)
                     return 1

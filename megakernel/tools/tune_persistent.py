@@ -27,7 +27,13 @@ SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             # spill in any GEMV task's K loop at batch 1 (against up to 17 stores and 23 loads
             # a pass, MXFP4), 7-15 loads at batch > 1 against up to 69 (tools/persistent_regs.py
             # --loops, CPU; fifteenth session). Not yet timed.
-            ("lean", Order(), 0, dict(mma_gemv=(("U", 1), ("lean", 1))))]
+            ("lean", Order(), 0, dict(mma_gemv=(("U", 1), ("lean", 1)))),
+            # the same built for fewer, fatter CTAs: 2 a SM at 128 registers (U = 2), 1 at 255
+            # (U = 4: 16 KB of loads a warp in flight, the CTA shape a layer's one launch needs
+            # beside the TMA attention); no spill in any hot loop at batch 1 (persistent_regs
+            # --loops --ctas 2|1), 0-3 loads a pass at batch > 1 at 2 a SM, none at 1. Not yet timed.
+            ("lean2/SM", Order(), 0, dict(ctas=2, mma_gemv=(("U", 2), ("lean", 1)))),
+            ("lean1/SM", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1))))]
 
 
 def main(argv=None):

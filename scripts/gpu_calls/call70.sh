@@ -3,7 +3,8 @@
 # on the CPU to cut spills, checked for bits and timed against what they would replace.
 #   1. the persistent launch with lean GEMV tasks (tune_persistent `lean`: U = 1, the K loop
 #      rolled): its bits against the 11 launches (test_mk_gpu.py), memcheck, then the one launch
-#      default / lean against the fork-join at batch 1, 8, 64, both formats;
+#      default / lean / lean at 2 and 1 CTAs a SM (U = 2, 4) against the fork-join at batch 1, 8,
+#      64, both formats (tune_persistent checks each build's bits before timing it);
 #   2. the TMA attention with the query's descriptors recomputed per tile (mla_ksplit
 #      `tma_remat`): its bits against `tma` and its time beside it;
 #   3. the lat-only merge, 32 x 8 (the default) against 128 x 4 at batch 64 (the same bits; 1-11%
@@ -16,8 +17,8 @@ GPU=tests/megakernel/test_mk_gpu.py
 TAIL=8 cmd A_persistent_bits 120 python3 -m pytest -q -p no:cacheprovider $GPU -k persistent
 TAIL=8 cmd B_lean_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
   python3 -m pytest -q -p no:cacheprovider $GPU -k "lean and 73 and mxfp4"
-TAIL=12 cmd C_tune_persistent 200 python3 -m megakernel.tools.tune_persistent \
-  --settings default,lean --batches 1,8,64
+TAIL=12 cmd C_tune_persistent 260 python3 -m megakernel.tools.tune_persistent \
+  --settings default,lean,lean2/SM,lean1/SM --batches 1,8,64
 TAIL=10 cmd D_attn_remat 120 python3 -m megakernel.tools.mla_ksplit \
   --variants unsplit,tma,tma_remat --rows 1x1024,8x8192,64x8192,64x32768
 TAIL=10 cmd E_merge 60 python3 -m megakernel.tools.tune_attn --batches '' --hgs '' --merges '' \

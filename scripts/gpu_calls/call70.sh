@@ -11,12 +11,11 @@
 #      faster there in calls 62 and 66): a third run before it becomes the batch > 8 variant.
 # Before: bash scripts/gpu_calls/build_cache.sh (CPU, ~4 min) for .gpu/mkc.tgz; carry
 # [".device", ".gpu"]; command: source .device/env.sh && bash scripts/gpu_calls/call70.sh
+# Timings first, memcheck last (a default changes only after the whole check anyway).
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-570}
 GPU=tests/megakernel/test_mk_gpu.py
 TAIL=8 cmd A_persistent_bits 120 python3 -m pytest -q -p no:cacheprovider $GPU -k persistent
-TAIL=8 cmd B_lean_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
-  python3 -m pytest -q -p no:cacheprovider $GPU -k "lean and 73 and mxfp4"
 TAIL=12 cmd C_tune_persistent 260 python3 -m megakernel.tools.tune_persistent \
   --settings default,lean,lean2/SM,lean1/SM --batches 1,8,64
 TAIL=10 cmd D_attn_remat 120 python3 -m megakernel.tools.mla_ksplit \
@@ -24,4 +23,6 @@ TAIL=10 cmd D_attn_remat 120 python3 -m megakernel.tools.mla_ksplit \
 TAIL=10 cmd E_merge 60 python3 -m megakernel.tools.tune_attn --batches '' --hgs '' --merges '' \
   --lat-merges v32x8,v128x4 \
   --lat-rows 8x32768,64x1024,64x8192,64x32768
+TAIL=8 cmd B_lean_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+  python3 -m pytest -q -p no:cacheprovider $GPU -k "lean and 73 and mxfp4"
 finish

@@ -68,9 +68,9 @@ class GemvMMA(GemvLaunch):
         same bits; measured: faster at batch <= 8, slower at 64, docs/megakernel-notes.md);
         WG = 1: wgmma instead of mma.sync (the module docstring, "wgmma"; RT a multiple of
         4, MT = 1, PIPE = 0); lean = 1: the mma.sync K loop kept rolled (`nounroll`), for
-        the persistent launch's tasks at its 80-register cap, where ptxas's own unrolling
-        hoists later blocks' loads ahead and spills them (tools/persistent_regs.py); the
-        same sums."""
+        the persistent launch's tasks under its register cap, where ptxas's own unrolling
+        hoists later blocks' loads ahead and spills them (at 80 registers, and with U = 4
+        even at 255: tools/persistent_regs.py --loops); the same sums."""
         assert K % 32 == 0 and (ldx or K) % 8 == 0 and (ldy or N) >= N
         self.N, self.K, self.NTT, self.out_bf16 = N, K, NTT, out_bf16
         self.MT, self.PF, self.coherent, self.PIPE, self.lean = MT, PF, coherent, PIPE, lean

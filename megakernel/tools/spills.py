@@ -5,8 +5,11 @@ SASS (`cuobjdump -sass`) for the spill instructions inside each hot loop (`loop_
 Spill bytes count every spill instruction once, wherever it is; what costs time is a spill inside
 a loop run once per K block or cache tile. A hot loop here holds tensor-core work (HMMA, HGMMA, or
 the LDGSTS of a cp.async ring) and no loop of tensor-core math inside; the table gives each one's
-local stores / loads (STL / LDL) per pass. Needs ptxas on PATH and cuobjdump (CUDA's, or the copy
-Triton ships). Exit 1 if a file does not assemble, 2 on bad input.
+local stores / loads (STL / LDL) per pass. `--issue` instead gives each hot loop's warp
+instructions per KB of weights it streams and the share of an SM's issue slots that takes at
+full read bandwidth (`loop_issue`): a kernel near 100% is bound by its instruction stream, not by
+HBM (the MXFP4 experts: docs/megakernel-notes.md, fifteenth session). Needs ptxas on PATH and
+cuobjdump (CUDA's, or the copy Triton ships). Exit 1 if a file does not assemble, 2 on bad input.
 """
 import argparse
 import importlib.util

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from k3diff import ep_config
+from k3diff import ep_config, exit_codes
 from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
@@ -39,6 +39,7 @@ def _config(name: str, overrides: tuple, types: tuple) -> K3Config:
 
 class CaseError(ValueError):
     """A seed file or case description that cannot be used; the message is one line."""
+    exit_code = exit_codes.SEED
 
 
 @dataclass(frozen=True)

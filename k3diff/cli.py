@@ -1,13 +1,14 @@
 """`k3diff replay FILE|DIR` (verdict and metrics of seeds) and `k3diff show FILE` (its case).
 
-Exit status (EXIT below): 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 2 the
-command was wrong: a bad option value or seed file, an unknown backend, one that crashes, hangs or
-raises while it loads, a device that is not here (the one-line reason on stderr); 3 nothing was
-judged: the candidate refused (`stages`, `supports()`) every case; 4 k3diff could not write its
-output (stdout closed: broken pipe; disk full); 130 interrupted (Ctrl-C), 143 on SIGTERM: the
-candidate's processes are killed first. `replay DIR` replays every seed under the folder: 2 if any
-seed could not be read or its backend not loaded (the others are still replayed), else 1 if any
-case fails, else 3 if none was judged, else 0.
+Exit status: the table in k3diff/exit_codes.py, the same numbers as `pytest --k3diff`, each with one
+line on stderr. 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 4 the command
+was wrong (an unknown option, a bad value); 6 nothing was judged: the candidate refused (`stages`,
+`supports()`) every case; 7 k3diff could not write its output (stdout closed: broken pipe; disk
+full); 8 the backend cannot be used (unknown, or it crashes, hangs or raises while it loads); 9 a
+seed that cannot be read; 11 not on this machine (no such device, a case too big for its GPU); 130
+interrupted (Ctrl-C), 143 on SIGTERM: the candidate's processes are killed first. `replay DIR`
+replays every seed under the folder: 1 if any case fails, else 8 or 9 if a seed could not be read
+or its backend not loaded (the others are still replayed), else 6 if none was judged, else 0.
 
 Seeds are data: a replay runs the backend named by `--backend`, else the seed's own only when it
 is a registered name (a built-in or a `k3diff.backends` entry point); a seed naming `module:object`
@@ -24,7 +25,17 @@ import json
 import math
 import sys
 
-EXIT = {"pass": 0, "fail": 1, "usage": 2, "nothing judged": 3, "output": 4, "interrupted": 130}
+from k3diff import exit_codes as ex
+
+EXIT = {"pass": ex.PASS, "fail": ex.FAIL, "usage": ex.USAGE, "nothing judged": ex.NOTHING_JUDGED,
+        "output": ex.OUTPUT_LOST, "interrupted": 130}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a wrong command is one line and exit 4 (argparse's own: usage text and 2)."""
+
+    def error(self, message):
+        self.exit(ex.USAGE, f"{self.prog}: error: {message}\n")
 
 
 def positive_seconds(text: str) -> float:
@@ -51,7 +62,7 @@ def at_least_one(text: str) -> int:
 def _parser():
     from k3diff import __version__
 
-    p = argparse.ArgumentParser(prog="k3diff", description="k3diff seed tools")
+    p = _Parser(prog="k3diff", description="k3diff seed tools")
     p.add_argument("--version", action="version", version=f"k3diff {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("replay", help="re-run a seed file (or every seed under a folder) and print its verdict")
@@ -111,21 +122,23 @@ def _replay(args) -> int:
             return EXIT["nothing judged"] if status is None else status
         if not paths:
             raise CorpusError(f"{args.file}: no seed files (*.json) under this folder")
-        status, judged = 0, 0
+        status, judged, bad = 0, 0, []
         for path in paths:
             print(f"== {path}", file=sys.stderr if args.json else sys.stdout, flush=True)
             try:
                 one = _replay_one(args, path, checkers, verdicts)
             except (CorpusError, BackendError) as exc:
                 print(f"k3diff: {exc}", file=sys.stderr, flush=True)
-                status = EXIT["usage"]
+                bad.append(ex.status_of(exc))
                 continue
             if one is not None:
                 judged += 1
                 status = max(status, one)
         if args.json:       # one document on stdout, whatever the folder held
             print(json.dumps(verdicts, indent=1, sort_keys=True))
-        return status if status or judged else EXIT["nothing judged"]
+        if status or bad:
+            return ex.worst([status] * bool(status) + bad)      # a failing case outranks a bad seed
+        return status if judged else EXIT["nothing judged"]
     finally:
         for checker, _ in checkers.values():
             if checker is not None:
@@ -343,7 +356,7 @@ def _run(args) -> int:
         return 0
     except (CorpusError, CaseError, BackendError, CaseTooLarge, UsageProblem) as exc:
         print(f"k3diff: {exc}", file=sys.stderr)
-        return EXIT["usage"]
+        return ex.status_of(exc)
 
 
 if __name__ == "__main__":

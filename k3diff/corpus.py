@@ -18,6 +18,7 @@ import json
 import os
 from pathlib import Path
 
+from k3diff import exit_codes
 from k3diff.case import Case, CaseError
 
 SEED_FORMAT = 1
@@ -25,6 +26,7 @@ SEED_FORMAT = 1
 
 class CorpusError(ValueError):
     """A seed file that cannot be read; the message is one line naming the file."""
+    exit_code = exit_codes.SEED
 
 
 def case_id(case: Case) -> str:

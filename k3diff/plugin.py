@@ -11,14 +11,13 @@ JUnit reads them), so the controller's summary sees every case; a progress line
 the end, on the controller, with the replay command of every failure and the command to run next. The run itself lives in `k3diff.session`, shared with the CLI; crash and
 hang isolation in `k3diff.isolation`.
 
-Exit status (EXIT_*): 0 all passed; 1 a candidate failed (a failing, crashing or hanging case); 4
-(pytest's usage-error code) the command was wrong: an unknown backend, one that crashes, hangs,
-raises or exits while it is imported, built or asked available() (in the child, under
---k3diff-timeout), one that breaks the contract, a device that is not here, an unwritable
---k3diff-save/--k3diff-report or one another run is writing, a timeout that is not finite and > 0,
-a shard without a seed, an unreadable seed file under --k3diff-replay; 6 nothing judged: the
-candidate refused (supports()) every case of a stage it claims; 7 the results file could not be
-written mid-run (disk full). Each is one line on stderr.
+Exit status: the table in k3diff/exit_codes.py, shared with the `k3diff` CLI. 0 all passed; 1 a
+candidate failed (a failing, crashing or hanging case) and nothing else; 4 the command was wrong (an
+option value, a shard without a seed); 6 nothing judged; 7 the results file lost mid-run; 8 the
+backend cannot be used (unknown, or it crashes, hangs, raises or exits while imported, built or
+asked available(), in the child under --k3diff-timeout; or it breaks the contract); 9 a seed under
+--k3diff-replay that cannot be read; 10 an output path that cannot be written; 11 not on this
+machine (no such device, a case too big for its GPU, too many workers). Each is one line on stderr.
 """
 from __future__ import annotations
 
@@ -30,19 +29,28 @@ from pathlib import Path
 
 import pytest
 
+from k3diff import exit_codes
 from k3diff import options as opt
 from k3diff.session import PROFILES
 
 # the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
-from k3diff.summary import (FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
+from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
                             distinct_judged, junit_properties, minimal_failures, near_edge_lines,
                             summary_lines)
 
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
 _REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
-EXIT_NOTHING_JUDGED = 6      # past pytest's own 0-5
-EXIT_REPORT_LOST = 7
+EXIT_NOTHING_JUDGED = exit_codes.NOTHING_JUDGED      # past pytest's own 0-5
+EXIT_REPORT_LOST = exit_codes.OUTPUT_LOST
+# pytest's way to end a run with a status of one's own before any test; named ERROR so that its one
+# line reads like pytest's usage errors ("ERROR: ...")
+_Stop = type("ERROR", (pytest.exit.Exception,), {})
+
+
+def _stop(exc):
+    """End the run now: the error's one line and its own exit status (k3diff/exit_codes.py)."""
+    return _Stop(str(exc), returncode=exit_codes.status_of(exc))
 
 
 def pytest_addoption(parser):
@@ -113,7 +121,9 @@ def _worker_device(config):
         why = isinstance(n, int) and workers_too_many(n, torch.cuda.device_count(),
                                                       torch.cuda.get_device_properties(0).total_memory)
         if why:
-            raise pytest.UsageError(f"k3diff: {why}")
+            from k3diff.usage import MachineProblem
+
+            raise _stop(MachineProblem(f"k3diff: {why}"))
     if device == "cuda" and worker:
         import torch
 
@@ -165,7 +175,7 @@ def _make_session(config):
             _write_report(config, header)
         return session
     except (BackendError, UsageProblem) as exc:
-        raise pytest.UsageError(str(exc)) from None
+        raise _stop(exc) from None
 
 
 # ---------------------------------------------------------------- pytest hooks
@@ -176,6 +186,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA device")
     config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
     config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
+    config._k3diff_bad_inputs, config._k3diff_failed_reports = [], 0
     config._k3diff = config._k3diff_report = config._k3diff_progress = None
     config._k3diff_started = None
     if config._k3diff_shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
@@ -184,6 +195,7 @@ def pytest_configure(config):
     if config.getoption(opt.ENABLE) or config.getoption(opt.MUTANTS):
         _run_seed(config)
         config._k3diff = _make_session(config)
+        _check_replay_paths(config)
         config.pluginmanager.register(_Collector(config), "k3diff-collector")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistHooks(), "k3diff-xdist")
@@ -258,6 +270,18 @@ def _write_end_record(session, exitstatus):
     judged = distinct_judged(config._k3diff_results)
     failing = len(minimal_failures(config._k3diff_results, config._k3diff_failures))
     _write_report(config, end_record(config._k3diff_started, exitstatus, len(judged), failing))
+
+
+def _check_replay_paths(config):
+    """Every --k3diff-replay path exists before a case runs: a typo is exit 9 and one line, not a
+    collection error that reads like pytest's own failure."""
+    from k3diff.corpus import CorpusError, seed_files
+
+    for root in config.getoption(opt.REPLAY):
+        try:
+            seed_files(root)
+        except CorpusError as exc:
+            raise _stop(exc) from None
 
 
 def pytest_report_header(config):
@@ -414,7 +438,13 @@ class _ItemRun:
         try:
             return run()
         except (CaseTooLarge, CaseError, BackendError) as exc:
-            pytest.fail(str(exc), pytrace=False)
+            self._bad_input(exc)
+
+    def _bad_input(self, exc):
+        """An input this run cannot judge (k3diff/exit_codes.py): its test fails with the one line,
+        and the run's status is the input's own unless a candidate failed."""
+        self.item.user_properties.append((BAD_INPUT_KEY, {"status": exit_codes.status_of(exc), "line": str(exc)}))
+        pytest.fail(str(exc), pytrace=False)
 
     def fuzz(self, stage, chunk):
         verdict = self._guard(lambda: self.session.fuzz(stage, chunk, self._on_case))
@@ -436,7 +466,7 @@ class _ItemRun:
             verdict, record = self._guard(lambda: self.session.replay(
                 path, lambda c, v: self._on_case(c, v, phase="replay")))
         except CorpusError as exc:
-            pytest.fail(str(exc), pytrace=False)
+            self._bad_input(exc)
         if verdict.skipped:
             pytest.skip(verdict.skipped)
         if not verdict.ok:
@@ -493,9 +523,11 @@ class _Collector:
             # (those are in the results file)
             report.user_properties = junit_properties(report.user_properties)
             return
+        if report.failed:
+            self.config._k3diff_failed_reports += 1
         if report.when != "call":
             return
-        sinks = {_REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
+        sinks = {BAD_INPUT_KEY: self.config._k3diff_bad_inputs, _REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
                  _MUTANT_KEY: self.config._k3diff_mutants}
         from_worker = getattr(report, "node", None) is not None
         for key, value in report.user_properties:
@@ -520,6 +552,14 @@ def _unjudged_stages(config) -> list:
     return sorted(st for st, rs in by_stage.items() if st in claimed and all(r["skipped"] for r in rs))
 
 
+def _bad_input_status(config):
+    """The status of a run whose every failure was an input it could not judge (None otherwise)."""
+    bad = config._k3diff_bad_inputs
+    if not bad or config._k3diff_failed_reports > len(bad):
+        return None                                 # some test failed for another reason: exit 1
+    return exit_codes.worst(b["status"] for b in bad)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """A run that judged nothing for a stage the candidate claims, or lost its results file, is not
@@ -532,6 +572,9 @@ def pytest_sessionfinish(session, exitstatus):
     if hasattr(config, "workerinput"):
         _write_end_record(session, session.exitstatus)      # a worker's own part of the results
         return
+    status = _bad_input_status(config)
+    if session.exitstatus == exit_codes.FAIL and status:
+        session.exitstatus = status
     unjudged = _unjudged_stages(config)
     if unjudged:
         print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: the candidate refused every case "
@@ -580,6 +623,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if failures:
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")
+    elif _bad_input_status(config):
+        lines = sorted({b["line"] for b in config._k3diff_bad_inputs})
+        status = _bad_input_status(config)
+        tr.write_line(f"next: exit {status} ({exit_codes.MEANING[status]}): {len(config._k3diff_bad_inputs)} "
+                      f"test(s) could not be judged here, not the candidate's fault; fix the input: {lines[0]}"
+                      + (f" (and {len(lines) - 1} more above)" if len(lines) > 1 else ""))
     elif any(not r["ok"] and not r["skipped"] for r in results) or exitstatus not in (0, 5):
         tr.write_line("next: the run failed (see the errors above); no seed was recorded for it")
     elif _unjudged_stages(config):

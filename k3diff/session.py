@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 
-from k3diff.usage import UsageProblem  # noqa: F401 - the plugin and the CLI name it from here
+from k3diff.usage import MachineProblem, PathProblem, UsageProblem  # noqa: F401 - the plugin and the CLI name it from here
 
 PROFILES = {
     # examples per stage, split into this many test items (so xdist and shards can spread them);
@@ -33,10 +33,10 @@ def pick_device(requested: str | None = None) -> str:
         raise UsageProblem(f"device {requested!r}: k3diff runs on cpu or cuda")
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UsageProblem(f"device {requested!r} requested but no CUDA device is usable here "
+            raise MachineProblem(f"device {requested!r} requested but no CUDA device is usable here "
                                f"(torch {torch.__version__}, CUDA {torch.version.cuda}); use cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise UsageProblem(f"device {requested!r}: this machine has {torch.cuda.device_count()} GPU(s)")
+            raise MachineProblem(f"device {requested!r}: this machine has {torch.cuda.device_count()} GPU(s)")
     return requested
 
 
@@ -61,7 +61,7 @@ def check_output_dir(path, what: str) -> None:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise UsageProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
+        raise PathProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
     finally:
         for folder in made:                 # deepest first; only what this probe made
             try:
@@ -81,16 +81,16 @@ def open_report(path):
 
     path = Path(path)
     if path.is_dir():
-        raise UsageProblem(f"report {path}: is a folder; give a file name")
+        raise PathProblem(f"report {path}: is a folder; give a file name")
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise UsageProblem(f"report {path}: cannot write ({exc.strerror or exc})") from None
+        raise PathProblem(f"report {path}: cannot write ({exc.strerror or exc})") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise UsageProblem(f"report {path}: another k3diff run is writing this file; give each run its own") from None
+        raise PathProblem(f"report {path}: another k3diff run is writing this file; give each run its own") from None
     if stat.S_ISREG(os.fstat(fd).st_mode):
         os.ftruncate(fd, 0)
     os.set_blocking(fd, True)

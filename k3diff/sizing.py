@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from k3diff import exit_codes
 from k3diff.case import Case
 from k3diff.gpu_share import OUTSIDE_ALLOCATOR, gpu_share
 
@@ -32,7 +33,8 @@ _MXFP4_BYTES = 0.5 + 1 / 32        # a packed nibble plus one E8M0 scale per 32 
 
 
 class CaseTooLarge(RuntimeError):
-    pass
+    """A case this GPU cannot hold (one line): exit 11, the machine's, not the candidate's."""
+    exit_code = exit_codes.MACHINE
 
 
 # what one megakernel worker was seen to hold at full dims, more than the estimate above: on the

@@ -7,6 +7,7 @@ import re
 from collections import defaultdict
 
 REPORT_KEY, FAILURE_KEY, MUTANT_KEY = "k3diff_cases", "k3diff_failure", "k3diff_mutant"
+BAD_INPUT_KEY = "k3diff_bad_input"      # {"status", "line"}: an input that could not be judged (exit_codes.py)
 
 
 def budgets_from_ids(nodeids, profile) -> dict:
@@ -34,7 +35,7 @@ def junit_properties(props) -> list:
     from k3diff.budgets import pct
 
     records = [v for k, v in props if k == REPORT_KEY]
-    if not any(k == REPORT_KEY or k == FAILURE_KEY for k, _ in props):
+    if not any(k in (REPORT_KEY, FAILURE_KEY) or (k == BAD_INPUT_KEY and isinstance(v, dict)) for k, v in props):
         return list(props)          # already short (an xdist worker made it so before sending)
     out = [(k, v) for k, v in props if not str(k).startswith("k3diff_")]     # others' properties kept
     if records:
@@ -44,6 +45,7 @@ def junit_properties(props) -> list:
                 ("k3diff_failing", sum(not r["ok"] and not r["skipped"] and r.get("phase") != "shrink" for r in records)),
                 ("k3diff_worst", f"{worst[0]} {pct(worst[1])}" if worst else "-")]
     out += [("k3diff_replay", f["replay"]) for k, f in props if k == FAILURE_KEY]
+    out += [(BAD_INPUT_KEY, f"exit {b['status']}: {b['line']}") for k, b in props if k == BAD_INPUT_KEY]
     out += [(k, v) for k, v in props if k == MUTANT_KEY]
     return out
 

@@ -1,8 +1,20 @@
 """UsageProblem: the command asked for something impossible. A leaf, so that every module that
 checks a request (the session, the distributed candidate, the CLI) can say so without importing
-the others."""
+the others. Each kind has its own exit status (k3diff/exit_codes.py)."""
+from k3diff import exit_codes
 
 
 class UsageProblem(ValueError):
-    """The command was wrong (a bad device, output path, option combination): one line for the
-    user; pytest turns it into a UsageError (exit 4), `k3diff` into exit 2."""
+    """The command was wrong (an option combination, a name that is not known): one line for the
+    user, exit 4 from pytest and from `k3diff`."""
+    exit_code = exit_codes.USAGE
+
+
+class PathProblem(UsageProblem):
+    """An output path k3diff cannot write (--k3diff-save, --k3diff-report): exit 10."""
+    exit_code = exit_codes.PATH
+
+
+class MachineProblem(UsageProblem):
+    """This machine cannot do what was asked (no such device, too many workers for its GPUs): exit 11."""
+    exit_code = exit_codes.MACHINE

@@ -74,7 +74,7 @@ def mla(s, md):
         [("mla_attn_wg", {})] if k_mla_attn_wg.fits(md) else []) + (
         [("mla_attn_tma", {})] if k_mla_attn_tma.fits(md) else []) + [
         ("mla_merge", k_mla_merge.variant(T)) for T in (1, 2)] + (
-        heads + [("mla_merge", k_mla_merge.variant(1, md, value=False))]
+        heads + [("mla_merge", k_mla_merge.variant(T, md, value=False)) for T in (1, 9)]
         if k_mla_heads.fits(md) else [])
 
 

@@ -66,7 +66,11 @@ def tile_layout(rows: int, cols: int):
 class MlaAttnTMA(MlaAttnWG):
     KERNEL_EXTRA = ("tma_atom", "tma_kv")
 
-    def __init__(self, md, ch: int = 512, remat: bool = False):
+    def __init__(self, md, ch: int = 512, remat: bool = True):
+        """remat (k_mla_attn_wg.py): on here, since it pays at every batch above 1 and keeps the
+        bits: call 70 (H100, `mla_ksplit --variants tma_held,tma`) 85.4 vs 87.5 us at batch 8 /
+        8k, 597.8 vs 617.6 at 64 / 8k, 2312 vs 2422 at 64 / 32k, 13.2 vs 13.3 at 1 / 1k; the tile
+        loop's spills 1 / 11 against 3 / 21."""
         assert fits(md), "mla_attn_tma: dims or arch it does not take (fits)"
         super().__init__(md, ch, remat)
 

@@ -210,5 +210,8 @@ def variant(T, md=None, value=True):
     tokens' splits in one CTA, so tiles never paid; slices pay only while the heads alone leave
     SMs idle."""
     if not value:
-        return dict(value=False)
+        # above batch 8, CTAs of 128 threads with 4 splits in flight: the same bits, faster in
+        # calls 62, 66 and 70 (70, H100: 283.8 vs 329.8 us at 64 / 32k, 143.0 vs 145.5 at 64 / 8k;
+        # 43.5 vs 42.9 at 8 / 32k, so not at 8)
+        return dict(value=False) if T <= 8 else dict(value=False, vec=128, unroll=4)
     return dict(TT=1, VQ=4 if T == 1 else 1)

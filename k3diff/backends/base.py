@@ -47,6 +47,7 @@ name or `module:object`), so the object must be importable from a fresh interpre
 """
 from __future__ import annotations
 
+from k3diff import exit_codes
 from k3diff.stages import OUTPUTS
 
 
@@ -72,3 +73,4 @@ class Backend:
 
 class BackendError(RuntimeError):
     """A backend could not be found, loaded or run; the message is one line for the user."""
+    exit_code = exit_codes.BACKEND

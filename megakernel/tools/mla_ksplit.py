@@ -3,8 +3,9 @@ side by side, full dims (issue 31): k_mla_attn_mma.py's on mma.sync and k_mla_at
 (`wgmma`; `wgmma256` with splits of 256 past SHORT) and k_mla_attn_tma.py (`tma`: the same
 products with the tiles by TMA and the scores split between the warpgroups, the default on
 sm_90a; SAME_BITS holds its m and acc partials to `wgmma`'s bit for bit, its l, summed in
-another order, to within L_RTOL; `tma_remat`: the same kernel with the query's descriptors
-recomputed per tile, k_mla_attn_wg.MlaAttnWG's `remat`, held to `tma`'s bits).
+another order, to within L_RTOL; its query descriptors recomputed per tile, k_mla_attn_wg.MlaAttnWG's
+`remat`; `tma_held`: the same kernel with them held across the tile loop, as before call 70,
+held to `tma`'s bits).
 
 `unsplit` (one head tile per CTA, every warp of a head tile scoring the whole 576-wide row:
 NCOL-fold score work) was the default until the whole k3diff check ran with `ksplit+mtc2` (each
@@ -31,11 +32,11 @@ DEV = torch.device("cuda")
 VARIANTS = {"unsplit": dict(ksplit=False, mtc=1), "ksplit": dict(ksplit=True, mtc=1),
             "ksplit+mtc2": dict(ksplit=True, mtc=2), "ksplit+ncol8": dict(ksplit=True, mtc=1, ncol=8),
             "wgmma": dict(wg=True), "wgmma256": dict(wg=True, ch=256), "tma": dict(tma=True),
-            "tma_remat": dict(tma=True, remat=True)}
+            "tma_held": dict(tma=True, remat=False)}
 BASE = "unsplit"
 # the same products by other loads and another split of the scores (k_mla_attn_tma.py): m and acc
 # bit for bit, l (each warpgroup's rows summed apart, then added) within L_RTOL
-SAME_BITS = {"tma": "wgmma", "tma_remat": "tma"}
+SAME_BITS = {"tma": "wgmma", "tma_held": "tma"}
 L_RTOL = 2.0 ** -20
 WORST = 2.0 ** -12          # of max|ref|: 8x below the bf16 rounding of the latent it feeds
 

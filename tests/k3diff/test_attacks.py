@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from k3diff import backends, cli
+from k3diff import exit_codes as ex
 from k3diff.backends.base import BackendError
 from k3diff.case import Case
 from k3diff.corpus import CorpusError, load
@@ -106,7 +107,7 @@ def test_under_pytest_it_is_a_crash_with_its_seed(project):
 
 def test_refusing_every_case_is_not_a_pass(tmp_path, project, capsys):
     assert cli.main(["hunt", "--backend", "crashing_candidates:RefusesEverything", "--examples", "3",
-                     "--isolate", "off"]) == 3
+                     "--isolate", "off"]) == ex.NOTHING_JUDGED
     assert "nothing judged" in capsys.readouterr().err
     inv = InProcessChecker(cc.RefusesEverything(), device="cpu").check_invariance(Case("moe", batch=2), 1)
     assert inv.skipped, "the invariance check ignored supports()"
@@ -126,13 +127,13 @@ def test_refusing_every_case_is_not_a_pass(tmp_path, project, capsys):
 def test_a_seed_does_not_choose_the_code_that_runs(tmp_path, capsys, named, message):
     status = cli.main(["replay", str(_seed(tmp_path, backend=named)), "--isolate", "off"])
     err = capsys.readouterr().err
-    assert status == 2 and message in err and len(err.splitlines()) == 1, err
+    assert status == ex.SEED and message in err and len(err.splitlines()) == 1, err
 
 
 def test_replay_of_a_folder_goes_on_past_a_seed_it_refuses(tmp_path, capsys):
     _seed(tmp_path, "a.json", backend="evil:Thing")
     _seed(tmp_path, "b.json", backend="torch-blocked")
-    assert cli.main(["replay", str(tmp_path), "--isolate", "off"]) == 2
+    assert cli.main(["replay", str(tmp_path), "--isolate", "off"]) == ex.SEED
     out = capsys.readouterr()
     assert "not registered" in out.err and "PASS" in out.out
 
@@ -196,10 +197,10 @@ def test_import_crash_exit_codes_of_pytest_and_the_cli(tmp_path, project):
     project.makepyfile(test_suite="from k3diff.suite import test_fuzz  # noqa\n")
     result = project.runpytest_subprocess("--k3diff", "--k3diff-backend", "sleep_at_import:X", "--k3diff-timeout", "3",
                                            "-p", "no:cacheprovider")
-    assert result.ret == 4 and "did not load the backend within 3 s" in result.stderr.str(), result.stderr.str()
+    assert result.ret == ex.BACKEND and "did not load the backend within 3 s" in result.stderr.str(), result.stderr.str()
     assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
     done = _cli(project.path, "hunt", "--backend", "segv_at_import:X")
-    assert done.returncode == 2 and "SIGSEGV" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.returncode == ex.BACKEND and "SIGSEGV" in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
 
 
 # ---------------------------------------------------------------- nothing left behind
@@ -265,11 +266,12 @@ def test_sigterm_to_the_cli_or_pytest_kills_the_candidate_group(tmp_path):
 def test_option_values_are_checked(argv, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main(argv)
-    assert info.value.code == 2 and "must be" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert info.value.code == ex.USAGE and "must be" in err and len(err.splitlines()) == 1, err
 
 
 def test_mutants_only_a_comma_is_refused(capsys):
-    assert cli.main(["mutants", "--only", ","]) == 2
+    assert cli.main(["mutants", "--only", ","]) == ex.USAGE
     assert "names no mutant" in capsys.readouterr().err
 
 
@@ -308,7 +310,7 @@ def test_broken_pipe_and_full_disk_on_stdout_are_one_line(monkeypatch, capsys):
     with os.fdopen(write, "w") as closed, open("/dev/full", "w") as full:
         for stdout, message in ((closed, "stdout was closed (broken pipe)"), (full, "No space left on device")):
             monkeypatch.setattr(sys, "stdout", stdout)
-            assert cli.main(["budgets"]) == 4
+            assert cli.main(["budgets"]) == ex.OUTPUT_LOST
             err = capsys.readouterr().err
             assert message in err and len(err.splitlines()) == 1, err
 

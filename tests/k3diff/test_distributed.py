@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings, HealthCheck
 
 from k3diff import ep_config
+from k3diff import exit_codes as ex
 from k3diff.case import Case, CaseError, moe_case
 from k3diff.corpus import case_id
 from k3diff.runner import check_case
@@ -297,7 +298,7 @@ def test_a_seed_records_the_layout_and_replays_it(tmp_path, capsys):
     path = save(case, verdict.to_dict(), tmp_path, "k3diff.backends.blocked_ep:TorchBlockedEPDispatchBug")
     assert json.loads(path.read_text())["case"]["ep_owners"] == list(case.ep_owners)
     # a seed does not choose its code (issue 29): refused alone, replayed when the user names it
-    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off"]) == 2
+    assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off"]) == ex.SEED
     assert cli.main(["replay", str(path), "--device", "cpu", "--isolate", "off",
                      "--backend", "k3diff.backends.blocked_ep:TorchBlockedEPDispatchBug"]) == 1
     out = capsys.readouterr().out

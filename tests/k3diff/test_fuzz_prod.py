@@ -278,7 +278,8 @@ def test_the_controller_refuses_two_workers_on_one_h200(monkeypatch):
             getoption=lambda name: "cuda", option=types.SimpleNamespace(numprocesses=n, dist="load"),
             pluginmanager=types.SimpleNamespace(hasplugin=lambda name: name == "xdist"))
         if refused:
-            with pytest.raises(pytest.UsageError, match="use at most -n 1 "):
+            with pytest.raises(pytest.exit.Exception, match="use at most -n 1 ") as stop:
                 plugin._worker_device(config)
+            assert stop.value.returncode == 11            # exit_codes.MACHINE: not the candidate's 1
         else:
             assert plugin._worker_device(config) == "cuda"

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from k3diff import exit_codes as ex
+
 HERE = Path(__file__).parent
 SUITE = "from k3diff.suite import test_batch_invariance, test_fuzz, test_seed  # noqa\n"
 
@@ -35,10 +37,11 @@ def _console(cwd, *args):
     return subprocess.run(cmd + list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def _one_line_usage_error(result, message):
-    """pytest's usage error: exit 4, the reason in one stderr line, no INTERNALERROR."""
+def _one_line_error(result, message, status=ex.USAGE):
+    """A bad input: its own exit status (k3diff/exit_codes.py), the reason in one stderr line, no
+    INTERNALERROR."""
     err = result.stderr.str()
-    assert result.ret == 4, (result.ret, err, result.stdout.str())
+    assert result.ret == status, (result.ret, err, result.stdout.str())
     assert "INTERNALERROR" not in err + result.stdout.str()
     assert [line for line in err.splitlines() if message in line], err
 
@@ -74,7 +77,7 @@ def test_broken_candidate_fails_saves_a_seed_and_replays_bit_for_bit(project):
     assert record["verdict"]["ok"] is False
     # a seed names module:object: it runs only when the user names it too (seeds are data)
     refused = _cli(project.path, "replay", str(seeds[0]))
-    assert refused.returncode == 2 and "not registered here" in refused.stderr, refused.stderr
+    assert refused.returncode == ex.SEED and "not registered here" in refused.stderr, refused.stderr
     # the line exactly as printed, through the console script: the candidate module beside the
     # user still imports (it did not: "No module named 'broken_candidate'", exit 2), and it names
     # its --backend, which the seed alone may no longer choose
@@ -145,23 +148,30 @@ def test_shards_are_disjoint_and_cover_the_run(project):
     assert sorted(one + two) == sorted(whole)
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--k3diff-backend", "no_such_backend"], "unknown backend 'no_such_backend'"),
-    (["--k3diff-shard", "3/2"], "--k3diff-shard expects 1 <= I <= N"),
-    (["--k3diff-shard", "x"], "--k3diff-shard expects I/N"),
-    (["--k3diff-shard", "1/2"], "--k3diff-shard needs --k3diff-seed N"),
-    (["--k3diff-backend", "crashing_candidates:RaisesInInit"], "failed to construct: RuntimeError: cannot open"),
-    (["--k3diff-backend", "crashing_candidates:RaisesInAvailable"], "available() raised OSError: driver query"),
-    (["--k3diff-backend", "crashing_candidates:NoFinalOutput"], "provides('moe') lacks the final output 'out'"),
-    (["--k3diff-save", "/proc/nope"], "--k3diff-save /proc/nope: not a writable folder"),
-    (["--k3diff-report", "/proc/nope/r.jsonl"], "report /proc/nope/r.jsonl: cannot write"),
-    (["--k3diff-timeout", "0"], "--k3diff-timeout must be > 0"),
-    (["--k3diff-device", "tpu"], "device 'tpu' is not a device name"),
+@pytest.mark.parametrize("args, message, status", [
+    (["--k3diff-backend", "no_such_backend"], "unknown backend 'no_such_backend'", ex.BACKEND),
+    (["--k3diff-shard", "3/2"], "--k3diff-shard expects 1 <= I <= N", ex.USAGE),
+    (["--k3diff-shard", "x"], "--k3diff-shard expects I/N", ex.USAGE),
+    (["--k3diff-shard", "1/2"], "--k3diff-shard needs --k3diff-seed N", ex.USAGE),
+    (["--k3diff-backend", "crashing_candidates:RaisesInInit"], "failed to construct: RuntimeError: cannot open",
+     ex.BACKEND),
+    (["--k3diff-backend", "crashing_candidates:RaisesInAvailable"], "available() raised OSError: driver query",
+     ex.BACKEND),
+    (["--k3diff-backend", "crashing_candidates:NoFinalOutput"], "provides('moe') lacks the final output 'out'",
+     ex.BACKEND),
+    (["--k3diff-save", "/proc/nope"], "--k3diff-save /proc/nope: not a writable folder", ex.PATH),
+    (["--k3diff-report", "/proc/nope/r.jsonl"], "report /proc/nope/r.jsonl: cannot write", ex.PATH),
+    (["--k3diff-timeout", "0"], "--k3diff-timeout must be > 0", ex.USAGE),
+    (["--k3diff-device", "tpu"], "device 'tpu' is not a device name", ex.USAGE),
+    (["--k3diff-replay", "no/such/seed.json"], "no/such/seed.json: no such seed file or folder", ex.SEED),
+    (["--k3diff-bogus"], "unrecognized arguments: --k3diff-bogus", ex.USAGE),
 ] + ([] if __import__("torch").cuda.is_available() else [
-    (["--k3diff-device", "cuda"], "device 'cuda' requested but no CUDA device is usable here")]))
-def test_bad_options_give_one_line(project, args, message):
+    (["--k3diff-device", "cuda"], "device 'cuda' requested but no CUDA device is usable here", ex.MACHINE)]))
+def test_bad_options_give_one_line(project, args, message, status):
+    """Each kind of bad input has its own exit status, so a CI step can tell a wrong command from a
+    wrong kernel (1) without reading the text."""
     result = project.runpytest_subprocess("--k3diff", *args, "-p", "no:cacheprovider")
-    _one_line_usage_error(result, message)
+    _one_line_error(result, message, status)
 
 
 def _write(path, record):
@@ -180,25 +190,37 @@ def _write(path, record):
 def test_bad_seed_files_give_one_line(tmp_path, content, message):
     seed = _write(tmp_path / "bad.json", content)
     done = _cli(tmp_path, "replay", str(seed))
-    assert done.returncode == 2
+    assert done.returncode == ex.SEED
     assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
 
 
 def test_unknown_backend_on_replay(tmp_path):
     seed = _write(tmp_path / "ok.json", {"k3diff_seed_format": 1, "case": {"stage": "moe", "version": 1}})
     done = _cli(tmp_path, "replay", str(seed), "--backend", "nope")
-    assert done.returncode == 2 and "unknown backend 'nope'" in done.stderr
+    assert done.returncode == ex.BACKEND and "unknown backend 'nope'" in done.stderr
 
 
 def test_case_too_large_for_the_device(tmp_path, project):
     huge = {"stage": "mla", "version": 1, "preset": "small", "batch": 256, "cache_lens": [65000] * 256}
     seed = _write(tmp_path / "huge.json", {"k3diff_seed_format": 1, "case": huge})
     done = _cli(tmp_path, "replay", str(seed), "--device", "cpu")
-    assert done.returncode == 2 and "case too large for cpu" in done.stderr, done.stderr
+    assert done.returncode == ex.MACHINE and "case too large for cpu" in done.stderr, done.stderr
     result = project.runpytest_subprocess("--k3diff", "--k3diff-replay", str(seed), "-k", "seed",
                                           "--k3diff-device", "cpu", "-p", "no:cacheprovider")
-    assert result.ret == 1
-    result.stdout.fnmatch_lines(["*case too large for cpu*"])
+    assert result.ret == ex.MACHINE             # the machine's limit, not a failing candidate (1)
+    result.stdout.fnmatch_lines(["*case too large for cpu*", "next: exit 11 (not on this machine)*"])
+
+
+def test_a_failing_candidate_outranks_a_bad_seed(project, tmp_path):
+    """A run that meets both a seed it cannot read and a wrong candidate exits 1 (the kernel is
+    wrong) and still names the seed; the same seed alone under a correct candidate exits 9."""
+    bad = _write(tmp_path / "bad.json", "{not json")
+    both = project.runpytest_subprocess(*BROKEN, "--k3diff-replay", str(bad), "-k", "fuzz and moe or seed")
+    assert both.ret == ex.FAIL, both.stdout.str()[-3000:]
+    both.stdout.fnmatch_lines(["*bad.json: not a k3diff seed file*"])
+    alone = project.runpytest_subprocess("--k3diff", "--k3diff-replay", str(bad), "-k", "seed", "-p", "no:cacheprovider")
+    assert alone.ret == ex.SEED, alone.stdout.str()[-3000:]
+    alone.stdout.fnmatch_lines(["next: exit 9 (bad seed)*not the candidate's fault*"])
 
 
 @pytest.mark.parametrize("case, message", [
@@ -213,7 +235,7 @@ def test_case_too_large_for_the_device(tmp_path, project):
 def test_bad_values_in_seed_files_give_one_line(tmp_path, case, message):
     seed = _write(tmp_path / "bad.json", {"k3diff_seed_format": 1, "case": case})
     done = _cli(tmp_path, "replay", str(seed))
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.returncode == ex.SEED, done.stdout + done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and message in done.stderr, done.stderr
 
 
@@ -248,11 +270,11 @@ def test_a_seed_edited_to_another_case_is_refused(tmp_path, monkeypatch):
     record["case"].update(n_slots=2, state_idx=[1, 0, -1, 0])
     path.write_text(json.dumps(record))
     done = _cli(HERE, "replay", str(path))
-    assert done.returncode == 2 and "the case was edited after its verdict was recorded" in done.stderr, done.stderr
+    assert done.returncode == ex.SEED and "the case was edited after its verdict was recorded" in done.stderr, done.stderr
     del record["case_id"]
     path.write_text(json.dumps(record))
     done = _cli(HERE, "replay", str(path))
-    assert done.returncode == 2 and "the recorded verdict is of stage moe but the case is stage 'kda'" in done.stderr
+    assert done.returncode == ex.SEED and "the recorded verdict is of stage moe but the case is stage 'kda'" in done.stderr
 
 
 def test_replay_rederives_the_outcome_and_warns_once_on_another_environment(tmp_path, monkeypatch):
@@ -285,7 +307,7 @@ def test_replay_of_a_folder_replays_every_seed(tmp_path):
     assert done.stdout.count("== ") == 2 and done.stdout.count("PASS moe") == 2
     _write(tmp_path / "c.json", "{not json")
     done = _cli(tmp_path, "replay", str(tmp_path), "--backend", "torch-blocked", "--isolate", "off")
-    assert done.returncode == 2 and done.stdout.count("PASS moe") == 2 and "c.json: not a k3diff seed" in done.stderr
+    assert done.returncode == ex.SEED and done.stdout.count("PASS moe") == 2 and "c.json: not a k3diff seed" in done.stderr
 
 
 def test_the_output_contract_is_checked_after_each_run(tmp_path):

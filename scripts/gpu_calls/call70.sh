@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Ran once (2026-12-05, call 70, an H100; docs/verdicts.md). Since 291d48f remat is the TMA default and
+# mla_ksplit names the old kernel `tma_held`, so step D here asks for a variant that is gone.
 # call 70 (written in the fifteenth session, which had no GPU; not yet run): the two builds made
 # on the CPU to cut spills, checked for bits and timed against what they would replace.
 #   1. the persistent launch with lean GEMV tasks (tune_persistent `lean`: U = 1, the K loop

@@ -249,7 +249,7 @@ def test_pytest_k3diff_megakernel_ep_without_a_gpu_is_one_line():
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--k3diff",
                           "--k3diff-backend", "megakernel-ep", "--k3diff-ranks", "2", "tests/differential"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 4, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.returncode == 8, run.stdout[-2000:] + run.stderr[-2000:]   # k3diff/exit_codes.py BACKEND
     lines = [ln for ln in run.stderr.splitlines() if "megakernel-ep" in ln]
     assert lines and "cannot run here" in lines[0], run.stderr[-2000:]
 

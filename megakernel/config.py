@@ -75,6 +75,10 @@ class Moe:
     up: tuple | None = None
     down: tuple | None = None
     persist: Persist = field(default_factory=Persist)
+    # the tensor-core experts read their weights in mx_layout's rot layout (repacked once by
+    # moe.LatentMoE), everywhere they run (fork-join, one launch, megakernel-ep): 12 decode
+    # instructions per u32 of weights instead of 17, the same bits. Off until a GPU measures it
+    mx_rot: bool = False
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,13 @@ SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             # beside the TMA attention); no spill in any hot loop at batch 1 (persistent_regs
             # --loops --ctas 2|1), 0-3 loads a pass at batch > 1 at 2 a SM, none at 1. Not yet timed.
             ("lean2/SM", Order(), 0, dict(ctas=2, mma_gemv=(("U", 2), ("lean", 1)))),
-            ("lean1/SM", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1))))]
+            ("lean1/SM", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1)))),
+            # MXFP4's expert tasks reading the rot layout (config.Moe.mx_rot, mx_layout.py: 12
+            # decode instructions per u32 of weights instead of 17); bf16: the same as without.
+            # Not yet timed
+            ("rot", Order(), 0, dict(mx_rot=True)),
+            ("lean1/SM+rot", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1)),
+                                              mx_rot=True))]
 
 
 def main(argv=None):
@@ -77,11 +83,13 @@ def main(argv=None):
 
 
 def _built(settings, persist=None):
-    """settings with the persistent launch's build (config.Persist) fields `persist` laid over."""
+    """settings with the persistent launch's build (config.Persist) fields `persist` laid over,
+    and config.Moe.mx_rot if it names it."""
     if not persist:
         return settings
-    return replace(settings, moe=replace(settings.moe, persist=replace(settings.moe.persist,
-                                                                       **persist)))
+    persist = dict(persist)
+    moe = replace(settings.moe, mx_rot=persist.pop("mx_rot", settings.moe.mx_rot))
+    return replace(settings, moe=replace(moe, persist=replace(moe.persist, **persist)))
 
 
 def trace_main(a):

@@ -413,3 +413,135 @@ def test_mla_attention_split_halves_feed_the_whole_tiles_operands():
         assert sorted(P) == list(range(32))
         for x in range(16):
             assert P[x] == whole[x] and P[16 + x] == whole[x], (X, x)
+
+
+# ---- the MXFP4 layouts (mx_layout.py): the shipped PTX text run by a tiny interpreter ----------
+
+def _bf16_mul2(a, b):
+    """mul.rn.bf16x2 on two u32 words, each half as f32 (bf16 is f32's top half); the products
+    here are a value times a power of two, exact in bf16, subnormals kept (no flush)."""
+    out = 0
+    for sh in (0, 16):
+        x = np.array([((a >> sh) & 0xFFFF) << 16], dtype=np.uint32).view(np.float32)
+        y = np.array([((b >> sh) & 0xFFFF) << 16], dtype=np.uint32).view(np.float32)
+        p = (x * y).view(np.uint32)[0]
+        assert p & 0xFFFF == 0, "not exact in bf16"
+        out |= int(p >> 16) << sh
+    return out
+
+
+def run_ptx(text, v, scale):
+    """Run an inline-asm body of mx_layout.decode_asm: $4 = v, $5 = scale; returns $0..$3. Knows
+    only the instructions the decodes use, so a new one fails here instead of passing unread."""
+    import re
+    reg = {"$4": v, "$5": scale}
+    val = lambda t: reg[t] if t in reg else int(t, 0)  # noqa: E731
+    M32 = 0xFFFFFFFF
+    n = 0
+    for line in text.splitlines():
+        line = line.strip()
+        if line in ("{", "}") or line.startswith(".reg"):
+            continue
+        m = re.fullmatch(r"([\w.]+) (.+);", line)
+        op, args = m.group(1), [a.strip() for a in m.group(2).split(",")]
+        d, a = args[0], [val(x) for x in args[1:]]
+        if op == "shr.b32":
+            r = a[0] >> a[1]
+        elif op == "shl.b32":
+            r = (a[0] << a[1]) & M32
+        elif op == "and.b32":
+            r = a[0] & a[1]
+        elif op == "mul.lo.u32":
+            r = (a[0] * a[1]) & M32
+        elif op == "shf.l.wrap.b32":       # funnel shift of (a1:a0) left by a2 mod 32, high word
+            s = a[2] % 32
+            r = ((((a[1] << 32) | a[0]) << s) >> 32) & M32
+        elif op == "lop3.b32":
+            r = 0
+            for bit in range(32):
+                idx = (((a[0] >> bit) & 1) << 2) | (((a[1] >> bit) & 1) << 1) | ((a[2] >> bit) & 1)
+                r |= ((a[3] >> idx) & 1) << bit
+        elif op == "mul.rn.bf16x2":
+            r = _bf16_mul2(a[0], a[1])
+        else:
+            raise AssertionError(f"unknown instruction {op}")
+        reg[d] = r
+        n += 1
+    return [reg[f"${i}"] for i in range(4)], n
+
+
+def test_mxfp4_layouts_decode_to_the_same_bits():
+    """ocp on the stored word and rot on the repacked word give the same four bf16x2 words, for
+    every scale code a kernel multiplies by (mx_scale2 and its one-IMAD form agree on all 256),
+    with 17 and 12 instructions per u32; words_ocp is the CUDA-core path's recipe (old_words)."""
+    from megakernel import mx_layout as L
+    scale2 = lambda c: (((c + 62) << 7) | ((c + 62) << 23)) & 0xFFFFFFFF  # noqa: E731 (mx_scale2)
+    mad = lambda c: (c * 0x00800080 + 0x1F001F00) & 0xFFFFFFFF           # noqa: E731 (mx_scale2_mad)
+    assert all(scale2(c) == mad(c) for c in range(256))
+    ocp, rot = L.decode_asm("ocp"), L.decode_asm("rot")
+    rng = random.Random(3)
+    words = [0, 0xFFFFFFFF, 0x88888888, 0x77777777] + [1 << b for b in range(32)]
+    words += [rng.getrandbits(32) for _ in range(3000)]
+    for i, v in enumerate(words):
+        assert L.words_ocp(v) == old_words(v) == new_words(v), hex(v)
+        code = (63, 127, 190)[i % 3]
+        want, n_ocp = run_ptx(ocp, v, scale2(code))
+        got, n_rot = run_ptx(rot, L.pack_word(v), mad(code))
+        assert got == want, hex(v)
+    assert (n_ocp, n_rot) == (17, 12)
+
+
+def test_rot_pack_on_tensors_is_the_word_pack():
+    torch = __import__("torch")
+    from megakernel import mx_layout as L
+    t = torch.randint(0, 256, (5, 3, 128), dtype=torch.uint8)
+    before = t.clone()
+    p = L.pack_rot(t)
+    assert p.shape == t.shape and p.dtype == torch.uint8
+    tw = t.view(-1, 4).to(torch.int64)
+    pw = p.view(-1, 4).to(torch.int64)
+    for i in range(0, tw.shape[0], 7):
+        w = sum(int(tw[i, k]) << 8 * k for k in range(4))
+        assert sum(int(pw[i, k]) << 8 * k for k in range(4)) == L.pack_word(w)
+    assert torch.equal(t, before)              # the stored weights are left as they were
+
+
+def test_fewer_than_four_rotations_cannot_decode_rot():
+    """mx_layout's claim for its FORMS: with one to three shared rotations besides u itself, no
+    choice of four words (a rotation, or two XORed) is invertible, so four is the least. The
+    decode commutes with rotating u by 16 (MASK is 16-periodic), so it can invert only if it
+    inverts on 16-periodic words, i.e. bits mod 16: that check first, the full one after."""
+    import itertools
+    from functools import lru_cache
+    from megakernel import mx_layout as L
+
+    def rank(rows):
+        basis = []
+        for r in rows:
+            for b in basis:
+                r = min(r, r ^ b)
+            if r:
+                basis.append(r)
+        return len(basis)
+
+    def full(forms, n):
+        rows = []
+        for f in forms:
+            for p in (b for b in range(n) if L.MASK >> b & 1):
+                r = 0
+                for sh in f:
+                    r ^= 1 << ((p - sh) % n)
+                rows.append(r)
+        return rank(rows) == n
+
+    @lru_cache(maxsize=None)
+    def half(forms16):
+        return full(forms16, 16)
+
+    for k in (1, 2, 3):
+        for rs in itertools.combinations(range(1, 32), k):
+            subs = [f for m in (1, 2) for f in itertools.combinations((0,) + rs, m)]
+            for forms in itertools.combinations(subs, 4):
+                f16 = tuple(tuple(sh % 16 for sh in f) for f in forms)
+                assert not (half(f16) and full(forms, 32)), forms
+    assert full(L.FORMS, 32)

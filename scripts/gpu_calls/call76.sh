@@ -6,6 +6,8 @@
 # memcheck over them), then the time side by side: tune_mma (each expert launch alone, the rot
 # row last), the megakernel bench's MXFP4 rows ("rot us" column), tune_persistent's rot builds.
 # The default changes only if these show a gain; then the ci profile is owed on the new default.
+# Before it, on the CPU: bash scripts/gpu_calls/build_cache.sh (the rot kernels and the one
+# launch's rot builds into .gpu/mkc.tgz) and ../shared/device/cutedsl-bundle; carry [".device", ".gpu"].
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-570}
 TAIL=8 cmd A_rot_tests 120 python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_mk_gpu.py -k "rot or mxfp4"

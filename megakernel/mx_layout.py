@@ -14,8 +14,9 @@ before the scale multiply (mxfp4.py). No cutlass here: the CPU tests run this ve
 
 Why those forms: the 8 bits of a word (sign 15 / 31, magnitude 6..8 / 22..24) are not a tile of
 the u32 under rotations alone, and a form that XORs two rotations kills the all-ones word, so at
-least one plain rotation is needed; a search over one to four shared rotations (scratch, 2026-12-05)
-found none below four, and these among the first of the four.
+least one plain rotation is needed; over one to three shared rotations no choice of four forms
+inverts (the exhaustive search is a test: test_fewer_than_four_rotations_cannot_decode_rot), and
+these are among the first found with four.
 """
 from functools import lru_cache
 

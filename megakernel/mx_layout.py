@@ -119,20 +119,20 @@ def pack_word(w: int) -> int:
     return u
 
 
-def pack_rot(packed):
+def pack_rot(packed, rows: int = 1 << 24):
     """The rot layout of MXFP4 weights stored as OCP (a uint8 tensor, last dim a multiple of 4,
-    each little-endian u32 = 8 elements): the same shape and dtype, on the same device. Done a
-    slice at a time (int64 intermediates), once per weight tensor (moe.LatentMoE)."""
+    each little-endian u32 = 8 elements): the same shape and dtype, on the same device. Done
+    `rows` u32 at a time, so the int64 intermediates stay ~0.1 KB per row (~2 GB at the default)
+    whatever the tensor: the full-dims experts are ~10 GB of uint8, 8x that widened at once did
+    not fit an 80 GB GPU (call 76). Once per weight tensor (moe.LatentMoE)."""
     import torch
     assert packed.dtype == torch.uint8 and packed.shape[-1] % 4 == 0 and packed.is_contiguous()
     lut = torch.tensor([[pack_word(x << 8 * byte) for x in range(256)] for byte in range(4)],
                        dtype=torch.int64, device=packed.device)
-    flat = packed.view(-1, 4).to(torch.int64)
-    out = torch.empty_like(packed).view(-1, 4)
-    step = 1 << 24
-    for s in range(0, flat.shape[0], step):
-        b = flat[s:s + step]
+    flat = packed.view(-1, 4)
+    out = torch.empty_like(flat)
+    for s in range(0, flat.shape[0], rows):
+        b = flat[s:s + rows].to(torch.int64)
         u = lut[0][b[:, 0]] ^ lut[1][b[:, 1]] ^ lut[2][b[:, 2]] ^ lut[3][b[:, 3]]
-        out[s:s + step] = torch.stack([(u >> 8 * k) & 0xFF for k in range(4)], 1).to(torch.uint8)
+        out[s:s + rows] = torch.stack([(u >> 8 * k) & 0xFF for k in range(4)], 1).to(torch.uint8)
     return out.view(packed.shape)
-

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# call 77 (nineteenth session): the verdict re-checked on the commit the closing note names, after
+# call 76 timed the rot layout. The ci profile on two fresh seeds (the default preset and the full
+# one, every stage, batch invariance included), the megakernel bench of both formats at full dims,
+# the mutants and controls on the GPU (last run in call 11), and the nightly's MoE shard. Between them
+# the bf16 one launch's lean build (call 76 on an H100: MXFP4 lean1/SM ahead of fork-join at T=64).
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=12 END=${END:-570}
+ci A_ci_default_97001 150 --k3diff-seed 97001
+ci B_ci_full_97002 150 --k3diff-preset full --k3diff-seed 97002
+TAIL=10 cmd C_bench_moe 110 python3 -m megakernel bench --configs full --no-compile
+TAIL=6 cmd C2_persistent_bf16 60 python3 -m megakernel.tools.tune_persistent --formats bf16 \
+  --batches 1,8,64 --settings default,lean1/SM
+TAIL=40 cmd D_mutants_cuda 200 python3 -m k3diff.cli mutants --device cuda
+nightly_shards 97003 8 8
+finish

@@ -77,8 +77,7 @@ class Moe:
     persist: Persist = field(default_factory=Persist)
     # the tensor-core experts read their weights in mx_layout's rot layout (repacked once by
     # moe.LatentMoE), everywhere they run (fork-join, one launch, megakernel-ep): 12 decode
-    # instructions per u32 of weights instead of 17, the same bits. Off: measured slower on the
-    # step (call 76, H100: down 6-10% slower, step 1.3-3.6%; docs/megakernel-notes.md)
+    # instructions per u32 of weights instead of 17, the same bits. Off until a GPU measures it
     mx_rot: bool = False
 
 

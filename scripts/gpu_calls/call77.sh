@@ -3,16 +3,13 @@
 # call 76 timed the rot layout. The ci profile on two fresh seeds (the default preset and the full
 # one, every stage, batch invariance included), the megakernel bench of both formats at full dims,
 # the mutants and controls on the GPU (last run in call 11), and the nightly's MoE shard. Between them
-# the bf16 one launch's lean build (call 76 on an H100: MXFP4 lean1/SM ahead of fork-join at T=64);
-# after them ncu over the down kernel (call78.sh's first two), the nightly shard last if time is left.
+# the bf16 one launch's lean build (call 76 on an H100: MXFP4 lean1/SM ahead of fork-join at T=64).
+# In the order of need (the budget left may cut the tail): the ci profile, ncu over the down kernel
+# (call78.sh's first two), the mutants, the bench, the nightly shard.
 source "$(dirname "$0")/common.sh"
-export OMP_NUM_THREADS=12 END=${END:-520}
+export OMP_NUM_THREADS=12 END=${END:-450}
 ci A_ci_default_97001 150 --k3diff-seed 97001
 ci B_ci_full_97002 150 --k3diff-preset full --k3diff-seed 97002
-TAIL=10 cmd C_bench_moe 110 python3 -m megakernel bench --configs full --no-compile
-TAIL=6 cmd C2_persistent_bf16 60 python3 -m megakernel.tools.tune_persistent --formats bf16 \
-  --batches 1,8,64 --settings default,lean1/SM
-TAIL=40 cmd D_mutants_cuda 200 python3 -m k3diff.cli mutants --device cuda
 # then call 78's first two profiles (the down kernel, stored layout and rot) while time is left
 mkdir -p $OUT/ncu
 for r in down_ocp down_rot; do
@@ -23,5 +20,9 @@ for r in down_ocp down_rot; do
   [ -f $OUT/ncu/$n.ncu-rep ] && { ncu --import $OUT/ncu/$n.ncu-rep --page details --csv > $OUT/ncu/$n.details.csv 2>&1;
     ncu --import $OUT/ncu/$n.ncu-rep --page source --csv --print-source sass > $OUT/ncu/$n.sass.csv 2>&1; rm -f $OUT/ncu/$n.ncu-rep; }
 done
+TAIL=40 cmd D_mutants_cuda 200 python3 -m k3diff.cli mutants --device cuda
+TAIL=10 cmd C_bench_moe 110 python3 -m megakernel bench --configs full --no-compile
+TAIL=6 cmd C2_persistent_bf16 60 python3 -m megakernel.tools.tune_persistent --formats bf16 \
+  --batches 1,8,64 --settings default,lean1/SM
 nightly_shards 97003 8 8
 finish

@@ -11,15 +11,7 @@ export OMP_NUM_THREADS=12 END=${END:-450}
 ci A_ci_default_97001 150 --k3diff-seed 97001
 ci B_ci_full_97002 150 --k3diff-preset full --k3diff-seed 97002
 # then call 78's first two profiles (the down kernel, stored layout and rot) while time is left
-mkdir -p $OUT/ncu
-for r in down_ocp down_rot; do
-  n=ncu_$r
-  TAIL=30 cmd E_$n 70 ncu --nvtx --nvtx-include "$r/" --launch-skip 1 --launch-count 1 \
-    --section WarpStateStats --section SourceCounters --section SpeedOfLight --section MemoryWorkloadAnalysis \
-    -o $OUT/ncu/$n python3 scripts/gpu_calls/ncu_experts.py 8 ${r#*_}
-  [ -f $OUT/ncu/$n.ncu-rep ] && { ncu --import $OUT/ncu/$n.ncu-rep --page details --csv > $OUT/ncu/$n.details.csv 2>&1;
-    ncu --import $OUT/ncu/$n.ncu-rep --page source --csv --print-source sass > $OUT/ncu/$n.sass.csv 2>&1; rm -f $OUT/ncu/$n.ncu-rep; }
-done
+ncu_experts 8 down_ocp down_rot
 TAIL=40 cmd D_mutants_cuda 200 python3 -m k3diff.cli mutants --device cuda
 TAIL=10 cmd C_bench_moe 110 python3 -m megakernel bench --configs full --no-compile
 TAIL=6 cmd C2_persistent_bf16 60 python3 -m megakernel.tools.tune_persistent --formats bf16 \

@@ -6,13 +6,5 @@
 # exported .sass.csv on the CPU afterwards.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-300}
-mkdir -p $OUT/ncu
-for r in up_ocp down_ocp down_rot up_rot; do
-  n=ncu_$r
-  TAIL=30 cmd B_$n 70 ncu --nvtx --nvtx-include "$r/" --launch-skip 1 --launch-count 1 \
-    --section WarpStateStats --section SourceCounters --section SpeedOfLight --section MemoryWorkloadAnalysis \
-    -o $OUT/ncu/$n python3 scripts/gpu_calls/ncu_experts.py 8 ${r#*_}
-  [ -f $OUT/ncu/$n.ncu-rep ] && { ncu --import $OUT/ncu/$n.ncu-rep --page details --csv > $OUT/ncu/$n.details.csv 2>&1;
-    ncu --import $OUT/ncu/$n.ncu-rep --page source --csv --print-source sass > $OUT/ncu/$n.sass.csv 2>&1; rm -f $OUT/ncu/$n.ncu-rep; }
-done
+ncu_experts 8 up_ocp down_ocp down_rot up_rot
 finish

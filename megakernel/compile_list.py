@@ -26,13 +26,10 @@ def moe(s):
     for fmt in ("bf16", "mxfp4"):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
-    up, down = k_expert_mma.variants(s.moe)
-    out += [("expert_up_mma", up), ("expert_down_mma", down),
+    out += [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
+            ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN)),
             ("expert_up_mma", dict(k_expert_mma.ALT_UP)),
             ("expert_down_mma", dict(k_expert_mma.ALT_DOWN))]
-    if not s.moe.mx_rot:     # the other layout's pair too (tune_mma times it beside the default)
-        up, down = k_expert_mma.variants(replace(s.moe, mx_rot=True))
-        out += [("expert_up_mma", up), ("expert_down_mma", down)]
     out += [("persistent", persistent_variant(s, fmt, forced, T1, m))
             for fmt in ("bf16", "mxfp4") for T1 in (True, False) for forced in (False, True)]
     return out
@@ -45,8 +42,8 @@ def ep(s):
     for fmt in ("bf16", "mxfp4"):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
-    up, down = k_expert_mma.variants(s.moe)
-    return out + [("expert_up_mma", up), ("expert_down_mma", down)]
+    return out + [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
+                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN))]
 
 
 def persistent_variant(s, fmt, forced, T1, gemv_mma):
@@ -58,8 +55,6 @@ def persistent_variant(s, fmt, forced, T1, gemv_mma):
         v["persist"] = s.moe.persist
     if not s.moe.mx_mma:
         v["mx_mma"] = False
-    if s.moe.mx_rot and fmt == "mxfp4":
-        v["mx_rot"] = True
     return v
 
 

@@ -75,12 +75,6 @@ class Moe:
     up: tuple | None = None
     down: tuple | None = None
     persist: Persist = field(default_factory=Persist)
-    # the tensor-core experts read their weights in mx_layout's rot layout (repacked once by
-    # moe.LatentMoE), everywhere they run (fork-join, one launch, megakernel-ep): 12 decode
-    # instructions per u32 of weights instead of 17, the same bits. Off: no faster on the step
-    # (call 76, H100: up 1-4% faster, down 6-10% slower, the step 1.3-3.6% slower; under ncu the
-    # down kernel waits on its loads either way, call 77; docs/megakernel-notes.md)
-    mx_rot: bool = False
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ Loads, two schemes (the launch picks one per kernel: UP, DOWN below; outputs are
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint8, Uint32
 from megakernel.pointwise import situ
-from megakernel.mxfp4 import MX_POST, mxfp4_word_to_bf16x2x4, mx_scale2, mx_scale2_mad
+from megakernel.mxfp4 import MX_POST, mxfp4_word_to_bf16x2x4, mx_scale2
 from megakernel.ptx import (ld_v4_stream, ld_v4_cached, ld_u8_stream, prmt, mma_bf16_16816,
                             cp_async_16, cp_async_4, ld_shared_v4)
 from megakernel.k_expert import ExpertLaunch
@@ -44,14 +44,11 @@ class ExpertMMA(ExpertLaunch):
     wdt = Uint8                       # MXFP4 only
 
     def __init__(self, dims, up: bool, U: int, WPC: int, MT: int = 1, PF: int = 0, S: int = 0,
-                 coherent: bool = False, smem_cap: int = 48 * 1024, rot: int = 0):
+                 coherent: bool = False, smem_cap: int = 48 * 1024):
         """`coherent`: read the activation with plain loads instead of the read-only (.nc) path,
-        required when it is written by the same launch (k_persistent.py). `rot`: the weights are
-        in mx_layout's rot layout (moe.LatentMoE repacks them), decoded in 12 instructions per
-        u32 instead of 17, the scale in one IMAD: the same bits."""
+        required when it is written by the same launch (k_persistent.py)."""
         d = dims
         self.dm, self.up, self.WPC, self.PF, self.S = dims, up, WPC, PF, S
-        self.layout = "rot" if rot else "ocp"
         self.coherent = coherent
         self.threads = 32 * WPC
         self.R = 2 * d.I if up else d.r          # weight rows per expert
@@ -81,7 +78,6 @@ class ExpertMMA(ExpertLaunch):
         """Row tile bx of active expert slot u (nothing when u >= nact)."""
         dm, UP, K, R, NOUT = self.dm, self.up, self.K, self.R, self.NOUT
         NT, RW, U, WPC, S, SB, PF = self.NT, self.RW, self.U, self.WPC, self.S, self.SB, self.PF
-        LAY = self.layout
         E, k = dm.E, dm.k
         P = T * k
         KB = K // 2                 # bytes per weight row
@@ -160,7 +156,7 @@ class ExpertMMA(ExpertLaunch):
                         if nb < NB:
                             _ring_issue(sw, nb % S, Int64(nb), lane, wad, sad4, NT, SB, PF)
                         cute.arch.cp_async_commit_group()
-                        _mma_block(Ar, Sr, Xr, acc, 0, NT, UP, LAY)
+                        _mma_block(Ar, Sr, Xr, acc, 0, NT, UP)
                     cute.arch.cp_async_wait_group(0)
                 else:
                     for it in cutlass.range(NB // U):
@@ -179,7 +175,7 @@ class ExpertMMA(ExpertLaunch):
                                     Xr[uu * 16 + 4 * q + j] = xv[j]
                         # then decode + mma
                         for uu in cutlass.range_constexpr(U):
-                            _mma_block(Ar, Sr, Xr, acc, uu, NT, UP, LAY)
+                            _mma_block(Ar, Sr, Xr, acc, uu, NT, UP)
                 # epilogue: lane holds columns 2t, 2t+1 of rows g, g+8 of each tile
                 for cc in cutlass.range_constexpr(2):
                     n = 2 * tg + cc
@@ -205,10 +201,9 @@ def _ring_issue(sw, st, blk, lane, wad, sad4, NT, SB, PF):
         cp_async_4(sl + NT * 2 * 512 + 4 * th, sad4[th] + blk * Int64(4))
 
 
-def _mma_block(Ar, Sr, Xr, acc, uu, NT, UP, layout):
+def _mma_block(Ar, Sr, Xr, acc, uu, NT, UP):
     """Decode + mma of one K block held in registers (slot uu of Ar / Sr / Xr), traced inline."""
-    scale = mx_scale2_mad if layout == "rot" else mx_scale2
-    s2 = [scale(Sr[uu * NT * 2 + th]) for th in range(NT * 2)]
+    s2 = [mx_scale2(Sr[uu * NT * 2 + th]) for th in range(NT * 2)]
     for q in range(4):
         x0 = Xr[uu * 16 + 4 * q + 0]
         x1 = Xr[uu * 16 + 4 * q + 1]
@@ -220,9 +215,8 @@ def _mma_block(Ar, Sr, Xr, acc, uu, NT, UP, layout):
         else:
             bq = [(x0, x1), (x2, x3)]             # ACT in pair order
         for t in range(NT):
-            ag = mxfp4_word_to_bf16x2x4(Ar[(uu * NT * 2 + 2 * t) * 4 + q], s2[2 * t], layout)
-            a8 = mxfp4_word_to_bf16x2x4(Ar[(uu * NT * 2 + 2 * t + 1) * 4 + q], s2[2 * t + 1],
-                                        layout)
+            ag = mxfp4_word_to_bf16x2x4(Ar[(uu * NT * 2 + 2 * t) * 4 + q], s2[2 * t])
+            a8 = mxfp4_word_to_bf16x2x4(Ar[(uu * NT * 2 + 2 * t + 1) * 4 + q], s2[2 * t + 1])
             for h in range(2):
                 c = mma_bf16_16816(ag[2 * h], a8[2 * h], ag[2 * h + 1], a8[2 * h + 1],
                                    bq[h][0], bq[h][1], acc[4 * t], acc[4 * t + 1],
@@ -245,13 +239,3 @@ UP = dict(U=1, WPC=4, PF=128, S=3)
 DOWN = dict(U=2, WPC=4, MT=1, PF=128)
 ALT_UP = dict(U=2, WPC=4, PF=128)
 ALT_DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
-
-
-def variants(m):
-    """(up, down): the variants the experts launch under config.Moe `m` (a tuner's, else the
-    measured defaults), reading the rot layout when m.mx_rot."""
-    up, down = dict(m.up or UP), dict(m.down or DOWN)
-    assert "rot" not in up and "rot" not in down, "the layout is Moe.mx_rot, for every launch"
-    if m.mx_rot:
-        up["rot"] = down["rot"] = 1
-    return up, down

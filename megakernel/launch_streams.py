@@ -61,9 +61,8 @@ def expert_launches(moe, T):
     dm, s = moe.dm, moe.settings
     c = cache.compiled
     if moe.uses_mma():
-        up, down = k_expert_mma.variants(s.moe)
-        f_up = c("expert_up_mma", dm, **up)
-        f_down = c("expert_down_mma", dm, **down)
+        f_up = c("expert_up_mma", dm, **dict(s.moe.up or k_expert_mma.UP))
+        f_down = c("expert_down_mma", dm, **dict(s.moe.down or k_expert_mma.DOWN))
     else:
         te = k_expert.tile(T)
         f_up = c("expert_up", dm, fmt=moe.fmt, TT=te)

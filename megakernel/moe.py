@@ -9,7 +9,7 @@ kernel the ones its class declares.
 """
 import torch
 
-from megakernel import config, launch_persistent, launch_streams, mx_layout, plan
+from megakernel import config, launch_persistent, launch_streams, plan
 from megakernel.dims import MAX_T
 from megakernel.k_expert_mma import fits
 from megakernel.launch_plan import TwoStreams
@@ -61,7 +61,6 @@ class LatentMoE:
         self._weights = dict(w1=self.w1, w_gu=self.w_gu, bias=self.bias, norm_w=self.norm_w,
                              w_up=self.w_up, w_sd=self.w_sd, w13=self.w13, w13s=self.w13s,
                              w2=self.w2, w2s=self.w2s)
-        self._rot = None         # _weights with w13, w2 in mx_layout's rot layout (weights())
         self.device = device
         self._scratch = {}
         self._plans = {}         # (T, order) -> the persistent launch's task table
@@ -105,25 +104,11 @@ class LatentMoE:
         pair order [0 4 1 5 2 6 3 7], written by its up and read by its down kernel)."""
         return self.fmt == "mxfp4" and self.settings.moe.mx_mma and fits(self.dm)
 
-    def weights(self):
-        """The packed weights by name, as the launches read them: w13 and w2 as stored, or in
-        mx_layout's rot layout when the settings ask for it (Settings.moe.mx_rot; repacked once,
-        on first use: a tuner may switch between launches, so not in the constructor). Built
-        once per layout, not per step (the host's hot path asks every step)."""
-        if not (self.settings.moe.mx_rot and self.uses_mma()):
-            return self._weights
-        if self._rot is None:
-            if torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("the rot layout is made on a launch before any graph capture")
-            self._rot = dict(self._weights, w13=mx_layout.pack_rot(self.w13),
-                             w2=mx_layout.pack_rot(self.w2))
-        return self._rot
-
     def buffers(self, x, s, out=None):
         """Every buffer of the step by the name the kernels declare (kernel_args.py): the packed
         weights, the scratch `s`, x, out (s["out"] unless given), and the run-time ints T and maxU (the expert grid's active-slot bound)."""
         T = x.shape[0]
-        return dict(s, **self.weights(), x=x, out=out if out is not None else s["out"],
+        return dict(s, **self._weights, x=x, out=out if out is not None else s["out"],
                     T=T, maxU=min(self.dm.E, T * self.dm.k))
 
     def launch(self, x, forced_ids=None, out=None, stages=None):

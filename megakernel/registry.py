@@ -27,20 +27,19 @@ from megakernel.k_schedule import Schedule
 from megakernel.k_shared_act import SharedAct
 
 
-def persist_experts(persist, rot=False):
+def persist_experts(persist):
     """The persistent launch's expert variants: 8 warps per expert task (its CTAs are 256
     threads); its up ring (8 warps x 3 stages x 2.5 KB = 60 KB) is the largest shared-memory user
-    of its stages, so built for 4 CTAs per SM it keeps 2 stages. rot: Settings.moe.mx_rot."""
-    lay = dict(rot=1) if rot else {}
-    return (dict(U=1, WPC=8, PF=128, S=3 if persist.ctas <= 3 else 2, **lay),
-            dict(U=2, WPC=8, MT=1, PF=128, **lay))
+    of its stages, so built for 4 CTAs per SM it keeps 2 stages."""
+    return (dict(U=1, WPC=8, PF=128, S=3 if persist.ctas <= 3 else 2),
+            dict(U=2, WPC=8, MT=1, PF=128))
 
 
 def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=(), persist=Persist(), only=(),
-                    mx_mma=True, mx_rot=False):
+                    mx_mma=True):
     """The PersistentStep object (not compiled) for these dims / format / batch class; gemv_mma:
     the MoE's GEMVs on the tensor cores (part of the key, so that a process can hold several);
-    persist: its build (config.Persist); mx_mma, mx_rot: Settings.moe's."""
+    persist: its build (config.Persist); mx_mma: Settings.moe.mx_mma."""
     from megakernel.config import Gemv
     mma = fmt == "mxfp4" and mx_mma and fits(dm)
     T = 1 if T1 else gemv.TT_GEMV + 1          # a batch of the class
@@ -53,7 +52,7 @@ def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=(), persist=Persi
             v.update(dict(persist.mma_gemv))
         # out_routed and out_shared read what the same launch wrote (yn, act_s)
         gemvs[g] = gemv.obj(g, dm, coherent=g.startswith("out_") and "TT" not in v, **v)
-    up, down = persist_experts(persist, mx_rot)
+    up, down = persist_experts(persist)
     return PersistentStep(dm, fmt, forced, gemvs, 1 if T1 else TT_EXPERT,
                           up if mma else None, down if mma else None, trace, persist.ctas, only)
 
@@ -71,10 +70,8 @@ KERNELS.update({
     "schedule": lambda dm: Schedule(dm),
     "expert_up": lambda dm, fmt, TT: ExpertUp(dm, fmt, TT),
     "expert_down": lambda dm, fmt, TT: ExpertDown(dm, fmt, TT),
-    "expert_up_mma": lambda dm, U, WPC, PF=0, S=0, rot=0: ExpertMMA(dm, True, U, WPC, PF=PF, S=S,
-                                                                    rot=rot),
-    "expert_down_mma": lambda dm, U, WPC, MT, PF=0, S=0, rot=0: ExpertMMA(dm, False, U, WPC, MT, PF,
-                                                                          S, rot=rot),
+    "expert_up_mma": lambda dm, U, WPC, PF=0, S=0: ExpertMMA(dm, True, U, WPC, PF=PF, S=S),
+    "expert_down_mma": lambda dm, U, WPC, MT, PF=0, S=0: ExpertMMA(dm, False, U, WPC, MT, PF, S),
     "combine": lambda dm: Combine(dm),
     "persistent": persistent_step,
     # KDA (kda.py; dims.KdaDims)

@@ -9,9 +9,7 @@ with the MoE's four GEMVs all on the other kernel: the tensor-core k_gemv_mma.py
 it by default (config.Gemv.mma), else the CUDA-core k_gemv.py: "other-GEMV us", and the
 one launch so: "other-GEMV 1-launch"; at batch > 8 the fork-join with its tensor-core GEMVs on
 mma.sync instead of wgmma, config.Gemv.wgmma, the same bits: ">8 on mma.sync us", nan while
-gemv.WGMMA_GEMVS holds none of the MoE's; MXFP4 on the tensor cores: the fork-join with the
-experts' weights in mx_layout's rot layout, config.Moe.mx_rot, the same bits checked: "rot us");
-torch
+gemv.WGMMA_GEMVS holds none of the MoE's); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
@@ -218,15 +216,6 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
         if T > 8 and any(g in gemv.WGMMA_GEMVS for g in MOE_GEMVS):
             with other_large_gemv(mods):
                 wg_us = graph_us(mods, xs, R)
-        # MXFP4: the fork-join reading the experts' weights in the rot layout (mx_layout.py,
-        # repacked on its first launch): the same bits, checked on two inputs first
-        rot_us = float("nan")
-        if mods[0].uses_mma():
-            ref = [mods[i % nm].launch(xs[i])["out"].clone() for i in range(2)]
-            with rot_layout(mods):
-                for i in range(2):
-                    assert torch.equal(mods[i % nm].launch(xs[i])["out"], ref[i]), "rot != ocp"
-                rot_us = graph_us(mods, xs, R)
         # where the time goes: each launch alone, R times in its own graph (same scratch)
         parts = []
         for i, name in enumerate(STAGES):
@@ -244,8 +233,6 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
             + f" | fork-join, GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt_us:.1f}"
             + f" | one launch so {alt_one_us:.1f}"
             + (f" | fork-join, GEMVs at batch > 8 on mma.sync {wg_us:.1f}" if T > 8 else "")
-            + (f" | fork-join, experts' weights in the rot layout {rot_us:.1f}"
-               if rot_us == rot_us else "")
             + f" | distinct experts {statistics.mean(nexp):.1f}")
 
         def eager_loop(fns, Re):
@@ -270,7 +257,7 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
         roof_us = nbytes / bw * 1e6
         row = (dm.tag, fmt, T, nbytes, k_us, 100 * roof_us / k_us, e_us / k_us, c_us / k_us,
                roof_us, e_us, c_us, serial_us, one_us, alt_us, alt_one_us,
-               roofline.share(machine, k_us, nbytes, step_flops(dm, T)), wg_us, rot_us)
+               roofline.share(machine, k_us, nbytes, step_flops(dm, T)), wg_us)
         rows.append(row)
         log(fmt_row(row))
 
@@ -278,13 +265,13 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
 HDR = (f"{'config':6s} {'format':6s} {'batch':>5s} {'MB read':>9s} {'kernel us':>10s} "
        f"{'%copyBW':>8s} {'%roof2':>8s} {'x eager':>8s} {'x compile':>9s} | {'roof us':>8s} {'eager us':>9s} "
        f"{'compile us':>10s} {'1-stream us':>11s} {'1-launch us':>11s} {'other-GEMV us':>13s} "
-       f"{'other-GEMV 1-launch':>19s} {'>8 on mma.sync us':>17s} {'rot us':>8s}")
+       f"{'other-GEMV 1-launch':>19s} {'>8 on mma.sync us':>17s}")
 
 
 def fmt_row(r):
     return (f"{r[0]:6s} {r[1]:6s} {r[2]:5d} {r[3] / 1e6:9.1f} {r[4]:10.1f} {r[5]:7.1f}% {r[15]:>8s} "
             f"{r[6]:8.2f} {r[7]:9.2f} | {r[8]:8.1f} {r[9]:9.1f} {r[10]:10.1f} {r[11]:11.1f} "
-            f"{r[12]:11.1f} {r[13]:13.1f} {r[14]:19.1f} {r[16]:17.1f} {r[17]:8.1f}")
+            f"{r[12]:11.1f} {r[13]:13.1f} {r[14]:19.1f} {r[16]:17.1f}")
 
 
 @contextlib.contextmanager
@@ -304,11 +291,6 @@ def with_settings(steps, settings_of):
 def other_gemv_kernel(steps, names):
     """with_settings: every GEMV on the kernel `names` do not use now (config.Gemv.other)."""
     return with_settings(steps, lambda s: replace(s, gemv=s.gemv.other(names)))
-
-
-def rot_layout(steps):
-    """with_settings: the MXFP4 experts reading mx_layout's rot layout (config.Moe.mx_rot)."""
-    return with_settings(steps, lambda s: replace(s, moe=replace(s.moe, mx_rot=True)))
 
 
 def other_large_gemv(steps):

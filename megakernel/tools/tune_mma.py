@@ -3,9 +3,7 @@ path against variants of the tensor-core path (k_expert_mma.py), T = 1 and 8.
 
 Every variant must give bitwise the same act, y and out as the default one (the per-(row, pair)
 order is the same whatever U / WPC / MT / PF / S), and the CUDA-core path must agree to bf16
-rounding. Last, the default variants reading the weights in mx_layout's rot layout
-(config.Moe.mx_rot: 12 decode instructions per u32 instead of 17), bitwise the default's too.
-Writes $OUT/tune.txt, ending with the choice for k_expert_mma.UP / DOWN (a variant
+rounding. Writes $OUT/tune.txt, ending with the choice for k_expert_mma.UP / DOWN (a variant
 that beats the default; each variant runs on its own config.Settings). Timing as
 in bench.py: each launch alone, R times in one CUDA graph over rotating inputs, median of 5.
 """
@@ -36,19 +34,6 @@ def stage_us(moe, xs, stage, R=20):
     return time_events(g.replay) / R
 
 
-def run(moe, settings, xs):
-    """act, y, out of one launch on `settings` (scratch poisoned first: a row left unwritten
-    cannot match), then the up and down launches' µs."""
-    moe.settings = settings
-    sc = moe.scratch(xs[0].shape[0])
-    for n in ("act", "y", "out"):
-        sc[n].fill_(float("nan"))
-    s = moe.launch(xs[0])
-    torch.cuda.synchronize()
-    got = s["act"].clone(), s["y"].clone(), s["out"].clone()
-    return got, stage_us(moe, xs, 3), stage_us(moe, xs, 4)
-
-
 def main():
     log = out_log("tune.txt")
     dm = FULL
@@ -69,8 +54,14 @@ def main():
         log(f"  cuda-core path   up {stage_us(moe, xs, 3):7.1f} us  down {stage_us(moe, xs, 4):7.1f} us")
         ref = None
         for vi, (up, down) in enumerate(zip(UPS, DOWNS)):
-            (act, y, out), tu, td = run(moe, replace(base, moe=replace(
-                base.moe, up=tuple(sorted(up.items())), down=tuple(sorted(down.items())))), xs)
+            moe.settings = replace(base, moe=replace(base.moe, up=tuple(sorted(up.items())),
+                                                     down=tuple(sorted(down.items()))))
+            sc = moe.scratch(T)
+            for n in ("act", "y", "out"):       # poison: a row left unwritten cannot match
+                sc[n].fill_(float("nan"))
+            s = moe.launch(xs[0])
+            torch.cuda.synchronize()
+            act, y, out = s["act"].clone(), s["y"].clone(), s["out"].clone()
             if ref is None:
                 ref = (act, y, out)
                 rel = ((out.float() - out_cc.float()).norm() / out_cc.float().norm()).item()
@@ -79,14 +70,10 @@ def main():
                     f"finite {bool(torch.isfinite(out.float()).all())}")
             same_up = torch.equal(act, ref[0])
             same = same_up and torch.equal(y, ref[1]) and torch.equal(out, ref[2])
+            tu, td = stage_us(moe, xs, 3), stage_us(moe, xs, 4)
             log(f"  mma up {up} {tu:7.1f} us ({mb[0] / tu:.2f} TB/s) | down {down} {td:7.1f} us "
                 f"({mb[1] / td:.2f} TB/s) | bitwise same as first: act {same_up}, y+out {same}")
             res.setdefault(vi, []).append(((same_up, same), tu, td))
-        (act, y, out), tu, td = run(moe, replace(base, moe=replace(base.moe, mx_rot=True)), xs)
-        same = [torch.equal(a, b) for a, b in zip((act, y, out), ref)]
-        log(f"  rot layout, the default variants: up {tu:7.1f} us ({mb[0] / tu:.2f} TB/s) "
-            f"vs {res[0][-1][1]:.1f} | down {td:7.1f} us ({mb[1] / td:.2f} TB/s) vs "
-            f"{res[0][-1][2]:.1f} | bitwise same as the default: act {same[0]}, y+out {all(same)}")
         moe.settings = base
     # choice: the fastest at T=1 among the variants bitwise equal to the default at both T whose
     # T=8 time is within 5% of the default's

@@ -26,24 +26,14 @@ SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             # the tensor-core GEMV tasks with one K block per buffer and their K loop rolled: no
             # spill in any GEMV task's K loop at batch 1 (against up to 17 stores and 23 loads
             # a pass, MXFP4), 7-15 loads at batch > 1 against up to 69 (tools/persistent_regs.py
-            # --loops, CPU; fifteenth session). Timed in calls 70 (H100) and 75 (H200): faster
-            # than the default build in MXFP4, still behind the fork-join (docs/megakernel-notes.md,
-            # seventeenth session).
+            # --loops, CPU; fifteenth session). Not yet timed.
             ("lean", Order(), 0, dict(mma_gemv=(("U", 1), ("lean", 1)))),
             # the same built for fewer, fatter CTAs: 2 a SM at 128 registers (U = 2), 1 at 255
             # (U = 4: 16 KB of loads a warp in flight, the CTA shape a layer's one launch needs
             # beside the TMA attention); no spill in any hot loop at batch 1 (persistent_regs
-            # --loops --ctas 2|1), 0-3 loads a pass at batch > 1 at 2 a SM, none at 1. Timed with
-            # lean (calls 70, 75): lean1/SM the best at MXFP4 batch 64, still behind the fork-join
-            # on the H200.
+            # --loops --ctas 2|1), 0-3 loads a pass at batch > 1 at 2 a SM, none at 1. Not yet timed.
             ("lean2/SM", Order(), 0, dict(ctas=2, mma_gemv=(("U", 2), ("lean", 1)))),
-            ("lean1/SM", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1)))),
-            # MXFP4's expert tasks reading the rot layout (config.Moe.mx_rot, mx_layout.py: 12
-            # decode instructions per u32 of weights instead of 17); bf16: the same as without.
-            # Not yet timed
-            ("rot", Order(), 0, dict(mx_rot=True)),
-            ("lean1/SM+rot", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1)),
-                                              mx_rot=True))]
+            ("lean1/SM", Order(), 0, dict(ctas=1, mma_gemv=(("U", 4), ("lean", 1))))]
 
 
 def main(argv=None):
@@ -87,13 +77,11 @@ def main(argv=None):
 
 
 def _built(settings, persist=None):
-    """settings with the persistent launch's build (config.Persist) fields `persist` laid over,
-    and config.Moe.mx_rot if it names it."""
+    """settings with the persistent launch's build (config.Persist) fields `persist` laid over."""
     if not persist:
         return settings
-    persist = dict(persist)
-    moe = replace(settings.moe, mx_rot=persist.pop("mx_rot", settings.moe.mx_rot))
-    return replace(settings, moe=replace(moe, persist=replace(moe.persist, **persist)))
+    return replace(settings, moe=replace(settings.moe, persist=replace(settings.moe.persist,
+                                                                       **persist)))
 
 
 def trace_main(a):

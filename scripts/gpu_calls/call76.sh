@@ -8,6 +8,8 @@
 # The default changes only if these show a gain; then the ci profile is owed on the new default.
 # Before it, on the CPU: bash scripts/gpu_calls/build_cache.sh (the rot kernels and the one
 # launch's rot builds into .gpu/mkc.tgz) and ../shared/device/cutedsl-bundle; carry [".device", ".gpu"].
+# (A record: it ran at 24c4a51 with the rot layout in the tree; ncu_experts then took a layout
+# suffix, down_ocp / down_rot. The rot layout is deleted since, so its lanes no longer run as written.)
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-570}
 TAIL=8 cmd A_rot_tests 120 python3 -m pytest -q -p no:cacheprovider tests/megakernel/test_mk_gpu.py -k "rot or mxfp4"

@@ -6,6 +6,8 @@
 # the bf16 one launch's lean build (call 76 on an H100: MXFP4 lean1/SM ahead of fork-join at T=64).
 # In the order of need (the budget left may cut the tail): the ci profile, ncu over the down kernel
 # (call78.sh's first two), the mutants, the bench, the nightly shard.
+# (A record: it ran at 24c4a51 with the rot layout in the tree; ncu_experts then took a layout
+# suffix, down_ocp / down_rot. The rot layout is deleted since, so its lanes no longer run as written.)
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=12 END=${END:-450}
 ci A_ci_default_97001 150 --k3diff-seed 97001

@@ -44,13 +44,13 @@ nightly_shards() {  # nightly_shards SEED N I...: shards I/N of the nightly prof
     PROFILE=nightly ci N_${seed}_${i}of${n} $(left) --k3diff-seed $seed --k3diff-shard $i/$n
   done
 }
-ncu_experts() {  # ncu_experts T RANGE...: ncu over one warm MXFP4 expert launch each (ncu_experts.py), to $OUT/ncu
+ncu_experts() {  # ncu_experts T STAGE...: ncu over one warm MXFP4 expert launch each (up, down; ncu_experts.py), to $OUT/ncu
   local T=$1 r n; shift; mkdir -p $OUT/ncu
   for r in "$@"; do
     n=ncu_${r}_$T
     TAIL=30 cmd E_$n 70 ncu --nvtx --nvtx-include "$r/" --launch-skip 1 --launch-count 1 \
       --section WarpStateStats --section SourceCounters --section SpeedOfLight --section MemoryWorkloadAnalysis \
-      -o $OUT/ncu/$n python3 scripts/gpu_calls/ncu_experts.py $T ${r#*_}
+      -o $OUT/ncu/$n python3 scripts/gpu_calls/ncu_experts.py $T
     [ -f $OUT/ncu/$n.ncu-rep ] && { ncu --import $OUT/ncu/$n.ncu-rep --page details --csv > $OUT/ncu/$n.details.csv 2>&1;
       ncu --import $OUT/ncu/$n.ncu-rep --page source --csv --print-source sass > $OUT/ncu/$n.sass.csv 2>&1; rm -f $OUT/ncu/$n.ncu-rep; }
   done

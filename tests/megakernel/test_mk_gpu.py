@@ -219,33 +219,6 @@ def test_persistent_lean_build_equals_eleven_launches(fmt, T):
     one.check_persistent()
 
 
-@pytest.mark.parametrize("streams", ["fork", "persistent"])
-@pytest.mark.parametrize("T", [1, 8, 73])
-def test_mxfp4_rot_layout_equals_ocp(streams, T):
-    """The tensor-core experts reading their weights in the rot layout (config.Moe.mx_rot,
-    mx_layout.py: repacked once, decoded in 12 instructions per u32 instead of 17) give the bits
-    of the stored layout on every intermediate, natural and forced routing, in the fork-join and
-    in the one launch (so k3diff's verdicts on the stored layout hold for it)."""
-    from dataclasses import replace
-    from megakernel import config
-    s = config.current()
-    rot = replace(s, moe=replace(s.moe, mx_rot=True))
-    w = weights("mxfp4")
-    ref = LatentMoE(SMALL, w, DEV, streams="serial")
-    got_moe = LatentMoE(SMALL, w, DEV, streams=streams, settings=rot)
-    assert got_moe.uses_mma()
-    x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
-    forced = torch.randint(-1, SMALL.E, (T, SMALL.k), device=DEV)
-    for f in (None, forced):
-        want = snapshot(ref, ref.launch(x, forced_ids=f), T)
-        got = snapshot(got_moe, got_moe.launch(x, forced_ids=f), T)
-        for n in want:
-            assert torch.equal(got[n], want[n]), n
-    assert not torch.equal(got_moe.weights()["w13"], got_moe.w13)   # it did repack
-    if streams == "persistent":
-        got_moe.check_persistent()
-
-
 @pytest.mark.parametrize("stage,queue,counter", [("COMBINE", "routed", "expert_down"),
                                                   ("OUT_SHARED", "shared", "shared_act")])
 def test_persistent_watchdog_names_a_broken_wait(stage, queue, counter):

@@ -2,12 +2,13 @@
 ncu's per-SASS-instruction sampling (`ncu --import R --page source --csv --print-source sass`):
 the stall reasons summed by opcode, then the N hottest instructions with their main reasons."""
 import csv
+import gzip
 import sys
 from collections import defaultdict
 
 
 def main(path, n=30):
-    rows = list(csv.reader(open(path)))
+    rows = list(csv.reader((gzip.open if path.endswith(".gz") else open)(path, "rt")))
     hdr = rows[1]
     ix = {h: k for k, h in enumerate(hdr)}
     reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]

@@ -2,13 +2,13 @@
 (`ncu --import R --page details --csv`, as common.sh's ncu_experts exports it) side by side, one
 column per file: every metric the first file has, in its order. With sass_stalls.py (where the
 warps stall, per instruction) it gives the table of docs/megakernel-notes.md, nineteenth session."""
-import csv
-import gzip
 import sys
+
+from sass_stalls import read_rows     # this folder is on sys.path when run as a script
 
 
 def metrics(path):
-    rows = list(csv.reader((gzip.open if path.endswith(".gz") else open)(path, "rt")))
+    rows = read_rows(path)
     ix = {h: k for k, h in enumerate(rows[0])}
     out = {}
     for r in rows[1:]:

@@ -7,8 +7,13 @@ import sys
 from collections import defaultdict
 
 
+def read_rows(path):
+    """An ncu CSV export's rows, plain or gzipped (docs/ncu keeps them as .gz)."""
+    return list(csv.reader((gzip.open if path.endswith(".gz") else open)(path, "rt")))
+
+
 def main(path, n=30):
-    rows = list(csv.reader((gzip.open if path.endswith(".gz") else open)(path, "rt")))
+    rows = read_rows(path)
     hdr = rows[1]
     ix = {h: k for k, h in enumerate(hdr)}
     reasons = [h for h in hdr if h.startswith("stall_") and "Not Issued" not in h]

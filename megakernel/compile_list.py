@@ -28,6 +28,7 @@ def moe(s):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     out += [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
             ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN)),
+            ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN_WIDE)),
             ("expert_up_mma", dict(k_expert_mma.ALT_UP)),
             ("expert_down_mma", dict(k_expert_mma.ALT_DOWN))]
     out += [("persistent", persistent_variant(s, fmt, forced, T1, m))
@@ -43,7 +44,8 @@ def ep(s):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     return out + [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
-                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN))]
+                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN)),
+                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN_WIDE))]
 
 
 def persistent_variant(s, fmt, forced, T1, gemv_mma):

@@ -33,7 +33,8 @@ MAX_T = 256   # decode batch limit (the schedule kernel stages T*k ids in shared
 #   batch      1: T == 1 runs token tiles of 1, T > 1 tiles of TT_EXPERT = 4 (CUDA-core expert
 #                 kernels) and of TT_GEMV = 8 (the CUDA-core GEMVs, those not in Settings.gemv.mma) -- gemv.py;
 #                 4, 8: a tile full / one over; 8 is also the mma kernels' N (pairs per pass,
-#                 k_expert_mma.py) and where the tensor-core GEMVs change variant (T > 8: 8 token
+#                 k_expert_mma.py), where their down launch changes variant (WIDE_T, the same
+#                 bits) and where the tensor-core GEMVs change variant (T > 8: 8 token
 #                 tiles per pass); 64 = GEMV_PASS, one pass full / a second one; MAX_T the limit
 #   n_experts  256, 512: experts per thread EPT = ceil(E / 256) in k_route.Route and k_schedule.Schedule
 #                 (256 threads): E = 257 is the first case with a second expert per thread, 513 a third

@@ -230,12 +230,24 @@ def fits(dm):
     return dm.r % 128 == 0 and dm.I % 128 == 0
 
 
-# The variants (`python -m megakernel.tools.tune_mma`, H200, full dims; every variant gives
-# bitwise the same result). U: K blocks of 128 whose loads are issued together; WPC: warps per
-# CTA; MT: 16-row tiles per warp (down); PF: L2 prefetch bytes on the weight loads; S: stages of
-# a per-warp cp.async ring (0 = loads into registers). up: a 3-stage ring, down: register loads
-# (docs/megakernel-notes.md has the timings). The other load scheme of each is compiled too (ALT_*).
+# The variants (`python -m megakernel.tools.tune_mma`, full dims; every variant gives bitwise the
+# same result, so a variant may change with the batch without touching batch invariance). U: K
+# blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per warp
+# (down); PF: L2 prefetch bytes on the weight loads; S: stages of a per-warp cp.async ring (0 =
+# loads into registers). up: a 3-stage ring at every batch (H200, the log). down, by batch (H100,
+# call 79, each launch alone, us at T = 1 / 8 / 64): three blocks in registers up to T = WIDE_T
+# (36.2 / 241.5 / 1827.1 against the former U = 2's 41.4 / 251.7 / 1685.1), 8 warps a CTA above
+# (45.5 / 243.7 / 1229.6): at T = 64 ~600 experts' CTAs, 8 warps sharing one CTA's activation
+# rows in L1 and twice the bytes in flight per CTA. The other load scheme of each is compiled too
+# (ALT_*), so CI builds both code paths.
 UP = dict(U=1, WPC=4, PF=128, S=3)
-DOWN = dict(U=2, WPC=4, MT=1, PF=128)
+DOWN = dict(U=3, WPC=4, MT=1, PF=128)
+DOWN_WIDE = dict(U=2, WPC=8, MT=1, PF=128)
+WIDE_T = 8
 ALT_UP = dict(U=2, WPC=4, PF=128)
 ALT_DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
+
+
+def down_variant(T: int) -> dict:
+    """The down launch's variant for batch T (DOWN up to WIDE_T tokens, DOWN_WIDE above)."""
+    return dict(DOWN if T <= WIDE_T else DOWN_WIDE)

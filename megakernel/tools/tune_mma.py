@@ -1,12 +1,15 @@
-"""python -m megakernel.tools.tune_mma: the MXFP4 expert launches alone (full dims), the CUDA-core
-path against variants of the tensor-core path (k_expert_mma.py), T = 1 and 8.
+"""python -m megakernel.tools.tune_mma [--T 1,8,64]: the MXFP4 expert launches alone (full dims),
+the CUDA-core path against variants of the tensor-core path (k_expert_mma.py).
 
-Every variant must give bitwise the same act, y and out as the default one (the per-(row, pair)
-order is the same whatever U / WPC / MT / PF / S), and the CUDA-core path must agree to bf16
-rounding. Writes $OUT/tune.txt, ending with the choice for k_expert_mma.UP / DOWN (a variant
-that beats the default; each variant runs on its own config.Settings). Timing as
-in bench.py: each launch alone, R times in one CUDA graph over rotating inputs, median of 5.
+Every variant must give bitwise the same act (up) and y, out (down) as the default (the
+per-(row, pair) order is the same whatever U / WPC / MT / PF / S), and the CUDA-core path must
+agree to bf16 rounding. The up and down variants are timed independently (each launch alone, R
+times in one CUDA graph over rotating inputs, median of 5, as in bench.py). Writes $OUT/tune.txt:
+one table per launch (us and TB/s per T) ending with the fastest variant per T among those
+bitwise equal to the default at every T, and the choice for k_expert_mma.UP / DOWN (the fastest
+at T = 1 whose time at every other T is within 5% of the default's).
 """
+import argparse
 from dataclasses import replace
 
 import torch
@@ -17,11 +20,20 @@ from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 
 DEV = torch.device("cuda")
-# first pair = the defaults (k_expert_mma.py); the others are compared with it bitwise
+# The candidates, compared bitwise with the default launch of each batch (k_expert_mma.UP,
+# down_variant(T)). Full dims: up K = r = 3584 (28 blocks of 128), down K = I = 3072 (24); more
+# bytes in flight per warp from a larger U (registers), a deeper ring S, two row tiles per warp
+# (MT, down); more warps per CTA (WPC) share the CTA's activation rows. PREV_DOWN: the down
+# default before call 79, one variant for every batch.
+PREV_DOWN = dict(U=2, WPC=4, MT=1, PF=128)
 UPS = [dict(k_expert_mma.UP), dict(k_expert_mma.ALT_UP), dict(U=1, WPC=4, PF=128, S=4),
-       dict(U=1, WPC=2, PF=128, S=4), dict(U=1, WPC=2, PF=256, S=3)]
-DOWNS = [dict(k_expert_mma.DOWN), dict(k_expert_mma.ALT_DOWN), dict(U=1, WPC=4, MT=1, PF=128, S=3),
-         dict(U=1, WPC=4, MT=2, PF=128, S=4), dict(U=1, WPC=2, MT=1, PF=128, S=6)]
+       dict(U=1, WPC=2, PF=128, S=4), dict(U=1, WPC=2, PF=128, S=6), dict(U=1, WPC=4, PF=128, S=2),
+       dict(U=1, WPC=8, PF=128, S=2), dict(U=2, WPC=8, PF=128)]
+DOWNS = [dict(k_expert_mma.DOWN), dict(k_expert_mma.DOWN_WIDE), dict(k_expert_mma.ALT_DOWN), PREV_DOWN,
+         dict(U=1, WPC=4, MT=2, PF=128, S=4), dict(U=1, WPC=4, MT=1, PF=128, S=6),
+         dict(U=6, WPC=4, MT=1, PF=128), dict(U=3, WPC=2, MT=1, PF=128),
+         dict(U=3, WPC=8, MT=1, PF=128), dict(U=1, WPC=8, MT=1, PF=128, S=4),
+         dict(U=4, WPC=8, MT=1, PF=128), dict(U=2, WPC=8, MT=1, PF=256), dict(U=2, WPC=16, MT=1, PF=128)]
 
 
 def stage_us(moe, xs, stage, R=20):
@@ -34,58 +46,91 @@ def stage_us(moe, xs, stage, R=20):
     return time_events(g.replay) / R
 
 
-def main():
+def _key(v):
+    return tuple(sorted(v.items()))
+
+
+def step_us(moe, xs, R=10):
+    """The whole fork-join step, R times in one CUDA graph (bench.py's way)."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for j in range(R):
+            moe.launch(xs[j % len(xs)])
+    g.replay()
+    torch.cuda.synchronize()
+    return time_events(g.replay) / R
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_mma")
+    ap.add_argument("--T", default="1,8,16,32,64", help="batches, comma-separated")
+    Ts = [int(t) for t in ap.parse_args(argv).T.split(",")]
     log = out_log("tune.txt")
     dm = FULL
-    res = {}
     moe = LatentMoE(dm, draw_weights(dm, "mxfp4", seed=0), DEV)
     base = moe.settings
+    with_v = lambda **kw: replace(base, moe=replace(base.moe, **{k: _key(v) for k, v in kw.items()}))  # noqa: E731
     torch.cuda.synchronize()
-    for T in (1, 8):
+    res = {"up": {}, "down": {}}     # res[launch][variant index][T] = (bits of the default, us)
+    steps = {}                       # T -> {label: step us}
+    for T in Ts:
         xs = [torch.randn(T, dm.d, device=DEV).to(torch.bfloat16) for _ in range(8)]
         moe.settings = replace(base, moe=replace(base.moe, mx_mma=False))
         s = moe.launch(xs[0])
         torch.cuda.synchronize()
-        out_cc = s["out"].clone()
-        y_cc = s["y"].clone()
+        out_cc, y_cc = s["out"].clone(), s["y"].clone()
         nexp = int(s["nact"][0])
-        mb = nexp * (2 * dm.I * dm.r) * (1 / 2 + 1 / 32) / 1e6, nexp * dm.r * dm.I * (17 / 32) / 1e6
-        log(f"T={T}: {nexp} experts, up {mb[0]:.1f} MB, down {mb[1]:.1f} MB")
+        mb = {"up": nexp * (2 * dm.I * dm.r) * (1 / 2 + 1 / 32) / 1e6,
+              "down": nexp * dm.r * dm.I * (17 / 32) / 1e6}
+        log(f"T={T}: {nexp} experts, up {mb['up']:.1f} MB, down {mb['down']:.1f} MB; default down "
+            f"{k_expert_mma.down_variant(T)}")
         log(f"  cuda-core path   up {stage_us(moe, xs, 3):7.1f} us  down {stage_us(moe, xs, 4):7.1f} us")
-        ref = None
-        for vi, (up, down) in enumerate(zip(UPS, DOWNS)):
-            moe.settings = replace(base, moe=replace(base.moe, up=tuple(sorted(up.items())),
-                                                     down=tuple(sorted(down.items()))))
-            sc = moe.scratch(T)
-            for n in ("act", "y", "out"):       # poison: a row left unwritten cannot match
-                sc[n].fill_(float("nan"))
-            s = moe.launch(xs[0])
-            torch.cuda.synchronize()
-            act, y, out = s["act"].clone(), s["y"].clone(), s["out"].clone()
-            if ref is None:
-                ref = (act, y, out)
-                rel = ((out.float() - out_cc.float()).norm() / out_cc.float().norm()).item()
-                rely = ((y.float() - y_cc.float()).norm() / y_cc.float().norm()).item()
-                log(f"  mma vs cuda-core: out rel-L2 {rel:.2e}, y rel-L2 {rely:.2e}, "
-                    f"finite {bool(torch.isfinite(out.float()).all())}")
-            same_up = torch.equal(act, ref[0])
-            same = same_up and torch.equal(y, ref[1]) and torch.equal(out, ref[2])
-            tu, td = stage_us(moe, xs, 3), stage_us(moe, xs, 4)
-            log(f"  mma up {up} {tu:7.1f} us ({mb[0] / tu:.2f} TB/s) | down {down} {td:7.1f} us "
-                f"({mb[1] / td:.2f} TB/s) | bitwise same as first: act {same_up}, y+out {same}")
-            res.setdefault(vi, []).append(((same_up, same), tu, td))
         moe.settings = base
-    # choice: the fastest at T=1 among the variants bitwise equal to the default at both T whose
-    # T=8 time is within 5% of the default's
-    for name, lst, col in (("k_expert_mma.UP", UPS, 1), ("k_expert_mma.DOWN", DOWNS, 2)):
-        best = 0
-        for vi in range(1, len(lst)):
-            r, r0, rb = res[vi], res[0], res[best]
-            if (all(x[0][col - 1] for x in r) and r[1][col] <= 1.05 * r0[1][col]
-                    and r[0][col] < rb[0][col]):
-                best = vi
-        log(f"choice {name}: {lst[best]} (T=1 {res[best][0][col]:.1f} us, "
-            f"T=8 {res[best][1][col]:.1f} us; default {res[0][0][col]:.1f} / {res[0][1][col]:.1f})")
+        s = moe.launch(xs[0])
+        torch.cuda.synchronize()
+        ref = s["act"].clone(), s["y"].clone(), s["out"].clone()
+        rel = ((ref[2].float() - out_cc.float()).norm() / out_cc.float().norm()).item()
+        rely = ((ref[1].float() - y_cc.float()).norm() / y_cc.float().norm()).item()
+        log(f"  mma vs cuda-core: out rel-L2 {rel:.2e}, y rel-L2 {rely:.2e}, "
+            f"finite {bool(torch.isfinite(ref[2].float()).all())}")
+        for name, lst, stage in (("up", UPS, 3), ("down", DOWNS, 4)):
+            for vi, v in enumerate(lst):
+                moe.settings = with_v(**{name: v})
+                sc = moe.scratch(T)
+                for n in ("act", "y", "out"):       # poison: a row left unwritten cannot match
+                    sc[n].fill_(float("nan"))
+                s = moe.launch(xs[0])
+                torch.cuda.synchronize()
+                same = all(torch.equal(s[n], r) for n, r in zip(("act", "y", "out"), ref))
+                t = stage_us(moe, xs, stage)
+                res[name].setdefault(vi, {})[T] = (same, t)
+                log(f"  {name:4s} {vi:2d} {str(v):48s} {t:8.1f} us ({mb[name] / t:.2f} TB/s) "
+                    f"bits of the default: {same}")
+        moe.settings = base
+        steps[T] = {"default": step_us(moe, xs)}
+        moe.settings = with_v(down=PREV_DOWN)
+        steps[T]["PREV_DOWN"] = step_us(moe, xs)
+        moe.settings = base
+        log(f"  step (fork-join): default {steps[T]['default']:.1f} us, with PREV_DOWN at every "
+            f"batch {steps[T]['PREV_DOWN']:.1f} us")
+    dflt = {"up": {T: 0 for T in Ts},
+            "down": {T: DOWNS.index(k_expert_mma.down_variant(T)) for T in Ts}}
+    for name, lst in (("up", UPS), ("down", DOWNS)):
+        r = res[name]
+        ok = [vi for vi in r if all(r[vi][T][0] for T in Ts)]
+        log(f"{name}: us per T " + " / ".join(f"T={T}" for T in Ts) + "  (* the default)")
+        for vi in sorted(r):
+            log(f"  {vi:2d} {str(lst[vi]):48s} " + " / ".join(
+                f"{r[vi][T][1]:8.1f}{'*' if dflt[name][T] == vi else ' '}" for T in Ts)
+                + ("" if vi in ok else "  NOT BITWISE EQUAL"))
+        for T in Ts:
+            b, d = min(ok, key=lambda vi: r[vi][T][1]), dflt[name][T]
+            log(f"  fastest at T={T}: {b} {lst[b]} {r[b][T][1]:.1f} us "
+                f"({r[d][T][1] / r[b][T][1]:.3f}x the default)")
+    log("step (fork-join) us: T / default / PREV_DOWN at every batch / ratio")
+    for T in Ts:
+        log(f"  {T:3d} {steps[T]['default']:9.1f} {steps[T]['PREV_DOWN']:9.1f} "
+            f"{steps[T]['PREV_DOWN'] / steps[T]['default']:.3f}x")
 
 
 if __name__ == "__main__":

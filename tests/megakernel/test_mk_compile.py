@@ -46,10 +46,11 @@ def test_declared_boundaries_follow_the_kernels_constants():
     from megakernel import gemv, k_route, k_schedule
     from megakernel.dims import BOUNDARIES, FULL, MAX_T, SMALL
     from megakernel.k_expert import TT_EXPERT
-    from megakernel.k_expert_mma import fits
+    from megakernel.k_expert_mma import WIDE_T, fits
     from megakernel.k_route import Route
 
     assert set(BOUNDARIES["batch"]) == {1, TT_EXPERT, gemv.TT_GEMV, gemv.GEMV_PASS, MAX_T}
+    assert WIDE_T in BOUNDARIES["batch"]
     assert all(v[1]["NTT"] * 8 == gemv.GEMV_PASS for v in gemv.MMA_GEMV.values())
     threads = k_route.THREADS
     assert k_schedule.NT == threads

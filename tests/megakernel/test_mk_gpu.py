@@ -140,6 +140,29 @@ def test_mxfp4_batch_invariant_every_position():
         assert torch.equal(one[0], full[t]), t
 
 
+@pytest.mark.parametrize("T", [1, 8, 9, 64])
+def test_mxfp4_down_variants_same_bits(T):
+    """The down launch's variant changes with the batch (k_expert_mma.down_variant): each of
+    them, and the ring one CI compiles beside them, forced at every batch class gives the same
+    y and out bit for bit, so the switch at WIDE_T cannot break batch invariance."""
+    from dataclasses import replace
+
+    from megakernel import config, k_expert_mma
+    w = weights("mxfp4")
+    base = config.current()
+    x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
+    s = LatentMoE(SMALL, w, DEV).launch(x)
+    want = {n: s[n].clone() for n in ("y", "out")}
+    for v in (k_expert_mma.DOWN, k_expert_mma.DOWN_WIDE, k_expert_mma.ALT_DOWN):
+        st = replace(base, moe=replace(base.moe, down=tuple(sorted(v.items()))))
+        moe = LatentMoE(SMALL, w, DEV, settings=st)
+        for n in want:
+            moe.scratch(T)[n].fill_(float("nan"))
+        got = moe.launch(x)
+        for n in want:
+            assert torch.equal(got[n], want[n]), (v, n)
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "mxfp4"])
 @pytest.mark.parametrize("T", [1, 8])
 def test_fork_join_equals_one_stream_and_graph(fmt, T):

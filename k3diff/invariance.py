@@ -21,6 +21,7 @@ from k3diff.distributed import bind_case
 from k3diff.divergence import TensorReport
 from k3diff.materialize import materialize
 from k3diff.runner import PhaseClock, prepared_for
+from k3diff.sizing import check_fits
 from k3diff.stages import output_specs
 from k3diff.verdict import Verdict
 
@@ -51,6 +52,10 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
     if case.routing == "ties" or case.routing == "near_tie":
         case = dataclasses.replace(case, routing="natural")
     clock = PhaseClock(device, verdict.phases)
+    # sized like check_case: the caches give room back first (an H100 ran out drawing a bf16
+    # full-dims W2 beside the MXFP4 draw still cached, call 80), a case that cannot fit is the
+    # machine's one line (exit 11), never a crash blamed on the candidate
+    check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
     clock.lap("materialize")
     bind_case(candidate, case)                  # a distributed candidate runs the case's layout

@@ -29,8 +29,7 @@ def moe(s):
     out += [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
             ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN)),
             ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN_WIDE)),
-            ("expert_up_mma", dict(k_expert_mma.ALT_UP)),
-            ("expert_down_mma", dict(k_expert_mma.ALT_DOWN))]
+            ("expert_up_mma", dict(k_expert_mma.ALT_UP))]
     out += [("persistent", persistent_variant(s, fmt, forced, T1, m))
             for fmt in ("bf16", "mxfp4") for T1 in (True, False) for forced in (False, True)]
     return out

@@ -25,7 +25,8 @@ Loads, two schemes (the launch picks one per kernel: UP, DOWN below; outputs are
   prefetch PF bytes) before any is decoded; ptxas interleaves them with the previous blocks' mma.
 - S > 0: a per-warp cp.async ring of S stages in shared memory (cp.async.cg for the weights,
   4-byte cp.async for the scale words); no registers are tied up by loads in flight. At batch 1
-  up (one wave of 768 CTAs) this took 85.0 -> 58.9 us; down was faster with registers.
+  up (one wave of 768 CTAs) this took 85.0 -> 58.9 us (H200); down runs a ring up to WIDE_T
+  tokens and registers in CTAs of 8 warps above (UP, down_variant below).
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint8, Uint32
 from megakernel.pointwise import situ
@@ -234,18 +235,18 @@ def fits(dm):
 # same result, so a variant may change with the batch without touching batch invariance). U: K
 # blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per warp
 # (down); PF: L2 prefetch bytes on the weight loads; S: stages of a per-warp cp.async ring (0 =
-# loads into registers). up: a 3-stage ring at every batch (H200, the log). down, by batch (H100,
-# call 79, each launch alone, us at T = 1 / 8 / 64): three blocks in registers up to T = WIDE_T
-# (36.2 / 241.5 / 1827.1 against the former U = 2's 41.4 / 251.7 / 1685.1), 8 warps a CTA above
-# (45.5 / 243.7 / 1229.6): at T = 64 ~600 experts' CTAs, 8 warps sharing one CTA's activation
-# rows in L1 and twice the bytes in flight per CTA. The other load scheme of each is compiled too
-# (ALT_*), so CI builds both code paths.
+# loads into registers). up: a 3-stage ring at every batch (H200, the log). down, by batch, from
+# two runs on H100s (calls 79-80, each launch alone, us at T = 1 / 8 / 64): a 4-stage ring up to
+# WIDE_T tokens (40.3 / 245.4 / 1301.0 and 41.1 / 252.2 / 1261.1 against the former registers
+# U = 2's 41.4 / 251.7 / 1685.1 and 42.5 / 282.0 / 1810.4), 8 warps a CTA above (T = 16 / 32 / 64:
+# 463.4 / 827.4 / 1235.2 against the ring's 479.0 / 868.2 / 1261.1): at T = 64 ~600 experts' CTAs,
+# twice the bytes in flight per CTA and 8 warps sharing its activation rows in L1. The up launch's
+# registers variant is compiled too (ALT_UP), so CI builds both load schemes of both launches.
 UP = dict(U=1, WPC=4, PF=128, S=3)
-DOWN = dict(U=3, WPC=4, MT=1, PF=128)
+DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
 DOWN_WIDE = dict(U=2, WPC=8, MT=1, PF=128)
 WIDE_T = 8
 ALT_UP = dict(U=2, WPC=4, PF=128)
-ALT_DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
 
 
 def down_variant(T: int) -> dict:

@@ -29,7 +29,7 @@ PREV_DOWN = dict(U=2, WPC=4, MT=1, PF=128)
 UPS = [dict(k_expert_mma.UP), dict(k_expert_mma.ALT_UP), dict(U=1, WPC=4, PF=128, S=4),
        dict(U=1, WPC=2, PF=128, S=4), dict(U=1, WPC=2, PF=128, S=6), dict(U=1, WPC=4, PF=128, S=2),
        dict(U=1, WPC=8, PF=128, S=2), dict(U=2, WPC=8, PF=128)]
-DOWNS = [dict(k_expert_mma.DOWN), dict(k_expert_mma.DOWN_WIDE), dict(k_expert_mma.ALT_DOWN), PREV_DOWN,
+DOWNS = [dict(k_expert_mma.DOWN), dict(k_expert_mma.DOWN_WIDE), PREV_DOWN, dict(U=3, WPC=4, MT=1, PF=128),
          dict(U=1, WPC=4, MT=2, PF=128, S=4), dict(U=1, WPC=4, MT=1, PF=128, S=6),
          dict(U=6, WPC=4, MT=1, PF=128), dict(U=3, WPC=2, MT=1, PF=128),
          dict(U=3, WPC=8, MT=1, PF=128), dict(U=1, WPC=8, MT=1, PF=128, S=4),

@@ -107,6 +107,23 @@ def test_full_preset_validates_and_its_sizing_is_sane(monkeypatch):
     assert "\n" not in str(exc.value) and "GiB" in str(exc.value)
 
 
+def test_a_batch_invariance_check_is_sized_like_a_case(monkeypatch):
+    """The invariance check draws its weights only after check_fits (call 80: an H100 ran out of
+    memory drawing a bf16 full-dims W2 there, reported as the candidate's crash): a case the
+    machine cannot hold is its one line (CaseTooLarge, exit 11), raised through judge() before a
+    tensor is drawn, never a verdict against the candidate."""
+    from k3diff import backends
+    from k3diff.judge import judge
+
+    monkeypatch.setattr(sizing, "available_bytes", lambda device: 32 << 30)
+    drawn = []
+    monkeypatch.setattr("k3diff.invariance.materialize", lambda *a, **k: drawn.append(a))
+    case = Case(stage="moe", preset="full", batch=2, expert_format="bf16").validate()
+    with pytest.raises(sizing.CaseTooLarge) as exc:
+        judge("invariance", case, 1, backends.load("torch-blocked"), "cpu")
+    assert "\n" not in str(exc.value) and "GiB" in str(exc.value) and not drawn
+
+
 def test_full_weights_are_drawn_on_the_gpu_only():
     assert materialize.draw_on(Case(stage="moe", preset="full"), "cuda") == "device"
     assert materialize.draw_on(Case(stage="moe", preset="full"), "cpu") == "cpu"

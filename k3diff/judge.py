@@ -11,6 +11,12 @@ and a verdict is saved as a seed like any failure.
 The only exceptions that pass through are k3diff's own statements about the case (CaseTooLarge,
 CaseError): they are not the candidate's doing. In this process a KeyboardInterrupt from a real
 Ctrl-C (SIGINT arrived while judging) is the user's and is re-raised.
+
+Out of device memory is the machine's, not a verdict: the weights drawn, the float64 reference and
+the candidate share one GPU, and sizing.check_fits can only estimate the candidate's part (on an
+H100, 80 GB, full-dims bf16 layer cases ran out in a nightly shard, call 83, where an H200 holds
+them). The case is judged once more with every cache given back; out of memory again, it is
+CaseTooLarge: one line, exit 11, no seed saved against the candidate.
 """
 from __future__ import annotations
 
@@ -63,20 +69,43 @@ def judge(kind: str, case, position, backend, device: str, *, own_sigint: bool =
     from k3diff.verdict import Verdict
 
     seen: list = []
-    try:
-        with _sigint_seen(seen) if own_sigint else contextlib.nullcontext():
-            if kind == "invariance":
-                from k3diff.invariance import check_batch_invariance
+    for attempt in (1, 2):
+        try:
+            with _sigint_seen(seen) if own_sigint else contextlib.nullcontext():
+                if kind == "invariance":
+                    from k3diff.invariance import check_batch_invariance
 
-                return check_batch_invariance(case, backend, position, device=device)
-            from k3diff.runner import check_case
+                    return check_batch_invariance(case, backend, position, device=device)
+                from k3diff.runner import check_case
 
-            return check_case(case, backend, device=device)
-    except (CaseTooLarge, CaseError):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - the point: nothing the candidate does skips the verdict
-        if isinstance(exc, KeyboardInterrupt) and seen:
+                return check_case(case, backend, device=device)
+        except (CaseTooLarge, CaseError):
             raise
-        verdict = Verdict(case, getattr(backend, "name", type(backend).__name__))
-        verdict.error = f"{CRASH} the candidate raised {describe(exc)} before its verdict"
-        return verdict
+        except BaseException as exc:  # noqa: BLE001 - the point: nothing the candidate does skips the verdict
+            if isinstance(exc, KeyboardInterrupt) and seen:
+                raise
+            if out_of_memory(exc):
+                del exc                 # its traceback holds the frames, and their tensors
+                give_memory_back()
+                if attempt == 1:
+                    continue
+                raise CaseTooLarge(f"case too large for {device}: out of memory twice, the second time with "
+                                   f"every cache given back ({case.label()})") from None
+            verdict = Verdict(case, getattr(backend, "name", type(backend).__name__))
+            verdict.error = f"{CRASH} the candidate raised {describe(exc)} before its verdict"
+            return verdict
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.OutOfMemoryError)
+
+
+def give_memory_back() -> None:
+    """Every weight set and everything built from them (prepared copies) dropped, the allocator's
+    cache returned to the device."""
+    from k3diff import caches, materialize
+
+    materialize.evict_weights(0)
+    caches.weights_dropped()

@@ -98,6 +98,8 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
         try:
             cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
         except Exception as exc:  # the candidate crashed: a failure with its message, not a lost run
+            if isinstance(exc, torch.OutOfMemoryError):
+                raise                   # the machine's (k3diff.judge): judged again with the caches given back
             verdict.error = getattr(exc, "verdict_error", None) or f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             break
         clock.lap("candidate")

@@ -1,0 +1,70 @@
+"""Out of device memory is the machine's (k3diff.judge): the case is judged once more with every
+cache given back, and out of memory again it is CaseTooLarge (one line, exit 11), never a crash
+verdict against the candidate. On an H100 full-dims bf16 layer cases ran out in a nightly shard
+(call 83) and were saved as the candidate's failures."""
+import pytest
+import torch
+
+from k3diff import materialize
+from k3diff.backends.blocked import TorchBlockedBackend
+from k3diff.case import Case
+from k3diff.judge import judge
+from k3diff.sizing import CaseTooLarge
+
+
+class OutOfMemory(TorchBlockedBackend):
+    """The correct candidate, out of memory in its first `times` runs (in run(), where the
+    runner turns any other exception into a failing verdict), or in prepare()."""
+    stages = ("moe",)
+
+    def __init__(self, times, where="run"):
+        super().__init__()
+        self.times, self.where, self.calls = times, where, 0
+
+    def _maybe(self):
+        self.calls += 1
+        if self.calls <= self.times:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 756.00 MiB.")
+
+    def prepare(self, cfg, stage, weights):
+        if self.where == "prepare":
+            self._maybe()
+        return super().prepare(cfg, stage, weights)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        if self.where == "run":
+            self._maybe()
+        return super().run(stage, cfg, prepared, inputs, out)
+
+
+@pytest.mark.parametrize("kind", ["case", "invariance"])
+@pytest.mark.parametrize("where", ["run", "prepare"])
+def test_once_out_of_memory_is_judged_again_with_the_caches_given_back(kind, where, monkeypatch):
+    given_back = []
+    real = materialize.evict_weights
+    monkeypatch.setattr(materialize, "evict_weights", lambda keep=0: (given_back.append(keep), real(keep)))
+    cand = OutOfMemory(1, where)
+    v = judge(kind, Case(stage="moe", batch=3, seed=11), 1, cand, "cpu")
+    assert v.ok and not v.error, v.error
+    assert given_back.count(0) == 1          # once, by the judge (materialize evicts to its budget too)
+
+
+@pytest.mark.parametrize("kind", ["case", "invariance"])
+def test_twice_out_of_memory_is_the_machines_one_line(kind):
+    case = Case(stage="moe", batch=3, seed=7)
+    with pytest.raises(CaseTooLarge) as exc:
+        judge(kind, case, 1, OutOfMemory(2), "cpu")
+    line = str(exc.value)
+    assert "\n" not in line and "out of memory twice" in line and case.label() in line
+    assert exc.value.exit_code == 11
+
+
+def test_another_exception_in_run_is_still_the_candidates_failure():
+    class Broken(TorchBlockedBackend):
+        stages = ("moe",)
+
+        def run(self, stage, cfg, prepared, inputs, out):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    v = judge("case", Case(stage="moe", batch=3), 1, Broken(), "cpu")
+    assert not v.ok and "illegal memory access" in v.error

@@ -25,8 +25,9 @@ SEED = 9             # a seed or case cannot be read: no such file, not JSON, un
                      # version this k3diff does not read, a backend name not registered here
 PATH = 10            # an output k3diff cannot write: --k3diff-save, --k3diff-report (a folder, not
                      # writable, another run writing it)
-MACHINE = 11         # this machine cannot judge it: no such device, a case too big for its GPU, more
-                     # xdist workers than its GPUs hold
+MACHINE = 11         # this machine cannot judge it: no such device, a case too big for its GPU (by
+                     # the estimate, or out of memory twice: k3diff.judge), more xdist workers than
+                     # its GPUs hold
 
 MEANING = {PASS: "passed", FAIL: "a candidate failed", INTERRUPTED: "interrupted", USAGE: "bad command",
            NO_TESTS: "nothing collected", NOTHING_JUDGED: "nothing judged", OUTPUT_LOST: "output lost",

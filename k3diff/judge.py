@@ -14,7 +14,7 @@ Ctrl-C (SIGINT arrived while judging) is the user's and is re-raised.
 
 Out of device memory is the machine's, not a verdict: the weights drawn, the float64 reference and
 the candidate share one GPU, and sizing.check_fits can only estimate the candidate's part (on an
-H100, 80 GB, full-dims bf16 layer cases ran out in a nightly shard, call 83, where an H200 holds
+H100, 80 GB, full-dims bf16 layer cases ran out in a nightly shard, call 84, where an H200 holds
 them). The case is judged once more with every cache given back; out of memory again, it is
 CaseTooLarge: one line, exit 11, no seed saved against the candidate.
 """

@@ -27,9 +27,8 @@ def moe(s):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
     out += [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
-            ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN)),
-            ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN_WIDE)),
             ("expert_up_mma", dict(k_expert_mma.ALT_UP))]
+    out += [("expert_down_mma", v) for v in ([dict(s.moe.down)] if s.moe.down else k_expert_mma.down_variants())]
     out += [("persistent", persistent_variant(s, fmt, forced, T1, m))
             for fmt in ("bf16", "mxfp4") for T1 in (True, False) for forced in (False, True)]
     return out
@@ -42,9 +41,8 @@ def ep(s):
     for fmt in ("bf16", "mxfp4"):
         for TT in (1, TT_EXPERT):
             out += [("expert_up", dict(fmt=fmt, TT=TT)), ("expert_down", dict(fmt=fmt, TT=TT))]
-    return out + [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
-                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN)),
-                  ("expert_down_mma", dict(s.moe.down or k_expert_mma.DOWN_WIDE))]
+    return out + [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP))] + [
+        ("expert_down_mma", v) for v in ([dict(s.moe.down)] if s.moe.down else k_expert_mma.down_variants())]
 
 
 def persistent_variant(s, fmt, forced, T1, gemv_mma):

@@ -25,14 +25,15 @@ Loads, two schemes (the launch picks one per kernel: UP, DOWN below; outputs are
   prefetch PF bytes) before any is decoded; ptxas interleaves them with the previous blocks' mma.
 - S > 0: a per-warp cp.async ring of S stages in shared memory (cp.async.cg for the weights,
   4-byte cp.async for the scale words); no registers are tied up by loads in flight. At batch 1
-  up (one wave of 768 CTAs) this took 85.0 -> 58.9 us (H200); down runs a ring up to WIDE_T
-  tokens and registers in CTAs of 8 warps above (UP, down_variant below).
+  up (one wave of 768 CTAs) this took 85.0 -> 58.9 us (H200); down runs registers, and on
+  H100s a ring up to WIDE_T tokens and registers in CTAs of 8 warps above (down_variant below).
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, Int64, Uint8, Uint32
 from megakernel.pointwise import situ
 from megakernel.mxfp4 import MX_POST, mxfp4_word_to_bf16x2x4, mx_scale2
 from megakernel.ptx import (ld_v4_stream, ld_v4_cached, ld_u8_stream, prmt, mma_bf16_16816,
                             cp_async_16, cp_async_4, ld_shared_v4)
+from megakernel.dims import MAX_T
 from megakernel.k_expert import ExpertLaunch
 
 
@@ -232,23 +233,36 @@ def fits(dm):
 
 
 # The variants (`python -m megakernel.tools.tune_mma`, full dims; every variant gives bitwise the
-# same result, so a variant may change with the batch without touching batch invariance). U: K
-# blocks of 128 whose loads are issued together; WPC: warps per CTA; MT: 16-row tiles per warp
-# (down); PF: L2 prefetch bytes on the weight loads; S: stages of a per-warp cp.async ring (0 =
-# loads into registers). up: a 3-stage ring at every batch (H200, the log). down, by batch, from
-# two runs on H100s (calls 79-80, each launch alone, us at T = 1 / 8 / 64): a 4-stage ring up to
-# WIDE_T tokens (40.3 / 245.4 / 1301.0 and 41.1 / 252.2 / 1261.1 against the former registers
-# U = 2's 41.4 / 251.7 / 1685.1 and 42.5 / 282.0 / 1810.4), 8 warps a CTA above (T = 16 / 32 / 64:
-# 463.4 / 827.4 / 1235.2 against the ring's 479.0 / 868.2 / 1261.1): at T = 64 ~600 experts' CTAs,
-# twice the bytes in flight per CTA and 8 warps sharing its activation rows in L1. The up launch's
-# registers variant is compiled too (ALT_UP), so CI builds both load schemes of both launches.
+# same result, so a variant may change with the batch or the card without touching batch
+# invariance or replay). U: K blocks of 128 whose loads are issued together; WPC: warps per CTA;
+# MT: 16-row tiles per warp (down); PF: L2 prefetch bytes on the weight loads; S: stages of a
+# per-warp cp.async ring (0 = loads into registers). up: a 3-stage ring (H200, the log).
+# down: registers, 4 warps a CTA (H200, the log: 30.6 us at T = 1 and 213 at 8 against a 4-stage
+# ring's 37.5 and 269), on every card but those DOWN_BY_CARD names. On H100s (calls 79-82, each
+# launch alone, us at T = 1 / 8 / 16 / 32 / 64) the ring is the faster up to WIDE_T tokens (41.0 /
+# 256.9 against 42.2 / 276.2, and the step 1.03 / 1.24x) and 8 warps a CTA above (461.1 / 795.9 /
+# 1273.1 against 591.8 / 1097.8 / 1890.7: twice the bytes in flight per CTA, its activation rows
+# shared in L1; the step 1.17-1.18x). Not measured on an H200 since (docs/megakernel-notes.md,
+# twentieth session). ALT_UP: the up launch's registers build, so CI compiles every load scheme.
 UP = dict(U=1, WPC=4, PF=128, S=3)
-DOWN = dict(U=1, WPC=4, MT=1, PF=128, S=4)
+ALT_UP = dict(U=2, WPC=4, PF=128)
+DOWN = dict(U=2, WPC=4, MT=1, PF=128)
+DOWN_RING = dict(U=1, WPC=4, MT=1, PF=128, S=4)
 DOWN_WIDE = dict(U=2, WPC=8, MT=1, PF=128)
 WIDE_T = 8
-ALT_UP = dict(U=2, WPC=4, PF=128)
+# a part of the card's name -> ((largest batch, variant), ...), the batches in rising order
+DOWN_BY_CARD = {"H100": ((WIDE_T, DOWN_RING), (MAX_T, DOWN_WIDE))}
 
 
-def down_variant(T: int) -> dict:
-    """The down launch's variant for batch T (DOWN up to WIDE_T tokens, DOWN_WIDE above)."""
-    return dict(DOWN if T <= WIDE_T else DOWN_WIDE)
+def down_variant(T: int, card: str = "") -> dict:
+    """The down launch's variant for batch T on the card named `card` (torch's device name)."""
+    for part, table in DOWN_BY_CARD.items():
+        if part in card:
+            return dict(next(v for t, v in table if T <= t))
+    return dict(DOWN)
+
+
+def down_variants() -> list:
+    """Every variant down_variant can pick (the compile list, the tests)."""
+    out = [DOWN] + [v for table in DOWN_BY_CARD.values() for _, v in table]
+    return [dict(v) for i, v in enumerate(out) if v not in out[:i]]

@@ -62,7 +62,7 @@ def expert_launches(moe, T):
     c = cache.compiled
     if moe.uses_mma():
         f_up = c("expert_up_mma", dm, **dict(s.moe.up or k_expert_mma.UP))
-        f_down = c("expert_down_mma", dm, **dict(s.moe.down or k_expert_mma.down_variant(T)))
+        f_down = c("expert_down_mma", dm, **dict(s.moe.down or k_expert_mma.down_variant(T, moe.card)))
     else:
         te = k_expert.tile(T)
         f_up = c("expert_up", dm, fmt=moe.fmt, TT=te)

@@ -38,7 +38,9 @@ class LatentMoE:
         # 0: as many as the persistent kernel is built to fit (Settings.moe.persist.ctas)
         self.order, self.ctas_per_sm = order, ctas_per_sm or self.settings.moe.persist.ctas
         self.trace = None        # int64 [tickets, 4]: the persistent launch traces into it
-        self._nsm = torch.cuda.get_device_properties(device).multi_processor_count
+        props = torch.cuda.get_device_properties(device)
+        self._nsm = props.multi_processor_count
+        self.card = props.name           # the expert launches' variants differ by card (k_expert_mma)
         g = lambda n: weights[n].to(device)  # noqa: E731
         self.w1 = torch.cat([g("router.weight"), g("down.weight")], 0)
         self.w1 = self.w1.to(torch.bfloat16).contiguous()

@@ -1,13 +1,13 @@
-"""python -m megakernel.tools.tune_mma [--T 1,8,64]: the MXFP4 expert launches alone (full dims),
-the CUDA-core path against variants of the tensor-core path (k_expert_mma.py).
+"""python -m megakernel.tools.tune_mma [--T 1,8,16,32,64]: the MXFP4 expert launches alone (full
+dims), the CUDA-core path against variants of the tensor-core path (k_expert_mma.py).
 
-Every variant must give bitwise the same act (up) and y, out (down) as the default (the
-per-(row, pair) order is the same whatever U / WPC / MT / PF / S), and the CUDA-core path must
-agree to bf16 rounding. The up and down variants are timed independently (each launch alone, R
-times in one CUDA graph over rotating inputs, median of 5, as in bench.py). Writes $OUT/tune.txt:
-one table per launch (us and TB/s per T) ending with the fastest variant per T among those
-bitwise equal to the default at every T, and the choice for k_expert_mma.UP / DOWN (the fastest
-at T = 1 whose time at every other T is within 5% of the default's).
+Every variant must give bitwise the same act (up) and y, out (down) as the default of its batch on
+this card (the per-(row, pair) order is the same whatever U / WPC / MT / PF / S), and the CUDA-core
+path must agree to bf16 rounding. The up and down variants are timed independently (each launch
+alone, R times in one CUDA graph over rotating inputs, median of 5, as in bench.py). Writes
+$OUT/tune.txt: per launch a table of us per batch (* the default), the fastest variant at each
+batch among those bitwise equal to the default, then the whole fork-join step with the down launch
+chosen by each card's table (k_expert_mma.DOWN_BY_CARD and DOWN everywhere) side by side.
 """
 import argparse
 from dataclasses import replace
@@ -20,20 +20,22 @@ from megakernel.dims import FULL
 from megakernel.moe import LatentMoE
 
 DEV = torch.device("cuda")
-# The candidates, compared bitwise with the default launch of each batch (k_expert_mma.UP,
-# down_variant(T)). Full dims: up K = r = 3584 (28 blocks of 128), down K = I = 3072 (24); more
-# bytes in flight per warp from a larger U (registers), a deeper ring S, two row tiles per warp
-# (MT, down); more warps per CTA (WPC) share the CTA's activation rows. PREV_DOWN: the down
-# default before call 79, one variant for every batch.
-PREV_DOWN = dict(U=2, WPC=4, MT=1, PF=128)
+# The candidates, compared bitwise with the default launch of each batch on this card
+# (k_expert_mma.UP, down_variant(T, card)). Full dims: up K = r = 3584 (28 blocks of 128), down
+# K = I = 3072 (24); more bytes in flight per warp from a larger U (registers), a deeper ring S,
+# two row tiles per warp (MT, down); more warps per CTA (WPC) share the CTA's activation rows.
 UPS = [dict(k_expert_mma.UP), dict(k_expert_mma.ALT_UP), dict(U=1, WPC=4, PF=128, S=4),
        dict(U=1, WPC=2, PF=128, S=4), dict(U=1, WPC=2, PF=128, S=6), dict(U=1, WPC=4, PF=128, S=2),
        dict(U=1, WPC=8, PF=128, S=2), dict(U=2, WPC=8, PF=128)]
-DOWNS = [dict(k_expert_mma.DOWN), dict(k_expert_mma.DOWN_WIDE), PREV_DOWN, dict(U=3, WPC=4, MT=1, PF=128),
+DOWNS = k_expert_mma.down_variants() + [dict(U=3, WPC=4, MT=1, PF=128),
          dict(U=1, WPC=4, MT=2, PF=128, S=4), dict(U=1, WPC=4, MT=1, PF=128, S=6),
          dict(U=6, WPC=4, MT=1, PF=128), dict(U=3, WPC=2, MT=1, PF=128),
          dict(U=3, WPC=8, MT=1, PF=128), dict(U=1, WPC=8, MT=1, PF=128, S=4),
          dict(U=4, WPC=8, MT=1, PF=128), dict(U=2, WPC=8, MT=1, PF=256), dict(U=2, WPC=16, MT=1, PF=128)]
+
+
+# the step timed with each card's down table (k_expert_mma.DOWN_BY_CARD), whatever card runs it
+TABLES = [("DOWN everywhere", "")] + [(f"{part}'s table", part) for part in k_expert_mma.DOWN_BY_CARD]
 
 
 def stage_us(moe, xs, stage, R=20):
@@ -106,15 +108,14 @@ def main(argv=None):
                 res[name].setdefault(vi, {})[T] = (same, t)
                 log(f"  {name:4s} {vi:2d} {str(v):48s} {t:8.1f} us ({mb[name] / t:.2f} TB/s) "
                     f"bits of the default: {same}")
+        steps[T] = {}
+        for label, card in TABLES:
+            moe.settings = with_v(down=k_expert_mma.down_variant(T, card))
+            steps[T][label] = step_us(moe, xs)
         moe.settings = base
-        steps[T] = {"default": step_us(moe, xs)}
-        moe.settings = with_v(down=PREV_DOWN)
-        steps[T]["PREV_DOWN"] = step_us(moe, xs)
-        moe.settings = base
-        log(f"  step (fork-join): default {steps[T]['default']:.1f} us, with PREV_DOWN at every "
-            f"batch {steps[T]['PREV_DOWN']:.1f} us")
+        log("  step (fork-join) us: " + ", ".join(f"{k} {v:.1f}" for k, v in steps[T].items()))
     dflt = {"up": {T: 0 for T in Ts},
-            "down": {T: DOWNS.index(k_expert_mma.down_variant(T)) for T in Ts}}
+            "down": {T: DOWNS.index(k_expert_mma.down_variant(T, moe.card)) for T in Ts}}
     for name, lst in (("up", UPS), ("down", DOWNS)):
         r = res[name]
         ok = [vi for vi in r if all(r[vi][T][0] for T in Ts)]
@@ -127,10 +128,11 @@ def main(argv=None):
             b, d = min(ok, key=lambda vi: r[vi][T][1]), dflt[name][T]
             log(f"  fastest at T={T}: {b} {lst[b]} {r[b][T][1]:.1f} us "
                 f"({r[d][T][1] / r[b][T][1]:.3f}x the default)")
-    log("step (fork-join) us: T / default / PREV_DOWN at every batch / ratio")
+    log(f"step (fork-join) us on {moe.card}, the down launch by each card's table: T / "
+        + " / ".join(label for label, _ in TABLES) + " / ratio of the first two")
     for T in Ts:
-        log(f"  {T:3d} {steps[T]['default']:9.1f} {steps[T]['PREV_DOWN']:9.1f} "
-            f"{steps[T]['PREV_DOWN'] / steps[T]['default']:.3f}x")
+        a, b = (steps[T][label] for label, _ in TABLES[:2])
+        log(f"  {T:3d} " + " ".join(f"{steps[T][label]:9.1f}" for label, _ in TABLES) + f" {a / b:.3f}x")
 
 
 if __name__ == "__main__":

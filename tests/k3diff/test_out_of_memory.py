@@ -1,7 +1,7 @@
 """Out of device memory is the machine's (k3diff.judge): the case is judged once more with every
 cache given back, and out of memory again it is CaseTooLarge (one line, exit 11), never a crash
 verdict against the candidate. On an H100 full-dims bf16 layer cases ran out in a nightly shard
-(call 83) and were saved as the candidate's failures."""
+(call 84) and were saved as the candidate's failures."""
 import pytest
 import torch
 

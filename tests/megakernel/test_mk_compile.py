@@ -267,3 +267,37 @@ def test_mla_wgmma_walks_write_every_split_once():
                 for s, rows in written.items():
                     want = list(range(s * ch, min((s + 1) * ch, n), wg.TR))
                     assert rows == want, (n_max, T, n, s)
+
+
+def test_the_down_launch_is_chosen_by_card_and_batch(monkeypatch):
+    """k_expert_mma.down_variant: registers at every batch on a card the table does not name (the
+    H200's measured choice), the H100's ring up to WIDE_T and 8 warps above; the fork-join's
+    expert launches ask the cache for exactly that variant, and a tuner's Settings.moe.down wins."""
+    from dataclasses import replace
+
+    from megakernel import cache, config, k_expert_mma as km, launch_streams
+    from megakernel.dims import MAX_T, SMALL
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    for T in (1, 8, 9, 64, MAX_T):
+        assert km.down_variant(T, h200) == km.DOWN == km.down_variant(T)
+        assert km.down_variant(T, h100) == (km.DOWN_RING if T <= km.WIDE_T else km.DOWN_WIDE)
+    assert km.down_variants() == [km.DOWN, km.DOWN_RING, km.DOWN_WIDE]
+    asked = []
+    monkeypatch.setattr(cache, "compiled", lambda name, dm, **kw: asked.append((name, kw)))
+
+    class Moe:
+        dm, settings, card = SMALL, config.current(), h100
+
+        def uses_mma(self):
+            return True
+
+    moe = Moe()
+    for T in (8, 9):
+        launch_streams.expert_launches(moe, T)
+    downs = [kw for name, kw in asked if name == "expert_down_mma"]
+    assert downs == [km.DOWN_RING, km.DOWN_WIDE]
+    moe.settings = replace(moe.settings, moe=replace(moe.settings.moe, down=tuple(sorted(km.DOWN.items()))))
+    asked.clear()
+    launch_streams.expert_launches(moe, 9)
+    assert [kw for name, kw in asked if name == "expert_down_mma"] == [km.DOWN]

@@ -287,8 +287,9 @@ def test_a_rank_launches_the_fork_joins_own_expert_kernels(monkeypatch):
     from megakernel.dims import SMALL
 
     monkeypatch.setattr(cache, "compiled", lambda name, dims, **v: (name, dims, tuple(sorted(v.items()))))
-    for fmt, mma in (("bf16", False), ("mxfp4", False), ("mxfp4", True)):
-        moe = SimpleNamespace(dm=SMALL, settings=config.current(), fmt=fmt, uses_mma=lambda m=mma: m)
+    for fmt, mma, card in (("bf16", False, ""), ("mxfp4", False, ""), ("mxfp4", True, "NVIDIA H200"),
+                           ("mxfp4", True, "NVIDIA H100 80GB HBM3")):
+        moe = SimpleNamespace(dm=SMALL, settings=config.current(), fmt=fmt, uses_mma=lambda m=mma: m, card=card)
         for T in (1, 2, 8, 9, 64, 256):
             every = launch_streams.launches(moe, T, forced=False)
             assert every[2:5] == launch_streams.expert_launches(moe, T)

@@ -142,9 +142,10 @@ def test_mxfp4_batch_invariant_every_position():
 
 @pytest.mark.parametrize("T", [1, 8, 9, 64])
 def test_mxfp4_down_variants_same_bits(T):
-    """The down launch's variant changes with the batch (k_expert_mma.down_variant): each of
-    them, and a third (two row tiles a warp), forced at every batch class gives the same y and
-    out bit for bit, so the switch at WIDE_T cannot break batch invariance."""
+    """The down launch's variant changes with the batch and the card (k_expert_mma.down_variant):
+    each variant it can pick, and one more (two row tiles a warp), forced at every batch class
+    gives the same y and out bit for bit, so the switch at WIDE_T cannot break batch invariance
+    and a seed replays bit for bit on either card."""
     from dataclasses import replace
 
     from megakernel import config, k_expert_mma
@@ -153,7 +154,7 @@ def test_mxfp4_down_variants_same_bits(T):
     x = torch.randn(T, SMALL.d, device=DEV).to(torch.bfloat16)
     s = LatentMoE(SMALL, w, DEV).launch(x)
     want = {n: s[n].clone() for n in ("y", "out")}
-    for v in (k_expert_mma.DOWN, k_expert_mma.DOWN_WIDE, dict(U=1, WPC=4, MT=2, PF=128, S=4)):
+    for v in k_expert_mma.down_variants() + [dict(U=1, WPC=4, MT=2, PF=128, S=4)]:
         st = replace(base, moe=replace(base.moe, down=tuple(sorted(v.items()))))
         moe = LatentMoE(SMALL, w, DEV, settings=st)
         for n in want:

@@ -35,7 +35,7 @@ from k3diff.session import PROFILES
 
 # the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
 from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
-                            distinct_judged, junit_properties, minimal_failures, near_edge_lines,
+                            distinct_judged, junit_properties, l2_lines, minimal_failures, near_edge_lines,
                             summary_lines)
 
 MARKER = "k3diff"
@@ -609,7 +609,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from k3diff.coverage import coverage_lines
     for line in coverage_lines(distinct_judged(results), session.space.boundaries):
         tr.write_line(line)
-    for line in near_edge_lines(results):
+    for line in near_edge_lines(results) + l2_lines(results):
         tr.write_line(line)
     devices = defaultdict(int)
     for r in results:

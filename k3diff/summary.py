@@ -125,6 +125,33 @@ NEAR_EDGE = 0.9      # a passing case this close to a bound is named: on a corre
                      # false alarm waiting (docs/verdicts.md: KDA's state at 96.8% in nightly 94001)
 
 
+L2_FLAG = 2.0        # a passing case whose bf16 tensor's L2 error is this many times the baseline's is
+                     # named: correct controls stayed <= 1.03, MLA's out x 1.01 reached 1.2-4.8 while
+                     # the max-element rule passed it (k3diff.divergence.TensorReport.l2_ratio)
+
+
+def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
+    """The passing cases with a bf16 tensor whose whole (L2) error is at least `at` times the
+    baseline's, largest first: a line that counts them, then up to `most` with tensor, ratio, label.
+    Not a verdict: the rule judges the worst element; this names the systematic error it lets by."""
+    flagged = []
+    for r in distinct_judged(results):
+        if not r["ok"]:
+            continue
+        top = max(((t["l2"], t["tensor"]) for t in r.get("tensors", ()) if t.get("l2") is not None), default=None)
+        if top is not None and top[0] >= at:
+            flagged.append((top[0], top[1], r))
+    if not flagged:
+        return []
+    flagged.sort(key=lambda x: -x[0])
+    lines = [f"whole-tensor error: {len(flagged)} passing case(s) with a bf16 tensor's L2 error >= {at:g}x the "
+             "baseline's (the rule judges the worst element; a uniform scale or bias shows here first)"]
+    lines += [f"  {r['stage']} {tensor} {ratio:.2f}x: {r.get('label', r['id'])}" for ratio, tensor, r in flagged[:most]]
+    if len(flagged) > most:
+        lines.append(f"  (+{len(flagged) - most} more in the results file)")
+    return lines
+
+
 def near_edge_lines(results, at: float = NEAR_EDGE, most: int = 3) -> list:
     """The passing cases whose worst tensor used at least `at` of its budget, closest first: a
     line that counts them, then up to `most` of them with their tensor, share and label."""

@@ -49,3 +49,23 @@ def test_the_ratio_is_the_l2_errors_quotient_and_none_without_a_baseline_error()
     assert rep.l2_ratio == pytest.approx(want, rel=1e-9)
     exact = torch.linspace(-2, 2, 64, dtype=torch.float64).to(torch.bfloat16)
     assert compare("s", "t", exact, exact.double(), exact, Budget(rtol=2.0, atol_mult=1.0, reason="test")).l2_ratio is None
+
+
+def test_only_bf16_tensors_carry_the_ratio():
+    ref = torch.linspace(-2, 2, 1000, dtype=torch.float64)
+    cand = (ref * 1.001).to(torch.float32)
+    rep = compare("s", "t", cand, ref, ref.to(torch.float32), Budget(rtol=2.0, atol_mult=1.0, reason="test"))
+    assert rep.l2_ratio is None
+
+
+def test_the_summary_names_passing_cases_with_a_large_l2_ratio():
+    from k3diff.summary import l2_lines
+
+    rec = lambda i, ok, l2s: {"stage": "mla", "id": i, "ok": ok, "skipped": None, "phase": "generate",  # noqa: E731
+                              "label": f"case {i}", "tensors": [{"tensor": f"t{k}", "l2": v} for k, v in enumerate(l2s)]}
+    records = [rec("a", True, [1.0, None]), rec("b", True, [1.2, 3.5]), rec("c", False, [9.0]),
+               rec("d", True, [2.0]), rec("e", True, [])]
+    lines = l2_lines(records)
+    assert lines[0].startswith("whole-tensor error: 2 passing case(s) with a bf16 tensor's L2 error >= 2x")
+    assert lines[1:] == ["  mla t1 3.50x: case b", "  mla t0 2.00x: case d"]
+    assert l2_lines([rec("a", True, [1.03])]) == []

@@ -1,7 +1,9 @@
 """Count the cases of k3diff results files as the report does (k3diff.report.tables.judged: each case
 once, shrink steps and skipped cases left out): per file and stage, cases, at full dims, failed (a
 tensor or the routing), crashed; skipped apart; the run's end record if it has one; then, per stage
-and preset, the mean seconds of a case in each phase (records with `phases`: runner.PhaseClock)."""
+and preset, the mean seconds of a case in each phase (records with `phases`: runner.PhaseClock);
+last, per stage and preset, the largest L2 ratio of a passing case's bf16 tensor (`l2`, reported
+only: k3diff.divergence.TensorReport.l2_ratio) with its tensor."""
 import json
 import sys
 from collections import defaultdict
@@ -23,7 +25,12 @@ for path in sys.argv[1:]:
     rows = defaultdict(lambda: [0, 0, 0, 0])
     phases = defaultdict(lambda: defaultdict(float))
     counted = defaultdict(int)
+    l2 = {}
     for r in judged(records):
+        for t in r.get("tensors", ()) if r["ok"] else ():
+            key = (r["stage"], r["case"].get("preset"))
+            if t.get("l2") is not None and t["l2"] > l2.get(key, (0.0, ""))[0]:
+                l2[key] = (t["l2"], t["tensor"])
         if r.get("phases"):
             key = (r["stage"], r["case"].get("preset"))
             counted[key] += 1
@@ -44,3 +51,5 @@ for path in sys.argv[1:]:
         n = counted[key]
         print(f"  {key[0]:10s} {key[1]:5s} {n:5d} cases, mean s: " +
               " ".join(f"{k} {v / n:.3f}" for k, v in phases[key].items()))
+    for key in sorted(l2):
+        print(f"  {key[0]:10s} {key[1]:5s} largest L2 ratio of a passing bf16 tensor {l2[key][0]:.2f} ({l2[key][1]})")

@@ -196,18 +196,21 @@ def _coverage(run) -> list[str]:
 
 def _errors(run) -> list[str]:
     ratios = tables.tensor_ratios(run)
-    acc = tables.tensor_accuracy(run)
+    acc, l2 = tables.tensor_accuracy(run), tables.tensor_values(run, "l2")
+    med_max = lambda v, f: (f(v[len(v) // 2]), f(v[-1])) if v else ("-", "-")  # noqa: E731
     rows = []
     for name, v in ratios.items():
-        a = sorted(acc.get(name, ()))
         rows.append((name, len(v), tables.pct(sorted(v)[len(v) // 2]), tables.pct(max(v)),
-                     f"{a[len(a) // 2]:.3g}" if a else "-", f"{a[-1]:.3g}" if a else "-"))
+                     *med_max(sorted(acc.get(name, ())), lambda x: f"{x:.3g}"),
+                     *med_max(sorted(l2.get(name, ())), lambda x: f"{x:.2f}x")))
     return ["<h2>Error as a share of the budget</h2>",
             img(plots.ratio_histogram(ratios), "histogram of shares of budget per stage"),
             img(plots.ratio_boxplot(ratios), "share of budget per tensor"),
-            table(("tensor", "cases", "median", "max", "accuracy median", "accuracy max"), rows),
+            table(("tensor", "cases", "median", "max", "accuracy median", "accuracy max", "L2 median", "L2 max"), rows),
             "<p><small>accuracy: the error in units of u&middot;&Sigma;|a||b| (the tensor's accuracy class), "
-            "where the error rule reports it.</small></p>"]
+            "where the error rule reports it. L2: the tensor's whole error over the bf16 baseline's, "
+            "&#8214;cand &minus; ref&#8214; / &#8214;base &minus; ref&#8214; (bf16 tensors; reported, not judged: "
+            "a uniform scale the worst-element rule passes shows here).</small></p>"]
 
 
 def _ties_and_slowest(run) -> list[str]:

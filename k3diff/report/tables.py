@@ -143,16 +143,21 @@ def replay_command(c, failures) -> str:
             + shlex.join(["k3diff", "replay", name, "--backend", str(c.get("backend"))]))
 
 
-def tensor_accuracy(run) -> dict:
-    """stage/tensor -> every accuracy (error in units of u*sum|a||b|) the records carry."""
+def tensor_values(run, key: str) -> dict:
+    """stage/tensor -> every value of a per-tensor number the records carry: `accuracy` (error in
+    units of u*sum|a||b|) or `l2` (L2 error over the baseline's, bf16 tensors); shrink steps left out."""
     out = defaultdict(list)
     for c in run.cases:
         if is_shrink(c):
             continue
         for t in c.get("tensors") or ():
-            if t.get("accuracy") is not None:
-                out[tensor_name(c["stage"], t["tensor"])].append(t["accuracy"])
+            if t.get(key) is not None:
+                out[tensor_name(c["stage"], t["tensor"])].append(t[key])
     return dict(out)
+
+
+def tensor_accuracy(run) -> dict:
+    return tensor_values(run, "accuracy")
 
 
 def skip_reasons(run) -> list[tuple]:

@@ -20,6 +20,12 @@ a-priori bound |fl(aᵀb) - aᵀb| <= γ_K |a|ᵀ|b|, γ_K ≈ K u; a correct ke
 multiple of u·A whatever its summation order, while the floor above follows max|ref|, about √K
 times smaller than A on random data). c (`accum`) is measured, never guessed: each row gives the
 figure. The baseline and noise terms are kept, so no verdict of a tensor without A changes.
+
+A tensor stored in bf16 or fp16 is also judged whole (`L2_RTOL`: measured, the reason below):
+
+    ||cand - ref||_2 <= l2 * ||base - ref||_2 + atol
+
+except at a multi-step case's later steps (`chained`), where it is reported only.
 """
 from __future__ import annotations
 
@@ -51,6 +57,37 @@ U_ACCUM = 2.0 ** -24     # unit roundoff of f32, the accumulation dtype of every
 # 1025x / 17500x, a wrong weight row 1.6e4x / 8.1e4x.
 C_ACCUM = 32.0
 
+# The whole-tensor rule, for a tensor stored in bf16 or fp16 (where the output's own rounding makes
+# most of the baseline's error, so a correct candidate's whole error is the baseline's, give or take):
+#
+#     ||cand - ref||_2 <= l2 * ||base - ref||_2 + atol
+#
+# It catches what the max-element rule lets by: an error spread over the whole tensor whose worst
+# element stays inside that rule's bound (MLA's out x 1.01 passed the ci profile at seed 11 with its
+# worst element at <= 95% of budget). Measured (`scripts/l2_probe.py`; `scripts/gpu_calls/count.py`
+# over a GPU run's results file), the ratio ||cand - ref|| / ||base - ref||:
+#  - the megakernel on one H100 (call 85, d82642e: ci full preset seed 97105, ci seed 97106, nightly
+#    seed 97104 shard 3/8; 1715 records, 15714 bf16 tensors): where every trajectory starts from the
+#    same inputs (a one-step case, a multi-step case's step 0) at most 1.157 over 11615 tensors
+#    (mla attn_latent@step0, large values; p99.9 1.083); at a later step of a multi-step case, where
+#    candidate, baseline and reference each carry their own cache or state, up to 1.447 over 4099
+#    (mla attn_latent@step1, large values; p99.9 1.387): there the ratio measures how the three
+#    trajectories drifted apart as much as the kernel, so the rule reports it and does not judge it
+#    (`chained`); the max-element rule judges every step;
+#  - on the CPU (40 cases over moe, mla, kda, layer) the correct candidate and every false-alarm
+#    control <= 1.02 (TF32 GEMMs, approximate exp and rsqrt, split-K trees, reversed combines);
+#    MLA's out x 1.01 1.2-4.8 (3.54 at the probe's cases, median 2.5 at the ci profile's seed 11).
+# 2 is the default rule's own rtol: 1.7x over the worst correct tensor measured where it judges.
+L2_RTOL = 2.0
+STEP_TAG = "@step"       # a multi-step case's tensors are named `name@stepN` (k3diff.runner)
+
+
+def chained(tensor: str) -> bool:
+    """Is this tensor a multi-step case's step >= 1, where candidate, baseline and reference each
+    carry their own state (the whole-tensor rule reports it there and does not judge it)?"""
+    head, tag, step = tensor.rpartition(STEP_TAG)
+    return bool(tag) and step.isdigit() and int(step) > 0
+
 
 @dataclass(frozen=True)
 class Budget:
@@ -65,6 +102,8 @@ class Budget:
     # nothing): KDA's core and state measured 1e5-4e9 units on a correct candidate, whatever the
     # delta rule's accumulation did
     classed: bool = False
+    # the whole-tensor rule's multiple of ||base - ref||_2 (bf16 / fp16 tensors only: L2_RTOL)
+    l2: float = L2_RTOL
 
 
 DEFAULT = Budget(2.0, 1.0, "docs/design.md default: within twice the bf16 baseline's error plus rounding noise; "
@@ -141,7 +180,7 @@ def describe() -> list[tuple[str, str, str]]:
 
 
 def _rule(b: Budget) -> str:
-    return f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise + {b.accum:g} u·Σ|ab|"
+    return f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise + {b.accum:g} u·Σ|ab|; bf16 L2 {b.l2:g} x baseline's"
 
 
 def pct(ratio) -> str:

@@ -11,6 +11,9 @@ reference's contraction over absolute values A = Σ_k |a_k||b_k| (reference/nume
 f32 unit roundoff, c per tensor in k3diff.budgets), and the report carries its accuracy class,
 max |cand − ref| / (u·A) over the elements, so accuracy is visible while a result passes.
 
+A tensor stored in bf16 or fp16 is judged whole too: its L2 error against the baseline's
+(k3diff.budgets.L2_RTOL), which a uniform error under every element's bound does not pass.
+
 One implementation measures every tensor (`measure_numeric`, many tensors of one dtype at once);
 the one-tensor `measure` is that with one tensor, so the rule exists once.
 """
@@ -20,7 +23,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
-from k3diff.budgets import U_ACCUM, Budget
+from k3diff.budgets import U_ACCUM, Budget, chained
 
 _MANTISSA_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
 
@@ -49,20 +52,21 @@ class TensorReport:
     # never in to_dict(), so verdicts and seed files stay as they were
     error_map: list | None = field(default=None, repr=False, compare=False)
     # ||cand - ref||_2 / ||base - ref||_2 of a tensor stored in bf16 or fp16, where the output's own
-    # rounding dominates the baseline's error, so a correct candidate sits near 1: the candidate's
-    # whole error against the baseline's, reported, not judged (None: another dtype, where the
-    # baseline's error is tiny and a summation order alone moves it 2-4x, or no baseline error). The max-element rule lets a
-    # uniform 1% error of a bf16 output through (MLA's out x 1.01 used 63-95% of its budget at
-    # the ci profile's seed 11); this ratio was 1.16-4.8 there and <= 1.03 for every correct
-    # control on the bf16 outputs (CPU, docs/verdicts.md, twentieth session). Recorded in the
-    # results file (k3diff.results) so GPU runs at full dims measure it before any rule uses it;
-    # not in to_dict(), like error_map
+    # rounding dominates the baseline's error, so a correct candidate sits near 1 (None: another
+    # dtype, where the baseline's error is tiny and a summation order alone moves it 2-4x, or no
+    # baseline error). The whole-tensor rule (k3diff.budgets.L2_RTOL) judges ||cand - ref||_2
+    # against l2_bound; None where it does not judge (no ratio, or a chained step: budgets.chained).
+    # In the results file as `l2` (k3diff.results); not in to_dict(), like error_map
     l2_ratio: float | None = field(default=None, compare=False)
+    l2_err: float | None = field(default=None, compare=False)
+    l2_bound: float | None = field(default=None, compare=False)
 
     @property
     def ratio(self) -> float:
-        """How much of the budget the worst element used (> 1 fails)."""
-        return self.max_err / self.bound if self.bound > 0 else (0.0 if self.max_err == 0 else float("inf"))
+        """How much of the budget the worst element used, or the whole tensor where the whole-tensor
+        rule judges it and used more (> 1 fails)."""
+        share = self.max_err / self.bound if self.bound > 0 else (0.0 if self.max_err == 0 else float("inf"))
+        return share if self.l2_bound is None else max(share, self.l2_err / self.l2_bound)
 
     def line(self) -> str:
         status = "ok" if self.ok else "FAIL"
@@ -82,7 +86,7 @@ class TensorReport:
         return d
 
 
-_FIELDS = tuple(f for f in fields(TensorReport) if f.name not in ("error_map", "l2_ratio"))
+_FIELDS = tuple(f for f in fields(TensorReport) if f.name not in ("error_map", "l2_ratio", "l2_err", "l2_bound"))
 
 
 def noise_floor(ref: torch.Tensor, dtype: torch.dtype) -> float:
@@ -247,9 +251,10 @@ def measure_numeric(items, dtype) -> list[Pending]:
     if dtype.is_floating_point:
         rounded, top = noise_floor_parts(r0, dtype, per_tensor_max)
         floor = noise_floor_from(rounded, top, dtype, per_tensor_max, lambda v: v[row])
-        ulps = err / ulp(r0, dtype)
+        unit = ulp(r0, dtype)
+        ulps = err / unit
     else:                                # integers: no rounding noise, errors in units of 1
-        floor, ulps = torch.zeros(k, **f64), err
+        floor, ulps, unit = torch.zeros(k, **f64), err, torch.zeros_like(err)
     atol = torch.tensor([it[5].atol_mult for it in items], **f64) * floor
     rtol = torch.tensor([it[5].rtol for it in items], **f64)
     base_err = rows(base_err_el).amax(1)
@@ -276,10 +281,11 @@ def measure_numeric(items, dtype) -> list[Pending]:
                 c0[pick], r0[pick]]
     if bound_el is not None:
         scalars += [bound_el[pick], rows(acc).amax(1), over]
-    # last, whatever came before: the squared L2 errors of the candidate and the baseline
+    # last, whatever came before: the squared L2 errors of the candidate and the baseline, and of
+    # the output dtype's own rounding (ulp / sqrt(12) an element: the whole-tensor rule's floor)
     b0 = torch.where(finite, torch.nan_to_num(b, nan=0.0), 0.0)
-    scalars += [rows((c0 - r0) ** 2).sum(1), rows((b0 - r0) ** 2).sum(1)]
-    scalars = torch.stack(scalars, dim=1)                                  # [k, 13 or 16]
+    scalars += [rows((c0 - r0) ** 2).sum(1), rows((b0 - r0) ** 2).sum(1), rows(unit * unit).sum(1) / 12.0]
+    scalars = torch.stack(scalars, dim=1)                                  # [k, 14 or 17]
     # the class is reported where it measures the accumulation itself (Budget.classed: operands the
     # reference shares, stored in f32); a bf16-stored tensor's error is its own rounding, 2^15·|y|/A
     # units and more, whatever the accumulation did
@@ -303,7 +309,7 @@ def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite, 
     element's flat index, its error, sum(c^2 + r^2), sum(c r), worst ulps, share outside, the
     reported element's candidate and reference values; for an accumulated tensor then the bound at
     that element, the accuracy class and the count of elements over their bound; last the squared
-    L2 errors of the candidate and of the baseline. `err()` gives the
+    L2 errors of the candidate and of the baseline and the dtype's squared L2 rounding level. `err()` gives the
     |cand - ref| tensor for a failure's error map, `non_finite()` the report of a candidate with
     non-finite values where the reference is finite."""
     n_bad, base_err, atol, flat, max_err, denom, cross, ulps, frac, cand_value, ref_value = values[:11]
@@ -311,8 +317,11 @@ def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite, 
         return non_finite()
     flat = int(flat)
     similarity = 0.0 if denom == 0 else 1.0 - 2.0 * cross / denom
-    cand_l2, base_l2 = float(values[-2]), float(values[-1])
-    l2_ratio = (cand_l2 / base_l2) ** 0.5 if l2 and base_l2 > 0 else None
+    cand_l2, base_l2, rounding_l2 = (float(v) ** 0.5 for v in values[-3:])
+    l2_ratio = cand_l2 / base_l2 if l2 and base_l2 > 0 else None
+    # the baseline is never credited with less error than the dtype's own rounding (a reference
+    # that bf16 holds exactly would leave it none)
+    l2_bound = budget.l2 * max(base_l2, rounding_l2) if l2_ratio is not None and not chained(name) else None
     if accumulated:
         bound, accuracy, over = values[11:14]
         accuracy = accuracy if classed else None
@@ -320,11 +329,18 @@ def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite, 
     else:
         bound, accuracy = budget.rtol * base_err + atol, None
         ok = max_err <= bound
+    note = ""
+    if ok and l2_bound is not None and cand_l2 > l2_bound:
+        ok = False
+        note = (f"whole-tensor error ||cand - ref||_2 {cand_l2:.3g} = {l2_ratio:.2f}x the baseline's "
+                f"{base_l2:.3g} vs bound {l2_bound:.3g} ({budget.l2:g}x); the worst element "
+                f"{max_err:.3g} is inside its bound {bound:.3g}")
     return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
                         atol=atol, similarity=similarity, worst_ulps=ulps,
                         frac_outside=frac, where=_unravel(flat, shape),
-                        cand_value=cand_value, ref_value=ref_value, accuracy=accuracy,
-                        error_map=None if ok else error_map(err()), l2_ratio=l2_ratio)
+                        cand_value=cand_value, ref_value=ref_value, note=note, accuracy=accuracy,
+                        error_map=None if ok else error_map(err()), l2_ratio=l2_ratio,
+                        l2_err=cand_l2 if l2_bound is not None else None, l2_bound=l2_bound)
 
 
 def non_finite_report(stage, name, c, r, bad) -> TensorReport:

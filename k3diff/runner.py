@@ -19,7 +19,7 @@ import torch
 
 from k3diff import caches, routing
 from k3diff.backends.oracle import run_reference
-from k3diff.budgets import budget_for
+from k3diff.budgets import STEP_TAG, budget_for
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
 from k3diff.controls import Controls, run_candidate
@@ -106,7 +106,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
         if stage == "moe" and "topk_ids" in provides:
             ref, base = routing.judge_moe_routing(oracle, per, ref, base, cand, verdict,
                                                   weights.get("router.bias"), cfg.n_group)
-        tag = (lambda n: n) if case.steps == 1 else (lambda n, s=step: f"{n}@step{s}")
+        tag = (lambda n: n) if case.steps == 1 else (lambda n, s=step: f"{n}{STEP_TAG}{s}")
         verdict.reports += _output_reports(stage, tag, per["cand"], ref, base, cand, provides)
         verdict.reports += state_reports(case, tag, per["cand"], ref, base, cand)
         for role, result in (("ref", ref), ("base", base), ("cand", cand)):

@@ -1,7 +1,8 @@
-"""The candidate's whole L2 error against the bf16 baseline's (TensorReport.l2_ratio), reported
-beside the max-element rule and not judged: a uniform 1% error of MLA's bf16 output passes that
-rule on some draws (its worst element stays inside the budget) while its L2 error is several times
-the baseline's; a correct candidate's is the baseline's own."""
+"""The whole-tensor rule (k3diff.budgets.L2_RTOL): a bf16 or fp16 tensor's L2 error against the
+bf16 baseline's. A uniform 1% error of MLA's bf16 output passes the max-element rule on some draws
+(its worst element stays inside the budget) while its L2 error is several times the baseline's; a
+correct candidate's is the baseline's own. At a multi-step case's later steps the ratio is
+reported, not judged (budgets.chained)."""
 import pytest
 import torch
 
@@ -29,26 +30,74 @@ def _out(verdict):
     return next(r for r in verdict.reports if r.tensor == "out")
 
 
-def test_a_uniform_one_percent_error_shows_in_the_l2_ratio_not_the_verdict_alone():
-    good = _out(check_case(CASE, backends.load("torch-blocked"), device="cpu"))
+def test_a_uniform_one_percent_error_fails_the_whole_tensor_rule_with_its_worst_element_inside():
+    good_v = check_case(CASE, backends.load("torch-blocked"), device="cpu")
     bad_v = check_case(CASE, ScaledMla(), device="cpu")
-    bad = _out(bad_v)
-    assert good.l2_ratio is not None and good.l2_ratio < 1.1
-    assert bad.l2_ratio > 1.5 * good.l2_ratio
+    good, bad = _out(good_v), _out(bad_v)
+    assert good_v.ok and good.l2_ratio is not None and good.l2_ratio < 1.1
+    assert not bad_v.ok and not bad.ok and bad.max_err <= bad.bound      # the element rule alone passes it
+    assert bad.l2_ratio > 2.0 and bad.ratio == pytest.approx(bad.l2_err / bad.l2_bound)
+    assert bad.note.startswith("whole-tensor error") and "2x" in bad.note and bad.error_map is not None
     rec = record(CASE, bad_v)
     assert next(t for t in rec["tensors"] if t["tensor"] == "out")["l2"] == pytest.approx(bad.l2_ratio, rel=1e-3)
-    assert "l2_ratio" not in bad.to_dict()          # seed files and verdicts keep their fields
+    for name in ("l2_ratio", "l2_err", "l2_bound"):
+        assert name not in bad.to_dict()           # seed files and verdicts keep their fields
 
 
-def test_the_ratio_is_the_l2_errors_quotient_and_none_without_a_baseline_error():
+def test_a_multi_step_case_is_judged_whole_at_step_0_and_reported_after():
+    case = Case(stage="mla", batch=4, cache_lens=(0, 5, 64, 65), seed=3, steps=2).validate()
+    v = check_case(case, ScaledMla(), device="cpu")
+    failing = [r for r in v.reports if not r.ok]
+    assert [r.tensor for r in failing] == ["out@step0"] and failing[0].note.startswith("whole-tensor error")
+    ref = torch.linspace(-2, 2, 1000, dtype=torch.float64)
+    base, cand = ref.to(torch.bfloat16), (ref * 1.01).to(torch.bfloat16)
+    budget = Budget(rtol=8.0, atol_mult=1.0, reason="test")          # the element rule passes both
+    at0, at1 = (compare("s", f"t@step{s}", cand, ref, base, budget) for s in (0, 1))
+    assert not at0.ok and at0.l2_bound is not None
+    assert at1.ok and at1.l2_bound is None and at1.l2_ratio == pytest.approx(at0.l2_ratio)
+
+
+def _rounding(ref):
+    """bf16's own rounding level over a tensor: ||ulp / sqrt(12)||_2 (7 stored mantissa bits)."""
+    unit = torch.exp2(torch.floor(torch.log2(ref.abs().clamp_min(1e-30))) - 7)
+    return (unit.square().sum() / 12).sqrt().item()
+
+
+def test_the_bound_is_twice_the_baseline_never_below_the_dtypes_own_rounding():
     ref = torch.linspace(-2, 2, 1000, dtype=torch.float64)
     base = ref.to(torch.bfloat16)
     cand = (ref * 1.01).to(torch.bfloat16)
-    rep = compare("s", "t", cand, ref, base, Budget(rtol=2.0, atol_mult=1.0, reason="test"))
+    budget = Budget(rtol=2.0, atol_mult=1.0, reason="test")
+    rep = compare("s", "t", cand, ref, base, budget)
     want = ((cand.double() - ref).norm() / (base.double() - ref).norm()).item()
     assert rep.l2_ratio == pytest.approx(want, rel=1e-9)
+    assert rep.l2_bound == pytest.approx(2.0 * max((base.double() - ref).norm().item(), _rounding(ref)), rel=1e-9)
     exact = torch.linspace(-2, 2, 64, dtype=torch.float64).to(torch.bfloat16)
-    assert compare("s", "t", exact, exact.double(), exact, Budget(rtol=2.0, atol_mult=1.0, reason="test")).l2_ratio is None
+    assert compare("s", "t", exact, exact.double(), exact, budget).l2_ratio is None
+    # a reference bf16 holds exactly but one element: the baseline's error is one rounding, the
+    # floor (ulp / sqrt(12) an element) keeps a candidate that rounds a few more from failing
+    ref = torch.arange(-32, 32, dtype=torch.float64) / 8
+    ref[5] += 1e-3
+    off = ref.clone()
+    off[[33, 34, 35]] += 2.0 ** -7          # 0.125, 0.25, 0.375: a few roundings more
+    rep = compare("s", "t", off.to(torch.bfloat16), ref, ref.to(torch.bfloat16), budget)
+    assert rep.l2_bound == pytest.approx(2.0 * _rounding(ref), rel=1e-9)
+    assert rep.ok and rep.l2_ratio > 2.0
+
+
+def test_a_uniform_error_inside_every_elements_bound_fails_and_one_element_there_passes():
+    from k3diff.budgets import DEFAULT
+    from k3diff.divergence import noise_floor
+
+    ref = torch.linspace(-1, 1, 101, dtype=torch.float64)
+    base = ref + 0.01
+    atol = noise_floor(ref, torch.bfloat16)
+    everywhere = ref + 0.02 + atol / 2
+    one = base.clone()
+    one[50] = ref[50] + 0.02 + atol / 2
+    assert not compare("s", "t", everywhere, ref, base, DEFAULT, torch.bfloat16).ok
+    assert compare("s", "t", one, ref, base, DEFAULT, torch.bfloat16).ok
+    assert compare("s", "t", everywhere, ref, base, DEFAULT, torch.float32).l2_bound is None   # f32: elements only
 
 
 def test_only_bf16_tensors_carry_the_ratio():

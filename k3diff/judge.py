@@ -65,11 +65,12 @@ def judge(kind: str, case, position, backend, device: str, *, own_sigint: bool =
     `own_sigint` False in the isolated child: no user can reach it with Ctrl-C (own session), so
     any KeyboardInterrupt there is the candidate's."""
     from k3diff.case import CaseError
-    from k3diff.sizing import CaseTooLarge
+    from k3diff.sizing import TOO_LARGE, CaseTooLarge
     from k3diff.verdict import Verdict
 
     seen: list = []
     for attempt in (1, 2):
+        oom = False
         try:
             with _sigint_seen(seen) if own_sigint else contextlib.nullcontext():
                 if kind == "invariance":
@@ -84,16 +85,18 @@ def judge(kind: str, case, position, backend, device: str, *, own_sigint: bool =
         except BaseException as exc:  # noqa: BLE001 - the point: nothing the candidate does skips the verdict
             if isinstance(exc, KeyboardInterrupt) and seen:
                 raise
-            if out_of_memory(exc):
-                del exc                 # its traceback holds the frames, and their tensors
-                give_memory_back()
-                if attempt == 1:
-                    continue
-                raise CaseTooLarge(f"case too large for {device}: out of memory twice, the second time with "
-                                   f"every cache given back ({case.label()})") from None
-            verdict = Verdict(case, getattr(backend, "name", type(backend).__name__))
-            verdict.error = f"{CRASH} the candidate raised {describe(exc)} before its verdict"
-            return verdict
+            if not out_of_memory(exc):
+                verdict = Verdict(case, getattr(backend, "name", type(backend).__name__))
+                verdict.error = f"{CRASH} the candidate raised {describe(exc)} before its verdict"
+                return verdict
+            oom = True
+        if oom:
+            # out of the except block: the exception being handled holds the failed attempt's
+            # frames and their tensors until the block ends, so memory given back inside it stays
+            give_memory_back()
+            if attempt == 2:
+                raise CaseTooLarge(f"{TOO_LARGE} {device}: out of memory twice, the second time with "
+                                   f"every cache given back ({case.label()})")
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -105,7 +108,10 @@ def out_of_memory(exc: BaseException) -> bool:
 def give_memory_back() -> None:
     """Every weight set and everything built from them (prepared copies) dropped, the allocator's
     cache returned to the device."""
+    import gc
+
     from k3diff import caches, materialize
 
+    gc.collect()                        # a cycle through a frame of the failed attempt keeps its tensors
     materialize.evict_weights(0)
     caches.weights_dropped()

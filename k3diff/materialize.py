@@ -123,7 +123,9 @@ def evict_weights(keep_bytes: int = 0) -> None:
     """Drop least recently used weight sets (then expert draws) until at most `keep_bytes` are
     held, and the backends' prepared copies of them (k3diff.runner keeps those by weight set)."""
     dropped = False
-    while (_WEIGHT_CACHE or _EXPERT_CACHE) and _cached_bytes() > keep_bytes:
+    # keep nothing means every entry, those of no bytes too (a set without routed experts): an
+    # entry left behind made the cache's contents depend on which test ran before
+    while (_WEIGHT_CACHE or _EXPERT_CACHE) and (keep_bytes <= 0 or _cached_bytes() > keep_bytes):
         (_WEIGHT_CACHE or _EXPERT_CACHE).popitem(last=False)
         dropped = True
     if dropped:

@@ -411,6 +411,7 @@ class _ItemRun:
     def __init__(self, session, item):
         self.session, self.item = session, item
         self.failed_once = False
+        self.too_large: list = []                       # skipped lines of cases this machine could not hold
 
     def _on_case(self, case, verdict, stage=None, phase=None):
         record = _record(case, verdict)
@@ -424,6 +425,10 @@ class _ItemRun:
         record["judged_at"] = round(time.time(), 3)            # the progress line's replay, the report's timeline
         if not verdict.ok and not verdict.skipped:
             self.failed_once = True
+        from k3diff.sizing import TOO_LARGE
+
+        if verdict.skipped and verdict.skipped.startswith(TOO_LARGE):
+            self.too_large.append(verdict.skipped)
         self.item.user_properties.append((_REPORT_KEY, record))
         config = self.item.config
         _write_report(config, record)               # streamed here, on this worker or the only process
@@ -450,12 +455,23 @@ class _ItemRun:
         verdict = self._guard(lambda: self.session.fuzz(stage, chunk, self._on_case))
         if verdict is not None:
             self._fail_with_seed(verdict)
+        self._machine_limits()
 
     def fuzz_invariance(self, stage):
         on_case = lambda case, verdict: self._on_case(case, verdict, f"{stage}-inv")  # noqa: E731
         verdict = self._guard(lambda: self.session.fuzz_invariance(stage, on_case))
         if verdict is not None:
             self._fail_with_seed(verdict, prefix=f"batch invariance (position {verdict.position}): ")
+        self._machine_limits()
+
+    def _machine_limits(self):
+        """A search that passed past cases this machine could not hold (k3diff.session.skip_too_large:
+        every other case of it was judged) fails with their line: exit 11 unless a candidate failed."""
+        from k3diff.sizing import CaseTooLarge
+
+        if self.too_large:
+            more = f" (+{len(self.too_large) - 1} more case(s) of this test)" if len(self.too_large) > 1 else ""
+            self._bad_input(CaseTooLarge(self.too_large[0] + more))
 
     def replay(self, path):
         from k3diff.corpus import CorpusError

@@ -175,7 +175,10 @@ class Session:
         self.checker.close()
 
     def check(self, case):
-        return self.checker.check(case)
+        """The case's verdict; in a fuzz run a case this machine cannot hold is a skipped verdict
+        (`skip_too_large`), so the run goes on past it. A replay judges through the checker
+        itself: there the same case is one line and exit 11."""
+        return skip_too_large(case, self.backend_name, lambda: self.checker.check(case))
 
     def fuzz(self, stage, chunk, on_case):
         """Fuzz one chunk of a stage; the shrunk failing verdict (a crash or hang: the first, not
@@ -201,7 +204,7 @@ class Session:
 
         def check(drawn):
             case, position = drawn
-            verdict = self.checker.check_invariance(case, position)
+            verdict = skip_too_large(case, self.backend_name, lambda: self.checker.check_invariance(case, position))
             verdict.position = position
             return verdict
 
@@ -238,6 +241,23 @@ class Session:
             path = save(verdict.case, verdict.to_dict(), fallback, self.backend_name, check=check, environment=env)
             verdict.notes.append(f"could not write to {self.save_dir} ({exc.strerror or exc}); seed saved in {fallback}")
         return path, replay_command(path, self.backend_name)
+
+
+def skip_too_large(case, backend_name, check):
+    """check(), or where the case does not fit this machine (k3diff.sizing.CaseTooLarge: the
+    estimate before it, or out of memory twice) a verdict skipped with that line: the machine's
+    limit, not the candidate's failure, and not the end of a fuzz run (raised inside Hypothesis it
+    was a failure to shrink and replay, and a run ended in a traceback: call 86, an H100 meeting a
+    full-dims bf16 layer case). The summary counts them (k3diff.summary.too_large_lines)."""
+    from k3diff.sizing import CaseTooLarge
+    from k3diff.verdict import Verdict
+
+    try:
+        return check()
+    except CaseTooLarge as exc:
+        verdict = Verdict(case, backend_name)
+        verdict.skipped = str(exc)
+        return verdict
 
 
 def replay_record(checker, case, record):

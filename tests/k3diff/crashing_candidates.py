@@ -24,6 +24,19 @@ class _OnBatch(TorchBlockedBackend):
         return super().run(stage, cfg, prepared, inputs, out)
 
 
+class OutOfMemory(_OnBatch):
+    """Out of device memory on the first two tries of one batch size, then not (as on the H100 of
+    call 86: a full-dims bf16 layer case out of memory twice, then held when Hypothesis replayed
+    it): the machine's limit (k3diff.judge), a case the fuzz run skips and goes on past, exit 11."""
+    name = "crashing_candidates:OutOfMemory"
+    tries = 0
+
+    def misbehave(self):
+        OutOfMemory.tries += 1
+        if OutOfMemory.tries <= 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 59.00 GiB.")
+
+
 class Abort(_OnBatch):
     """SIGABRT, as a failed assert in C++ would."""
     name = "crashing_candidates:Abort"

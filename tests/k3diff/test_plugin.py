@@ -211,6 +211,24 @@ def test_case_too_large_for_the_device(tmp_path, project):
     result.stdout.fnmatch_lines(["*case too large for cpu*", "next: exit 11 (not on this machine)*"])
 
 
+def test_a_fuzz_run_goes_past_a_case_too_large_for_the_machine_and_exits_11(project):
+    """Out of memory twice is the machine's line; a fuzz run skips that case, judges the rest and
+    exits 11 with the line, no traceback (call 86: raised inside Hypothesis, it was shrunk, replayed
+    and ended the run with a FlakyFailure traceback on an H100)."""
+    result = project.runpytest_subprocess("--k3diff", "--k3diff-backend", "crashing_candidates:OutOfMemory",
+                                          "--k3diff-seed", "0", "--k3diff-profile", "quick", "-k", "fuzz and moe",
+                                          "--k3diff-report", "r.jsonl", "-p", "no:cacheprovider")
+    out = result.stdout.str()
+    assert result.ret == ex.MACHINE, out
+    assert "Traceback" not in out and "Flaky" not in out and "reproduce" not in out, out
+    result.stdout.fnmatch_lines(["*case too large for cpu: out of memory twice*", "next: exit 11 (not on this machine)*"])
+    records = [json.loads(line) for line in (project.path / "r.jsonl").read_text().splitlines()]
+    cases = [r for r in records if "id" in r]
+    skipped = [r for r in cases if r["skipped"]]
+    assert skipped and all(r["skipped"].startswith("case too large for cpu") for r in skipped)
+    assert sum(r["ok"] and not r["skipped"] for r in cases) > len(skipped)      # the others were judged
+
+
 def test_a_failing_candidate_outranks_a_bad_seed(project, tmp_path):
     """A run that meets both a seed it cannot read and a wrong candidate exits 1 (the kernel is
     wrong) and still names the seed; the same seed alone under a correct candidate exits 9."""

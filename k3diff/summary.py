@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from k3diff.budgets import L2_RTOL
+
 REPORT_KEY, FAILURE_KEY, MUTANT_KEY = "k3diff_cases", "k3diff_failure", "k3diff_mutant"
 BAD_INPUT_KEY = "k3diff_bad_input"      # {"status", "line"}: an input that could not be judged (exit_codes.py)
 
@@ -125,15 +127,16 @@ NEAR_EDGE = 0.9      # a passing case this close to a bound is named: on a corre
                      # false alarm waiting (docs/verdicts.md: KDA's state at 96.8% in nightly 94001)
 
 
-L2_FLAG = 2.0        # a passing case whose bf16 tensor's L2 error is this many times the baseline's is
-                     # named: correct controls stayed <= 1.03, MLA's out x 1.01 reached 1.2-4.8 while
-                     # the max-element rule passed it (k3diff.divergence.TensorReport.l2_ratio)
+# a passing case whose bf16 tensor's L2 error is the whole-tensor rule's multiple of the baseline's
+# or more is named: where the rule judges, such a case fails, so these are a multi-step case's
+# later steps, which it reports only (k3diff.budgets.L2_RTOL, chained)
+L2_FLAG = L2_RTOL
 
 
 def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
     """The passing cases with a bf16 tensor whose whole (L2) error is at least `at` times the
     baseline's, largest first: a line that counts them, then up to `most` with tensor, ratio, label.
-    Not a verdict: the rule judges the worst element; this names the systematic error it lets by."""
+    Not a verdict: the steps the whole-tensor rule does not judge (k3diff.budgets.chained)."""
     flagged = []
     for r in distinct_judged(results):
         if not r["ok"]:
@@ -145,7 +148,7 @@ def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
         return []
     flagged.sort(key=lambda x: -x[0])
     lines = [f"whole-tensor error: {len(flagged)} passing case(s) with a bf16 tensor's L2 error >= {at:g}x the "
-             "baseline's (the rule judges the worst element; a uniform scale or bias shows here first)"]
+             "baseline's (at a multi-step case's later steps, where the whole-tensor rule reports and does not judge)"]
     lines += [f"  {r['stage']} {tensor} {ratio:.2f}x: {r.get('label', r['id'])}" for ratio, tensor, r in flagged[:most]]
     if len(flagged) > most:
         lines.append(f"  (+{len(flagged) - most} more in the results file)")

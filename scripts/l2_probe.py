@@ -2,8 +2,8 @@
 ||cand - ref|| / ||base - ref|| of the bf16 tensors) over the same drawn cases of the moe, mla, kda
 and layer stages, for the correct candidate, every false-alarm control (k3diff/false_alarms.py)
 and a candidate whose MLA output is scaled by 1.01 (a uniform error the max-element rule can pass):
-per candidate its failures and its three largest ratios. The figures behind the summary's
-`whole-tensor error` line (k3diff.summary.L2_FLAG)."""
+per candidate its failures (the whole-tensor rule, k3diff.budgets.L2_RTOL, among the others) and
+its three largest ratios. Some of the figures behind that rule."""
 import argparse
 import random
 

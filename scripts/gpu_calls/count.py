@@ -2,8 +2,8 @@
 once, shrink steps and skipped cases left out): per file and stage, cases, at full dims, failed (a
 tensor or the routing), crashed; skipped apart; the run's end record if it has one; then, per stage
 and preset, the mean seconds of a case in each phase (records with `phases`: runner.PhaseClock);
-last, per stage and preset, the largest L2 ratio of a passing case's bf16 tensor (`l2`, reported
-only: k3diff.divergence.TensorReport.l2_ratio) with its tensor."""
+last, per stage and preset, the largest L2 ratio of a passing case's bf16 tensor (`l2`:
+k3diff.divergence.TensorReport.l2_ratio, judged by the whole-tensor rule at one-step cases and step 0) with its tensor."""
 import json
 import sys
 from collections import defaultdict

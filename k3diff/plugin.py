@@ -643,7 +643,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         lines = sorted({b["line"] for b in config._k3diff_bad_inputs})
         status = _bad_input_status(config)
         tr.write_line(f"next: exit {status} ({exit_codes.MEANING[status]}): {len(config._k3diff_bad_inputs)} "
-                      f"test(s) could not be judged here, not the candidate's fault; fix the input: {lines[0]}"
+                      f"test(s) could not be judged here, not the candidate's fault; "
+                      + ("a machine with more memory judges it: " if status == exit_codes.MACHINE else "fix the input: ")
+                      + lines[0]
                       + (f" (and {len(lines) - 1} more above)" if len(lines) > 1 else ""))
     elif any(not r["ok"] and not r["skipped"] for r in results) or exitstatus not in (0, 5):
         tr.write_line("next: the run failed (see the errors above); no seed was recorded for it")

@@ -118,6 +118,21 @@ def step_flops(dm, T):
     return 2 * T * (dense + dm.k * 3 * dm.I * dm.r)
 
 
+def gpu_state() -> str:
+    """The card's temperature, SM clock and power draw now, from nvidia-smi ("" without it): the
+    MXFP4 rows ran 4-17% slower after the bf16 rows than alone (docs/megakernel-notes.md,
+    twenty-first session), so each row's log line carries the state the card was in after it."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=temperature.gpu,clocks.sm,power.draw",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    lines = out.strip().splitlines()
+    return lines[min(torch.cuda.current_device(), len(lines) - 1)].strip() if lines else ""
+
+
 def time_events(fn, reps=5):
     ts = []
     for _ in range(reps):
@@ -233,7 +248,8 @@ def bench_case(dm, fmt, mods, batches, do_compile, bw, rows, log, machine):
             + f" | fork-join, GEMVs all on the {'CUDA' if mma_now else 'tensor'} cores {alt_us:.1f}"
             + f" | one launch so {alt_one_us:.1f}"
             + (f" | fork-join, GEMVs at batch > 8 on mma.sync {wg_us:.1f}" if T > 8 else "")
-            + f" | distinct experts {statistics.mean(nexp):.1f}")
+            + f" | distinct experts {statistics.mean(nexp):.1f}"
+            + f" | card after it (C, SM MHz, W): {gpu_state() or '-'}")
 
         def eager_loop(fns, Re):
             def f():
@@ -341,7 +357,7 @@ def main(a):
             dmt = _Tagged(dm, cname)
             for m in mods:
                 m.compile_all(1), m.compile_all(8)
-            log(f"[{cname} {fmt}] weights+compile {time.time() - t0:.1f}s")
+            log(f"[{cname} {fmt}] weights+compile {time.time() - t0:.1f}s; card (C, SM MHz, W): {gpu_state() or '-'}")
             bench_case(dmt, fmt, mods, batches, not a.no_compile, bw, rows, log, machine)
             del mods
             torch.cuda.empty_cache()

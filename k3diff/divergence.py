@@ -77,7 +77,15 @@ class TensorReport:
         return (f"{status} {self.stage}/{self.tensor}: max|err| {self.max_err:.3g} vs bound {self.bound:.3g} "
                 f"(baseline {self.base_err:.3g}, atol {self.atol:.3g}{acc}){loc}; "
                 f"cand {self.cand_value:.6g} ref {self.ref_value:.6g}; {self.worst_ulps:.1f} ulp; "
-                f"sim {self.similarity:.2e}; {100 * self.frac_outside:.3f}% outside")
+                f"sim {self.similarity:.2e}; {100 * self.frac_outside:.3f}% outside{self._whole()}")
+
+    def _whole(self) -> str:
+        """The whole-tensor rule's figure, where the tensor has one (bf16 / fp16)."""
+        if self.l2_ratio is None:
+            return ""
+        judged = f" (bound {self.l2_bound / self.l2_err * self.l2_ratio:.3g}x)" if self.l2_bound and self.l2_err else \
+            (" (a later step: reported, not judged)" if self.l2_bound is None else "")
+        return f"; L2 {self.l2_ratio:.2f}x the baseline's{judged}"
 
     def to_dict(self) -> dict:
         # the fields by hand: dataclasses.asdict deep-copies every value (a tenth of a small case)

@@ -71,7 +71,7 @@ def ratio_boxplot(ratios: dict) -> str | None:
     ax.set_xlim(0, edge)
     ax.set_yticks(range(1, len(names) + 1), [f"{n} ({len(ratios[n])})" for n in names])
     _budget_line(ax)
-    ax.set_xlabel("max|cand - ref| / bound  (share of budget; > 1 fails)")
+    ax.set_xlabel("share of budget: the worst element's or the whole tensor's (L2), the larger; > 1 fails")
     ax.invert_yaxis()
     ax.grid(axis="x", alpha=0.3)
     return _encode(fig)

@@ -55,6 +55,9 @@ def test_a_multi_step_case_is_judged_whole_at_step_0_and_reported_after():
     at0, at1 = (compare("s", f"t@step{s}", cand, ref, base, budget) for s in (0, 1))
     assert not at0.ok and at0.l2_bound is not None
     assert at1.ok and at1.l2_bound is None and at1.l2_ratio == pytest.approx(at0.l2_ratio)
+    assert at1.line().endswith(f"L2 {at1.l2_ratio:.2f}x the baseline's (a later step: reported, not judged)")
+    judged = compare("s", "t@step0", base, ref, base, budget)
+    assert judged.ok and judged.line().endswith("L2 1.00x the baseline's (bound 2x)")
 
 
 def _rounding(ref):

@@ -173,14 +173,17 @@ def budget_for(stage: str, tensor: str) -> Budget:
 
 def describe() -> list[tuple[str, str, str]]:
     """(where, rule, reason) rows, for the README and `k3diff budgets`."""
-    rows = [("default", _rule(DEFAULT), DEFAULT.reason)]
+    rows = [("default", _rule(DEFAULT), DEFAULT.reason),
+            ("any bf16/fp16 tensor, whole", f"L2 <= {DEFAULT.l2:g} x max(baseline's, the dtype's rounding)",
+             "a uniform error under every element's bound (MLA out x 1.01) fails; correct kernels measured "
+             "<= 1.157 on the GPU at one-step cases and step 0; later steps reported only (L2_RTOL, chained)")]
     for (stage, tensor), b in TABLE.items():
         rows.append((f"{stage}/{tensor}", "bitwise" if b.bitwise else _rule(b), b.reason))
     return rows
 
 
 def _rule(b: Budget) -> str:
-    return f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise + {b.accum:g} u·Σ|ab|; bf16 L2 {b.l2:g} x baseline's"
+    return f"rtol {b.rtol:g} x baseline + {b.atol_mult:g} x noise + {b.accum:g} u·Σ|ab|"
 
 
 def pct(ratio) -> str:

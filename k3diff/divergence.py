@@ -83,9 +83,13 @@ class TensorReport:
         """The whole-tensor rule's figure, where the tensor has one (bf16 / fp16)."""
         if self.l2_ratio is None:
             return ""
-        judged = f" (bound {self.l2_bound / self.l2_err * self.l2_ratio:.3g}x)" if self.l2_bound and self.l2_err else \
-            (" (a later step: reported, not judged)" if self.l2_bound is None else "")
-        return f"; L2 {self.l2_ratio:.2f}x the baseline's{judged}"
+        if self.l2_bound is None:
+            tail = " (a later step: reported, not judged)"
+        elif self.l2_err:               # the bound in the baseline's L2 errors: bound / (err / ratio)
+            tail = f" (bound {self.l2_bound * self.l2_ratio / self.l2_err:.3g}x)"
+        else:
+            tail = ""
+        return f"; L2 {self.l2_ratio:.2f}x the baseline's{tail}"
 
     def to_dict(self) -> dict:
         # the fields by hand: dataclasses.asdict deep-copies every value (a tenth of a small case)

@@ -65,7 +65,7 @@ def judge(kind: str, case, position, backend, device: str, *, own_sigint: bool =
     `own_sigint` False in the isolated child: no user can reach it with Ctrl-C (own session), so
     any KeyboardInterrupt there is the candidate's."""
     from k3diff.case import CaseError
-    from k3diff.sizing import TOO_LARGE, CaseTooLarge
+    from k3diff.sizing import CaseTooLarge
     from k3diff.verdict import Verdict
 
     seen: list = []
@@ -95,7 +95,7 @@ def judge(kind: str, case, position, backend, device: str, *, own_sigint: bool =
             # frames and their tensors until the block ends, so memory given back inside it stays
             give_memory_back()
             if attempt == 2:
-                raise CaseTooLarge(f"{TOO_LARGE} {device}: out of memory twice, the second time with "
+                raise CaseTooLarge(f"case too large for {device}: out of memory twice, the second time with "
                                    f"every cache given back ({case.label()})")
 
 

@@ -425,9 +425,7 @@ class _ItemRun:
         record["judged_at"] = round(time.time(), 3)            # the progress line's replay, the report's timeline
         if not verdict.ok and not verdict.skipped:
             self.failed_once = True
-        from k3diff.sizing import TOO_LARGE
-
-        if verdict.skipped and verdict.skipped.startswith(TOO_LARGE):
+        if getattr(verdict, "too_large", False):         # k3diff.session.skip_too_large
             self.too_large.append(verdict.skipped)
         self.item.user_properties.append((_REPORT_KEY, record))
         config = self.item.config

@@ -50,7 +50,7 @@ def _num(x, digits=6):
 
 def _tensor(rep) -> dict:
     # accuracy: the accumulation's error in units of u·Σ|a||b| (None: not an f32 accumulation);
-    # l2: ||cand - ref|| / ||base - ref|| (k3diff.divergence.TensorReport.l2_ratio), reported only
+    # l2: ||cand - ref|| / ||base - ref|| (k3diff.divergence.TensorReport.l2_ratio; k3diff.budgets.L2_RTOL)
     return {"tensor": rep.tensor, "ok": rep.ok, "ratio": _num(rep.ratio), "max_err": _num(rep.max_err),
             "bound": _num(rep.bound), "similarity": _num(rep.similarity), "ulps": _num(rep.worst_ulps),
             "accuracy": _num(getattr(rep, "accuracy", None), 4), "l2": _num(getattr(rep, "l2_ratio", None), 4)}

@@ -248,7 +248,7 @@ def skip_too_large(case, backend_name, check):
     estimate before it, or out of memory twice) a verdict skipped with that line: the machine's
     limit, not the candidate's failure, and not the end of a fuzz run (raised inside Hypothesis it
     was a failure to shrink and replay, and a run ended in a traceback: call 86, an H100 meeting a
-    full-dims bf16 layer case). The summary counts them (k3diff.summary.too_large_lines)."""
+    full-dims bf16 layer case). Its test fails with the line when the search ends (k3diff.plugin)."""
     from k3diff.sizing import CaseTooLarge
     from k3diff.verdict import Verdict
 
@@ -256,7 +256,7 @@ def skip_too_large(case, backend_name, check):
         return check()
     except CaseTooLarge as exc:
         verdict = Verdict(case, backend_name)
-        verdict.skipped = str(exc)
+        verdict.skipped, verdict.too_large = str(exc), True
         return verdict
 
 

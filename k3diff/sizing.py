@@ -32,9 +32,6 @@ _WORKING_COPIES = 6
 _MXFP4_BYTES = 0.5 + 1 / 32        # a packed nibble plus one E8M0 scale per 32 weights
 
 
-TOO_LARGE = "case too large for"     # how every CaseTooLarge line begins (k3diff.summary counts them)
-
-
 class CaseTooLarge(RuntimeError):
     """A case this GPU cannot hold (one line): exit 11, the machine's, not the candidate's."""
     exit_code = exit_codes.MACHINE
@@ -135,5 +132,5 @@ def check_fits(case: Case, device) -> None:
             torch.cuda.empty_cache()    # the last case's transients, even when no weights were held
         need, have = estimate_bytes(case, device), available_bytes(device)
     if need > have:
-        raise CaseTooLarge(f"{TOO_LARGE} {device}: needs about {need / 2**30:.1f} GiB, "
+        raise CaseTooLarge(f"case too large for {device}: needs about {need / 2**30:.1f} GiB, "
                            f"{have / 2**30:.1f} GiB free ({case.label()})")

@@ -209,8 +209,8 @@ def _errors(run) -> list[str]:
             table(("tensor", "cases", "median", "max", "accuracy median", "accuracy max", "L2 median", "L2 max"), rows),
             "<p><small>accuracy: the error in units of u&middot;&Sigma;|a||b| (the tensor's accuracy class), "
             "where the error rule reports it. L2: the tensor's whole error over the bf16 baseline's, "
-            "&#8214;cand &minus; ref&#8214; / &#8214;base &minus; ref&#8214; (bf16 tensors; reported, not judged: "
-            "a uniform scale the worst-element rule passes shows here).</small></p>"]
+            "&#8214;cand &minus; ref&#8214; / &#8214;base &minus; ref&#8214; (bf16 tensors; the whole-tensor "
+            "rule fails it above 2x, except at a multi-step case's later steps).</small></p>"]
 
 
 def _ties_and_slowest(run) -> list[str]:

@@ -28,13 +28,6 @@ from megakernel.launch_streams import stream
 DEV = torch.device("cuda")
 
 
-def core_variant(label):
-    """'4' -> split 4, one (token, head, split) a CTA; '4p5' -> split 4 in the persistent launch
-    of 5 CTAs an SM (k_kda_core.py `walk`)."""
-    sp, _, per_sm = label.partition("p")
-    return dict(split=int(sp), **({"per_sm": int(per_sm)} if per_sm else {}))
-
-
 def kda_rows(T, splits, R=8):
     from megakernel.k_kda_core import SPLIT
     from megakernel.kda import KdaStep
@@ -48,7 +41,7 @@ def kda_rows(T, splits, R=8):
     for sp in splits:
         rec = rec0.clone()
         named = dict(s, **step._weights, x=x, conv_state=conv, rec=rec, T=T, S=rec0.shape[0])
-        launch = cache.compiled("kda_core", kd, **core_variant(sp))
+        launch = cache.compiled("kda_core", kd, split=sp)
         s["sidx"].copy_(idx[0].to(torch.int32))
         launch(named, stream())
         torch.cuda.synchronize()
@@ -59,7 +52,7 @@ def kda_rows(T, splits, R=8):
             s["sidx"].copy_(idx[i].to(torch.int32))
             launch(named, stream())
         out[sp] = graph_us(one, R)
-    same = {sp: all(torch.equal(a, b) for a, b in zip(bits[sp], bits[str(SPLIT)])) for sp in splits}
+    same = {sp: all(torch.equal(a, b) for a, b in zip(bits[sp], bits[SPLIT])) for sp in splits}
     return out, same, fla_core_us(kd, T, R)
 
 
@@ -148,8 +141,7 @@ def table(title, rows, measure, variants, label) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_attn", description=__doc__.splitlines()[0])
-    p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head); SpN: split S "
-                   "in the persistent launch of N CTAs an SM")
+    p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head)")
     p.add_argument("--hgs", default="4,8", help="mla_attn heads per CTA")
     p.add_argument("--batches", default="1,8,64")
     p.add_argument("--mla", default="1x32768,8x8192,64x1024", help="batch x cache length")
@@ -166,10 +158,7 @@ def main(argv=None) -> int:
     if no_gpu("tune_attn"):
         return 2
     try:
-        from megakernel.k_kda_core import SPLIT
-        splits = a.splits.split(",")
-        if str(SPLIT) not in splits:
-            splits.insert(0, str(SPLIT))               # the bits' yardstick
+        splits = [int(v) for v in a.splits.split(",")]
         hgs = [int(v) for v in a.hgs.split(",") if v]
         merges = [tuple(int(v) for v in c.split("x")) for c in a.merges.split(",") if c]
         mrows = [tuple(int(v) for v in c.split("x")) for c in a.merge_rows.split(",") if c]
@@ -185,12 +174,11 @@ def main(argv=None) -> int:
         mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
         assert all(len(c) == 2 for c in mla)
         for sp in splits:
-            registry.KERNELS["kda_core"](KDA_FULL, **core_variant(sp))
+            registry.KERNELS["kda_core"](KDA_FULL, split=sp)
     except (ValueError, AssertionError):
         print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
-              "whole state rows: 1, 2, 4, 8, 16 at D = 128; 4p5: split 4, 5 persistent CTAs an "
-              "SM), --mla / --merge-rows pairs like 1x32768, --merges pairs TTxVQ with VQ "
-              "dividing 32, --lat-merges vNxU", file=sys.stderr)
+              "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla / --merge-rows pairs like "
+              "1x32768, --merges pairs TTxVQ with VQ dividing 32, --lat-merges vNxU", file=sys.stderr)
         return 2
     ok = True
     print("kda_core us (bits equal to the default split: y/n)" + " | FLA fused recurrent us")

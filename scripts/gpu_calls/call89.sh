@@ -3,7 +3,8 @@
 # CTA walks (token, head, split) items, the next item's state rows loaded while this one's rule
 # runs) against the one-item-a-CTA launch and FLA's fused recurrent KDA, each alone in one run,
 # bits checked against the default split (tune_attn); the KDA step with FLA's column (bench_kda).
-# Then call 88's lanes (not run: no machine): the MoE bench whole and MXFP4 alone with the card's
+# (The persistent launch and tune_attn's SpN labels were deleted after this call, no gain:
+# 3e2dba4 is the tree it ran on.) Then call 88's lanes (not run: no machine): the MoE bench whole and MXFP4 alone with the card's
 # state per row, tune_mma under both down tables, the ci profile.
 # Two calls back to back on one warm machine: first, carrying [".whl"] (bash scripts/pack_adapters.sh),
 #     PART=install bash scripts/gpu_calls/call89.sh

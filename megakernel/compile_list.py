@@ -84,7 +84,8 @@ def layer(s):
 
 def entries(dims_names, s, extra=None):
     """(dims name, kernel, variant, dims) for `compile`: each set of dims' MoE, KDA, MLA and layer
-    kernels; extra(s): more (name, variant) of the MoE's dims (`compile --experimental`)."""
+    kernels; extra(s): more (name, variant) (`compile --experimental`), at the KDA or MLA step's
+    dims when the name starts with kda_ or mla_, else the MoE's."""
     from megakernel.dims import FULL, KDA_FULL, KDA_SMALL, MLA_FULL, MLA_SMALL, SMALL
     table = {"full": (FULL, KDA_FULL, MLA_FULL), "small": (SMALL, KDA_SMALL, MLA_SMALL)}
     out = []
@@ -97,5 +98,5 @@ def entries(dims_names, s, extra=None):
         # under a label of their own: ptx_dump names its files by (label, kernel, variant)
         out += [(f"{dn}-ep", n, v, replace(dm, k=1)) for n, v in ep(s)]
         if extra is not None:
-            out += [(dn, n, v, dm) for n, v in extra(s)]
+            out += [(dn, n, v, {"kda": kd, "mla": md}.get(n.split("_")[0], dm)) for n, v in extra(s)]
     return out

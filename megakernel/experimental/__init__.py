@@ -4,6 +4,8 @@ off. Nothing in megakernel/ outside this folder imports it; the backend never do
 Each module's docstring opens with its state: what it is, what was measured, what is next.
 
   k_gemv_route.py   gemv_x fused with route + schedule at batch 1: measured slower, off
+  k_kda_core_warp.py
+                    the KDA core in CTAs of one warp, the shipped core's bits: never run
   (measured and deleted, figures in docs/megakernel-notes.md, eighth session: the bulk L2
   prefetch k_l2_prefetch.py and the ready-ticket scheduler peek.py; last version ca0d4ea)
   task_graph.py, layer_graph.py, task_sim.py
@@ -16,13 +18,20 @@ def kernels():
     """name -> constructor(dims, **variant), as registry.KERNELS (imports cutlass)."""
     from megakernel import gemv
     from megakernel.experimental.k_gemv_route import GemvRoute
+    from megakernel.experimental.k_kda_core_warp import KdaCoreWarp
     return {
         "gemv_route": lambda dm, forced, **v: GemvRoute(dm, forced, gemv.obj("gemv_x", dm, **v)),
+        "kda_core_warp": lambda kd, **v: KdaCoreWarp(kd, **v),
     }
 
 
+WARP_SPLITS = (16, 32)   # kda_core_warp's splits that tune_attn --warp-splits times (call93.sh)
+
+
 def variants(settings):
-    """(name, variant) of the MoE's dims for `compile --experimental`."""
+    """(name, variant) for `compile --experimental`: gemv_route at the MoE's dims, kda_core_warp
+    at the KDA step's (compile_list.entries picks the dims by name)."""
     from megakernel import gemv
-    return [("gemv_route", dict(gemv.variant("gemv_x", 1, settings.gemv, threads=256), forced=f))
-           for f in (False, True)]
+    return ([("gemv_route", dict(gemv.variant("gemv_x", 1, settings.gemv, threads=256), forced=f))
+             for f in (False, True)]
+            + [("kda_core_warp", dict(split=sp)) for sp in WARP_SPLITS])

@@ -1,7 +1,8 @@
 """python -m megakernel.tools.tune_attn: the attention kernels' layout knobs, each alone on the H200.
 
 - kda_core (k_kda_core.py): `split`, CTAs per (token, head), against FLA's fused recurrent KDA
-  when fla-core is installed (bench_kda.fla_core_us);
+  when fla-core is installed (bench_kda.fla_core_us); `wS`: the experiment
+  megakernel/experimental/k_kda_core_warp.py (CTAs of one warp) at split S;
 - mla_attn (k_mla_attn.py, the CUDA-core attention): `hg`, heads (warps) per CTA;
 - mla_merge (k_mla_merge.py): `TT` tokens per CTA x `VQ` slices of a head's output columns (the
   CUDA-core path's merge, value projection included); `--lat-merges`: the tensor-core path's
@@ -9,7 +10,7 @@
   16-byte loads, U splits' loads in flight), on the partials of the step's own attention.
 
 No knob changes a sum, so every variant must give the bits of the default (checked: the
-readout and the updated state for kda_core, the split partials for mla_attn, the latent, the
+readout, the gates and the updated state for kda_core, every token live and one null, the split partials for mla_attn, the latent, the
 value projection and the gated output for mla_merge). Method as
 bench_kda.py's: R launches in one CUDA graph over fresh state slots, the replay timed with
 events, median of 5; full dims.
@@ -28,6 +29,16 @@ from megakernel.launch_streams import stream
 DEV = torch.device("cuda")
 
 
+def core_launch(label, kd):
+    """The KDA core of a --splits label: 'S' the shipped kernel at split S, 'wS' the one-warp
+    experiment at split S."""
+    if label.startswith("w"):
+        from megakernel import experimental as X
+        registry.KERNELS.update(X.kernels())
+        return cache.compiled("kda_core_warp", kd, split=int(label[1:]))
+    return cache.compiled("kda_core", kd, split=int(label))
+
+
 def kda_rows(T, splits, R=8):
     from megakernel.k_kda_core import SPLIT
     from megakernel.kda import KdaStep
@@ -41,18 +52,21 @@ def kda_rows(T, splits, R=8):
     for sp in splits:
         rec = rec0.clone()
         named = dict(s, **step._weights, x=x, conv_state=conv, rec=rec, T=T, S=rec0.shape[0])
-        launch = cache.compiled("kda_core", kd, split=sp)
-        s["sidx"].copy_(idx[0].to(torch.int32))
-        launch(named, stream())
-        torch.cuda.synchronize()
-        bits[sp] = (s["core"].clone(), rec[idx[0]].clone())
-        rec.copy_(rec0)
+        launch = core_launch(sp, kd)
+        bits[sp] = ()
+        # every token live, then token 0 null (slot 0: zeros out, no state touched)
+        for sidx in (idx[0], torch.cat([idx[0][:1] * 0, idx[0][1:]])):
+            s["sidx"].copy_(sidx.to(torch.int32))
+            launch(named, stream())
+            torch.cuda.synchronize()
+            bits[sp] += tuple(s[n].clone() for n in ("core", "decay", "beta")) + (rec[idx[0]].clone(),)
+            rec.copy_(rec0)
 
         def one(i, launch=launch, named=named):
             s["sidx"].copy_(idx[i].to(torch.int32))
             launch(named, stream())
         out[sp] = graph_us(one, R)
-    same = {sp: all(torch.equal(a, b) for a, b in zip(bits[sp], bits[SPLIT])) for sp in splits}
+    same = {sp: all(torch.equal(a, b) for a, b in zip(bits[sp], bits[str(SPLIT)])) for sp in splits}
     return out, same, fla_core_us(kd, T, R)
 
 
@@ -141,7 +155,8 @@ def table(title, rows, measure, variants, label) -> bool:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_attn", description=__doc__.splitlines()[0])
-    p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head)")
+    p.add_argument("--splits", default="4,8,16", help="kda_core CTAs per (token, head); wS: the "
+                   "one-warp experiment at split S")
     p.add_argument("--hgs", default="4,8", help="mla_attn heads per CTA")
     p.add_argument("--batches", default="1,8,64")
     p.add_argument("--mla", default="1x32768,8x8192,64x1024", help="batch x cache length")
@@ -158,7 +173,10 @@ def main(argv=None) -> int:
     if no_gpu("tune_attn"):
         return 2
     try:
-        splits = [int(v) for v in a.splits.split(",")]
+        from megakernel.k_kda_core import SPLIT
+        splits = [v for v in a.splits.split(",") if v]
+        if str(SPLIT) not in splits:
+            splits.insert(0, str(SPLIT))             # the bits' yardstick
         hgs = [int(v) for v in a.hgs.split(",") if v]
         merges = [tuple(int(v) for v in c.split("x")) for c in a.merges.split(",") if c]
         mrows = [tuple(int(v) for v in c.split("x")) for c in a.merge_rows.split(",") if c]
@@ -174,11 +192,16 @@ def main(argv=None) -> int:
         mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
         assert all(len(c) == 2 for c in mla)
         for sp in splits:
-            registry.KERNELS["kda_core"](KDA_FULL, split=sp)
+            if sp.startswith("w"):
+                from megakernel.experimental.k_kda_core_warp import KdaCoreWarp
+                KdaCoreWarp(KDA_FULL, split=int(sp[1:]))
+            else:
+                registry.KERNELS["kda_core"](KDA_FULL, split=int(sp))
     except (ValueError, AssertionError):
         print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
-              "whole state rows: 1, 2, 4, 8, 16 at D = 128), --mla / --merge-rows pairs like "
-              "1x32768, --merges pairs TTxVQ with VQ dividing 32, --lat-merges vNxU", file=sys.stderr)
+              "whole state rows: 1, 2, 4, 8, 16 at D = 128; wS: S dividing D), --mla / "
+              "--merge-rows pairs like 1x32768, --merges pairs TTxVQ with VQ dividing 32, "
+              "--lat-merges vNxU", file=sys.stderr)
         return 2
     ok = True
     print("kda_core us (bits equal to the default split: y/n)" + " | FLA fused recurrent us")

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# call 93 (written in the twenty-second session for the next GPU): the one-warp KDA core
+# (megakernel/experimental/k_kda_core_warp.py, compiled on the CPU, never run) beside the shipped
+# core and FLA's fused recurrent KDA, each alone, twice, its bits against the shipped core's
+# (tune_attn's same-bits column: readout and state), then compute-sanitizer memcheck over it.
+# If it is faster at batch 8 and 64 in both runs, it earns a place in k_kda_core.py's variant()
+# and then the whole check (ci, bench_kda) on the new default; if not, it is deleted.
+# Two calls back to back on one warm machine: first, carrying [".whl"] (bash scripts/pack_adapters.sh),
+#     PART=install bash scripts/gpu_calls/call93.sh
+# then within 30 s, carrying [".device", ".gpu"] (bash scripts/gpu_calls/build_cache.sh):
+#     source .device/env.sh && bash scripts/gpu_calls/call93.sh
+set -uo pipefail
+if [ "${PART:-check}" = install ]; then
+  exec bash "$(dirname "$0")/install_adapters.sh"
+fi
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=12 END=${END:-400} PYTHONPATH=$PWD/.site:$PYTHONPATH
+TAIL=8 cmd A_tune_kda 120 python3 -m megakernel.tools.tune_attn --splits 4,8,w16,w32 --batches 1,8,64 \
+  --hgs '' --merges '' --lat-merges ''
+TAIL=8 cmd B_tune_kda_again 120 python3 -m megakernel.tools.tune_attn --splits 4,8,w16,w32 --batches 64,8,1 \
+  --hgs '' --merges '' --lat-merges ''
+TAIL=12 cmd C_memcheck 120 compute-sanitizer --tool memcheck python3 -m megakernel.tools.tune_attn \
+  --splits 8,w16,w32 --batches 3 --hgs '' --merges '' --lat-merges ''
+finish

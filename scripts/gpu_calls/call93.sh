@@ -2,7 +2,8 @@
 # call 93 (written in the twenty-second session for the next GPU): the one-warp KDA core
 # (megakernel/experimental/k_kda_core_warp.py, compiled on the CPU, never run) beside the shipped
 # core and FLA's fused recurrent KDA, each alone, twice, its bits against the shipped core's
-# (tune_attn's same-bits column: readout and state), then compute-sanitizer memcheck over it.
+# (tune_attn's same-bits column: readout, gates and state), then compute-sanitizer memcheck over
+# it; then the MoE bench's order effect under 8 and 32 hardware queues (below).
 # If it is faster at batch 8 and 64 in both runs, it earns a place in k_kda_core.py's variant()
 # and then the whole check (ci, bench_kda) on the new default; if not, it is deleted.
 # Two calls back to back on one warm machine: first, carrying [".whl"] (bash scripts/pack_adapters.sh),
@@ -14,11 +15,16 @@ if [ "${PART:-check}" = install ]; then
   exec bash "$(dirname "$0")/install_adapters.sh"
 fi
 source "$(dirname "$0")/common.sh"
-export OMP_NUM_THREADS=12 END=${END:-400} PYTHONPATH=$PWD/.site:$PYTHONPATH
+export OMP_NUM_THREADS=12 END=${END:-570} PYTHONPATH=$PWD/.site:$PYTHONPATH
 TAIL=8 cmd A_tune_kda 120 python3 -m megakernel.tools.tune_attn --splits 4,8,w16,w32 --batches 1,8,64 \
   --hgs '' --merges '' --lat-merges ''
 TAIL=8 cmd B_tune_kda_again 120 python3 -m megakernel.tools.tune_attn --splits 4,8,w16,w32 --batches 64,8,1 \
   --hgs '' --merges '' --lat-merges ''
 TAIL=12 cmd C_memcheck 120 compute-sanitizer --tool memcheck python3 -m megakernel.tools.tune_attn \
   --splits 8,w16,w32 --batches 3 --hgs '' --merges '' --lat-merges ''
+# the MoE bench's order effect: the whole bench as the closing tables run it, then the same with
+# 32 hardware queues instead of the driver's 8 (a fork-join graph whose two branches land on one
+# queue runs them one after the other: the suspect after calls 89 and 91)
+TAIL=14 cmd D_bench_all 110 python3 -m megakernel bench --configs full --no-compile
+TAIL=14 cmd E_bench_all_32q 110 env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 -m megakernel bench --configs full --no-compile
 finish

@@ -36,12 +36,12 @@ class KdaCore:
 
     def __init__(self, kd, split: int = SPLIT):
         assert kd.D % 32 == 0 and (kd.D // split) % (kd.D // 32) == 0   # whole rows per warp
-        self.kd, self.split = kd, split
+        self.kd, self.split, self.threads = kd, split, kd.D
 
     @cute.jit
     def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
         A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, self.kd.H, self.split), block=(self.kd.D, 1, 1),
+        self.kernel(*A.kernel()).launch(grid=(A.T, self.kd.H, self.split), block=(self.threads, 1, 1),
                                         stream=A.stream)
 
     @cute.kernel
@@ -52,22 +52,14 @@ class KdaCore:
     @cute.jit
     def body(self, z, graw, conv_out, rec, sidx, a_log, dt_bias, decay, beta, core, T, S, t, h, part):
         kd = self.kd
-        H, D, P, N = kd.H, kd.D, kd.P, kd.N
+        D, P = kd.D, kd.P
         NW, KPL = D // 32, D // 32            # warps per CTA; keys per lane
         RPS = D // self.split                 # state rows per CTA
         i, _, _ = cute.arch.thread_idx()
         lane = i % 32
         warp = i // 32
-        Z = cute.make_tensor(z, cute.make_layout((T, N), stride=(N, 1)))
-        G = cute.make_tensor(graw, cute.make_layout((T, P), stride=(P, 1)))
-        CO = cute.make_tensor(conv_out, cute.make_layout((T, 3 * P), stride=(3 * P, 1)))
-        REC = cute.make_tensor(rec, cute.make_layout((S, H, D, D), stride=(H * D * D, D * D, D, 1)))
-        SIDX = cute.make_tensor(sidx, cute.make_layout((T,), stride=(1,)))
-        ALOG = cute.make_tensor(a_log, cute.make_layout((H,), stride=(1,)))
-        DTB = cute.make_tensor(dt_bias, cute.make_layout((P,), stride=(1,)))
-        DEC = cute.make_tensor(decay, cute.make_layout((T, H, D), stride=(P, D, 1)))
-        BETA = cute.make_tensor(beta, cute.make_layout((T, H), stride=(H, 1)))
-        CORE = cute.make_tensor(core, cute.make_layout((T, H, D), stride=(P, D, 1)))
+        Z, G, CO, REC, SIDX, ALOG, DTB, DEC, BETA, CORE = views(kd, z, graw, conv_out, rec, sidx, a_log,
+                                                                dt_bias, decay, beta, core, T, S)
         c0 = h * D + i                         # this thread's channel of the head
         slot = SIDX[t]
         if slot <= 0:
@@ -122,33 +114,58 @@ class KdaCore:
                 kq[j] = vec[0, lane + 32 * j]
                 kk[j] = vec[1, lane + 32 * j]
                 ke[j] = vec[2, lane + 32 * j]
-            # the rows' sums are independent: each step runs for all RPW rows before the next,
-            # so the butterflies of different rows overlap (per row the same sums in the same
-            # order as one row at a time)
-            e = cute.make_rmem_tensor((RPW,), Float32)
-            o = cute.make_rmem_tensor((RPW,), Float32)
+            self.rule(st, kq, kk, ke, b, vec[3, None], 0, REC, CORE, t, slot, h, part * RPS + warp, NW,
+                      lane, RPW)
+
+    @cute.jit
+    def rule(self, st, kq, kk, ke, b, vals, voff, REC, CORE, t, slot, h, base, stride: cutlass.Constexpr,
+             lane, RPW: cutlass.Constexpr):
+        """The delta rule on this warp's rows v = base + stride r (r < RPW; st holds row r's keys
+        lane + 32 j at r KPL + j), v's value vals[voff + v], written back in place; the readout
+        o[v] to CORE. The rows' sums are independent: each step runs for all RPW rows before the
+        next, so the butterflies of different rows overlap (per row the same sums in the same
+        order as one row at a time)."""
+        KPL = self.kd.D // 32
+        e = cute.make_rmem_tensor((RPW,), Float32)
+        o = cute.make_rmem_tensor((RPW,), Float32)
+        for r in cutlass.range_constexpr(RPW):
+            a_ = Float32(0.0)
+            for j in cutlass.range_constexpr(KPL):
+                st[r * KPL + j] = st[r * KPL + j] * ke[j]        # decayed state
+                a_ = a_ + st[r * KPL + j] * kk[j]
+            e[r] = a_
+        for r in cutlass.range_constexpr(RPW):
+            e[r] = warp_sum(e[r])
+        for r in cutlass.range_constexpr(RPW):
+            v = base + stride * r
+            u = b * (vals[voff + v].to(Float32) - e[r])
+            a_ = Float32(0.0)
+            for j in cutlass.range_constexpr(KPL):
+                st[r * KPL + j] = st[r * KPL + j] + u * kk[j]
+                REC[slot, h, v, lane + 32 * j] = st[r * KPL + j]
+                a_ = a_ + st[r * KPL + j] * kq[j]
+            o[r] = a_
+        for r in cutlass.range_constexpr(RPW):
+            o[r] = warp_sum(o[r])
+        if lane == 0:
             for r in cutlass.range_constexpr(RPW):
-                a_ = Float32(0.0)
-                for j in cutlass.range_constexpr(KPL):
-                    st[r * KPL + j] = st[r * KPL + j] * ke[j]        # decayed state
-                    a_ = a_ + st[r * KPL + j] * kk[j]
-                e[r] = a_
-            for r in cutlass.range_constexpr(RPW):
-                e[r] = warp_sum(e[r])
-            for r in cutlass.range_constexpr(RPW):
-                v = part * RPS + warp + NW * r
-                u = b * (vec[3, v] - e[r])
-                a_ = Float32(0.0)
-                for j in cutlass.range_constexpr(KPL):
-                    st[r * KPL + j] = st[r * KPL + j] + u * kk[j]
-                    REC[slot, h, v, lane + 32 * j] = st[r * KPL + j]
-                    a_ = a_ + st[r * KPL + j] * kq[j]
-                o[r] = a_
-            for r in cutlass.range_constexpr(RPW):
-                o[r] = warp_sum(o[r])
-            if lane == 0:
-                for r in cutlass.range_constexpr(RPW):
-                    CORE[t, h, part * RPS + warp + NW * r] = o[r]
+                CORE[t, h, base + stride * r] = o[r]
+
+def views(kd, z, graw, conv_out, rec, sidx, a_log, dt_bias, decay, beta, core, T, S):
+    """The core's arguments as tensors (docs/k3-decode.md §4.4): z, graw, the conv outputs
+    [q | k | v], the f32 state S[slot, head, v, k], the slots, A_log, dt_bias, and the outputs gk,
+    beta and the readout o."""
+    H, D, P, N = kd.H, kd.D, kd.P, kd.N
+    return (cute.make_tensor(z, cute.make_layout((T, N), stride=(N, 1))),
+            cute.make_tensor(graw, cute.make_layout((T, P), stride=(P, 1))),
+            cute.make_tensor(conv_out, cute.make_layout((T, 3 * P), stride=(3 * P, 1))),
+            cute.make_tensor(rec, cute.make_layout((S, H, D, D), stride=(H * D * D, D * D, D, 1))),
+            cute.make_tensor(sidx, cute.make_layout((T,), stride=(1,))),
+            cute.make_tensor(a_log, cute.make_layout((H,), stride=(1,))),
+            cute.make_tensor(dt_bias, cute.make_layout((P,), stride=(1,))),
+            cute.make_tensor(decay, cute.make_layout((T, H, D), stride=(P, D, 1))),
+            cute.make_tensor(beta, cute.make_layout((T, H), stride=(H, 1))),
+            cute.make_tensor(core, cute.make_layout((T, H, D), stride=(P, D, 1))))
 
 
 def variant(T):

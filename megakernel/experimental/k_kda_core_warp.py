@@ -1,6 +1,7 @@
 """State: written 2026-12-06 (twenty-second session) after the device time ran out; compiled on the
 CPU (sm_90a, sm_103a), never run on a GPU. Next: `scripts/gpu_calls/call93.sh` (tune_attn
---warp-splits: its time beside the default core and FLA's, its bits against the default's).
+--splits 4,8,w16,w32: its time beside the default core and FLA's, its bits against the
+default's).
 
 The KDA core (k_kda_core.py) in CTAs of one warp: a warp per (token, head, split of the state
 rows), D / split rows each, no shared memory and no CTA barrier. Why: at batch 64 the shipped core
@@ -13,55 +14,35 @@ The same bits as k_kda_core.py by construction, every sum in the same order:
 - the norms: there warp w sums its 32 channels 32 w + lane by a butterfly and the warp partials
   are added in warp order; here lane l holds channels l + 32 j (j = 0 .. D/32 - 1), the butterfly
   of group j is that of warp j over the same lanes, and the groups are added in j order;
-- the rule: there a warp's lanes hold keys lane + 32 j of a row, summed per lane in j order, then
-  the butterfly; here the same keys in the same lanes (and this lane's own q_hat, k_hat and
-  exp(gk) for them are the ones it computed: no exchange);
+- the rule is KdaCore.rule itself (a warp's lanes hold keys lane + 32 j of each of its rows),
+  fed the same q_hat, k_hat and exp(gk) for those keys, which here each lane computed itself
+  (no exchange through shared memory);
 - every elementwise step is the same expression in the same order.
 Which CTA or warp takes which rows changes no bit.
 """
-from megakernel.device import cute, cutlass, BFloat16, Float32, Int32, warp_sum
-from megakernel.k_kda_core import L2_EPS, KdaCore
+from megakernel.device import cute, cutlass, Float32, warp_sum
+from megakernel.k_kda_core import L2_EPS, KdaCore, views
 from megakernel.kernel_args import declare
 from megakernel.pointwise import sigmoid
 
 
 @declare
-class KdaCoreWarp:
-    ARGS = KdaCore.ARGS
+class KdaCoreWarp(KdaCore):
+    """KdaCore's arguments and launch (grid (T, H, split)), CTAs of one warp, its own body."""
 
     def __init__(self, kd, split: int = 16):
         assert kd.D % 32 == 0 and kd.D % split == 0
-        self.kd, self.split = kd, split
-
-    @cute.jit
-    def __call__(self, *a):           # ARGS, stream (signatures: kernel_args.declare)
-        from megakernel.kernel_args import Args
-        A = Args(self, a, host=True)
-        self.kernel(*A.kernel()).launch(grid=(A.T, self.kd.H, self.split), block=(32, 1, 1),
-                                        stream=A.stream)
-
-    @cute.kernel
-    def kernel(self, *a):             # ARGS
-        t, h, part = cute.arch.block_idx()
-        self.body(*a, t, h, part)
+        self.kd, self.split, self.threads = kd, split, 32
 
     @cute.jit
     def body(self, z, graw, conv_out, rec, sidx, a_log, dt_bias, decay, beta, core, T, S, t, h, part):
         kd = self.kd
-        H, D, P, N = kd.H, kd.D, kd.P, kd.N
+        D, P = kd.D, kd.P
         KPL = D // 32                          # keys (and channels) per lane
         RPS = D // self.split                  # state rows of this CTA
         lane, _, _ = cute.arch.thread_idx()
-        Z = cute.make_tensor(z, cute.make_layout((T, N), stride=(N, 1)))
-        G = cute.make_tensor(graw, cute.make_layout((T, P), stride=(P, 1)))
-        CO = cute.make_tensor(conv_out, cute.make_layout((T, 3 * P), stride=(3 * P, 1)))
-        REC = cute.make_tensor(rec, cute.make_layout((S, H, D, D), stride=(H * D * D, D * D, D, 1)))
-        SIDX = cute.make_tensor(sidx, cute.make_layout((T,), stride=(1,)))
-        ALOG = cute.make_tensor(a_log, cute.make_layout((H,), stride=(1,)))
-        DTB = cute.make_tensor(dt_bias, cute.make_layout((P,), stride=(1,)))
-        DEC = cute.make_tensor(decay, cute.make_layout((T, H, D), stride=(P, D, 1)))
-        BETA = cute.make_tensor(beta, cute.make_layout((T, H), stride=(H, 1)))
-        CORE = cute.make_tensor(core, cute.make_layout((T, H, D), stride=(P, D, 1)))
+        Z, G, CO, REC, SIDX, ALOG, DTB, DEC, BETA, CORE = views(kd, z, graw, conv_out, rec, sidx, a_log,
+                                                                dt_bias, decay, beta, core, T, S)
         slot = SIDX[t]
         if slot <= 0:
             for r in cutlass.range_constexpr(0, RPS, 32):
@@ -105,28 +86,6 @@ class KdaCoreWarp:
             if part == 0:
                 if lane == 0:
                     BETA[t, h] = b
-            # the delta rule, each step for all rows before the next (k_kda_core's order per row)
-            e = cute.make_rmem_tensor((RPS,), Float32)
-            o = cute.make_rmem_tensor((RPS,), Float32)
-            for r in cutlass.range_constexpr(RPS):
-                a_ = Float32(0.0)
-                for j in cutlass.range_constexpr(KPL):
-                    st[r * KPL + j] = st[r * KPL + j] * ke[j]        # decayed state
-                    a_ = a_ + st[r * KPL + j] * kk[j]
-                e[r] = a_
-            for r in cutlass.range_constexpr(RPS):
-                e[r] = warp_sum(e[r])
-            for r in cutlass.range_constexpr(RPS):
-                v = part * RPS + r
-                u = b * (CO[t, 2 * P + h * D + v].to(Float32) - e[r])
-                a_ = Float32(0.0)
-                for j in cutlass.range_constexpr(KPL):
-                    st[r * KPL + j] = st[r * KPL + j] + u * kk[j]
-                    REC[slot, h, v, lane + 32 * j] = st[r * KPL + j]
-                    a_ = a_ + st[r * KPL + j] * kq[j]
-                o[r] = a_
-            for r in cutlass.range_constexpr(RPS):
-                o[r] = warp_sum(o[r])
-            if lane == 0:
-                for r in cutlass.range_constexpr(RPS):
-                    CORE[t, h, part * RPS + r] = o[r]
+            # the delta rule: k_kda_core's, on this CTA's rows part RPS + r
+            self.rule(st, kq, kk, ke, b, CO[t, None], 2 * P + h * D, REC, CORE, t, slot, h, part * RPS, 1,
+                      lane, RPS)

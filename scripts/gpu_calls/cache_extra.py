@@ -4,7 +4,6 @@ attention variants, tune_attn's lat-only merges and one-warp KDA cores, tune_mma
 builds (its default and `lean`, both formats and batch classes, full and small dims)."""
 import os
 import sys
-from dataclasses import replace
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 from megakernel import cache, compile_list, config, gemv          # noqa: E402

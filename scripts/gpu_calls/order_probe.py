@@ -11,9 +11,9 @@ graph, median of 5 replays), each row five input seeds, fork-join and one stream
 If B moves, the bf16 rows' memory is what they leave behind; if only D does, their kernels,
 streams or graphs.
     PYTHONPATH=$PWD python3 scripts/gpu_calls/order_probe.py
-Call 91 (H100): fork-join 265.5 / 265.8 (A), 266.0 (B), 266.5 / 266.6 (D): none moved, so the
-bench's slow row is left by something else in its sequence (docs/megakernel-notes.md,
-twenty-second session).
+Call 91 (H100), medians of the 5 seeds: fork-join 265.5 / 265.8 (A), 266.0 (B), 266.5 / 266.6
+(D); one graph slow, B's first (308.6 us, the first captured after the buffer was freed), like the
+bench's slow row (docs/megakernel-notes.md, twenty-second session).
 """
 import statistics
 import sys

@@ -22,9 +22,12 @@ TAIL=8 cmd B_tune_kda_again 120 python3 -m megakernel.tools.tune_attn --splits 4
   --hgs '' --merges '' --lat-merges ''
 TAIL=12 cmd C_memcheck 120 compute-sanitizer --tool memcheck python3 -m megakernel.tools.tune_attn \
   --splits 8,w16,w32 --batches 3 --hgs '' --merges '' --lat-merges ''
-# the MoE bench's order effect: the whole bench as the closing tables run it, then the same with
-# 32 hardware queues instead of the driver's 8 (a fork-join graph whose two branches land on one
-# queue runs them one after the other: the suspect after calls 89 and 91)
-TAIL=14 cmd D_bench_all 110 python3 -m megakernel bench --configs full --no-compile
-TAIL=14 cmd E_bench_all_32q 110 env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 -m megakernel bench --configs full --no-compile
+# the MoE bench's order effect: order_probe.py (call 91: the first fork-join graph captured after a
+# 59 GiB buffer was freed ran 308.6 us, the rest ~266) and the whole bench as the closing tables
+# run it, each with the driver's 8 hardware queues and with 32 (a fork-join graph whose two
+# branches land on one queue runs them one after the other: the suspect after calls 89 and 91)
+TAIL=12 cmd D_order_probe 60 python3 scripts/gpu_calls/order_probe.py
+TAIL=12 cmd E_order_probe_32q 60 env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 scripts/gpu_calls/order_probe.py
+TAIL=14 cmd F_bench_all 110 python3 -m megakernel bench --configs full --no-compile
+TAIL=14 cmd G_bench_all_32q 110 env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 -m megakernel bench --configs full --no-compile
 finish

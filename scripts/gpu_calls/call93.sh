@@ -20,8 +20,6 @@ TAIL=8 cmd A_tune_kda 120 python3 -m megakernel.tools.tune_attn --splits 4,8,w16
   --hgs '' --merges '' --lat-merges ''
 TAIL=8 cmd B_tune_kda_again 120 python3 -m megakernel.tools.tune_attn --splits 4,8,w16,w32 --batches 64,8,1 \
   --hgs '' --merges '' --lat-merges ''
-TAIL=12 cmd C_memcheck 120 compute-sanitizer --tool memcheck python3 -m megakernel.tools.tune_attn \
-  --splits 8,w16,w32 --batches 3 --hgs '' --merges '' --lat-merges ''
 # the MoE bench's order effect: order_probe.py (call 91: the first fork-join graph captured after a
 # 59 GiB buffer was freed ran 308.6 us, the rest ~266) and the whole bench as the closing tables
 # run it, each with the driver's 8 hardware queues and with 32 (a fork-join graph whose two
@@ -30,4 +28,6 @@ TAIL=12 cmd D_order_probe 60 python3 scripts/gpu_calls/order_probe.py
 TAIL=12 cmd E_order_probe_32q 60 env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 scripts/gpu_calls/order_probe.py
 TAIL=14 cmd F_bench_all 110 python3 -m megakernel bench --configs full --no-compile
 TAIL=14 cmd G_bench_all_32q 110 env CUDA_DEVICE_MAX_CONNECTIONS=32 python3 -m megakernel bench --configs full --no-compile
+TAIL=12 cmd H_memcheck $(left) compute-sanitizer --tool memcheck python3 -m megakernel.tools.tune_attn \
+  --splits 8,w16,w32 --batches 3 --hgs '' --merges '' --lat-merges ''
 finish

@@ -2,8 +2,8 @@
 # call 93 (written in the twenty-second session for the next GPU): the one-warp KDA core
 # (megakernel/experimental/k_kda_core_warp.py, compiled on the CPU, never run) beside the shipped
 # core and FLA's fused recurrent KDA, each alone, twice, its bits against the shipped core's
-# (tune_attn's same-bits column: readout, gates and state), then compute-sanitizer memcheck over
-# it; then the MoE bench's order effect under 8 and 32 hardware queues (below).
+# (tune_attn's same-bits column: readout, gates and state); the MoE bench's order effect under 8
+# and 32 hardware queues (below); last, compute-sanitizer memcheck over the one-warp core.
 # If it is faster at batch 8 and 64 in both runs, it earns a place in k_kda_core.py's variant()
 # and then the whole check (ci, bench_kda) on the new default; if not, it is deleted.
 # Two calls back to back on one warm machine: first, carrying [".whl"] (bash scripts/pack_adapters.sh),

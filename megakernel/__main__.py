@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from megakernel.cute_env import ARCHS
+
 
 def _compile_one_arch(dims_names, experimental):
     # runs in a child whose CUTE_DSL_ARCH is already set
@@ -48,6 +50,12 @@ def main(argv=None):
     b.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
     a = ap.parse_args(argv)
     if a.cmd == "compile":
+        archs, dims = a.arch.split(","), a.dims.split(",")
+        if not (archs and set(archs) <= set(ARCHS) and dims and set(dims) <= {"full", "small"}):
+            print(f"compile: --arch takes {' and/or '.join(ARCHS)} (the archs these kernels are "
+                  f"built and tested for), --dims full and/or small; got --arch {a.arch} --dims "
+                  f"{a.dims}", file=sys.stderr)
+            return 2
         if a._child:
             return 0 if _compile_one_arch(a.dims.split(","), a.experimental) else 1
         from megakernel import config
@@ -57,7 +65,7 @@ def main(argv=None):
         children = [subprocess.Popen([sys.executable, "-m", "megakernel", "compile", "--_child",
                                       "--dims", a.dims] + ["--experimental"] * a.experimental,
                                      env=config.child_env(CUTE_DSL_ARCH=arch))
-                    for arch in a.arch.split(",")]
+                    for arch in archs]
         rc = 0
         for child in children:
             rc |= child.wait()

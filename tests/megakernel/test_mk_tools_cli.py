@@ -1,7 +1,7 @@
 """CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork, timeline and ep_time refuse
 a machine without a GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork,
-persistent_regs, timeline and ep_time refuse bad arguments (timeline: bad --modes) with one line
-and exit 2 on any machine."""
+persistent_regs, timeline, ep_time and `megakernel compile` (an arch or dims it does not build)
+refuse bad arguments (timeline: bad --modes) with one line and exit 2 on any machine."""
 import os
 import subprocess
 import sys
@@ -21,6 +21,7 @@ def refused(tool, args):
     bench_layer is scripts/bench_layer.py (it imports k3diff and reference)."""
     cmd = ([str(ROOT / "scripts" / "bench_layer.py")] if tool == "bench_layer" else
            ["-m", "megakernel", "bench"] if tool == "megakernel bench" else
+           ["-m", "megakernel", "compile"] if tool == "megakernel compile" else
            ["-m", f"megakernel.tools.{tool}"])
     r = subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
@@ -63,6 +64,9 @@ def test_gemv_tools_exit_2_with_one_line(tool, args):
     ("ep_time", ["--dims", "huge"], "ep_time: --dims"),
     ("ep_time", ["--ranks", "2,x"], "ep_time: --dims"),
     ("ep_time", ["--ranks", "2", "--batches", "600"], "ep_time: --dims"),
+    ("megakernel compile", ["--arch", "sm_77"], "compile: --arch takes"),
+    ("megakernel compile", ["--arch", "sm_90a,"], "compile: --arch takes"),
+    ("megakernel compile", ["--dims", "huge"], "compile: --arch takes"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tool, args, start):
     lines = refused(tool, args)

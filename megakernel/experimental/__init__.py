@@ -25,7 +25,7 @@ def kernels():
     }
 
 
-WARP_SPLITS = (16, 32)   # kda_core_warp's splits that tune_attn --warp-splits times (call93.sh)
+WARP_SPLITS = (16, 32)   # kda_core_warp's splits: tune_attn --splits w16,w32 (call93.sh)
 
 
 def variants(settings):

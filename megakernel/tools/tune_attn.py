@@ -10,10 +10,10 @@
   16-byte loads, U splits' loads in flight), on the partials of the step's own attention.
 
 No knob changes a sum, so every variant must give the bits of the default (checked: the
-readout, the gates and the updated state for kda_core, every token live and one null, the split partials for mla_attn, the latent, the
-value projection and the gated output for mla_merge). Method as
-bench_kda.py's: R launches in one CUDA graph over fresh state slots, the replay timed with
-events, median of 5; full dims.
+readout, the gates and the updated state for kda_core, every token live and one null; the split
+partials for mla_attn; the latent, the value projection and the gated output for mla_merge).
+Method as bench_kda.py's: R launches in one CUDA graph over fresh state slots, the replay timed
+with events, median of 5; full dims.
 """
 import argparse
 import sys
@@ -29,14 +29,20 @@ from megakernel.launch_streams import stream
 DEV = torch.device("cuda")
 
 
-def core_launch(label, kd):
-    """The KDA core of a --splits label: 'S' the shipped kernel at split S, 'wS' the one-warp
-    experiment at split S."""
+def core_kernel(label):
+    """(kernel name, split) of a --splits label: 'S' the shipped core at split S, 'wS' the
+    one-warp experiment at split S (its constructor then in the registry); ValueError on neither."""
     if label.startswith("w"):
         from megakernel import experimental as X
         registry.KERNELS.update(X.kernels())
-        return cache.compiled("kda_core_warp", kd, split=int(label[1:]))
-    return cache.compiled("kda_core", kd, split=int(label))
+        return "kda_core_warp", int(label[1:])
+    return "kda_core", int(label)
+
+
+def core_launch(label, kd):
+    """The compiled KDA core of a --splits label."""
+    name, split = core_kernel(label)
+    return cache.compiled(name, kd, split=split)
 
 
 def kda_rows(T, splits, R=8):
@@ -192,11 +198,8 @@ def main(argv=None) -> int:
         mla = [tuple(int(v) for v in c.split("x")) for c in a.mla.split(",")]
         assert all(len(c) == 2 for c in mla)
         for sp in splits:
-            if sp.startswith("w"):
-                from megakernel.experimental.k_kda_core_warp import KdaCoreWarp
-                KdaCoreWarp(KDA_FULL, split=int(sp[1:]))
-            else:
-                registry.KERNELS["kda_core"](KDA_FULL, split=int(sp))
+            name, split = core_kernel(sp)
+            registry.KERNELS[name](KDA_FULL, split=split)
     except (ValueError, AssertionError):
         print("tune_attn: --splits / --hgs / --batches take integers (a split must give every warp "
               "whole state rows: 1, 2, 4, 8, 16 at D = 128; wS: S dividing D), --mla / "

@@ -149,9 +149,10 @@ def _make_session(config):
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
     try:
-        check_output_dir(config.getoption(opt.SAVE), opt.SAVE)
-        report = config.getoption(opt.REPORT)
         worker = getattr(config, "workerinput", {}).get("workerid")
+        if worker is None:                  # the controller probed it before its workers started
+            check_output_dir(config.getoption(opt.SAVE), opt.SAVE)
+        report = config.getoption(opt.REPORT)
         if report:
             # under xdist each worker streams its own part (results.worker_path); the controller's
             # file holds the run line, the saved failures and the end record

@@ -42,32 +42,28 @@ def pick_device(requested: str | None = None) -> str:
 
 def check_output_dir(path, what: str) -> None:
     """A folder k3diff will write into, probed with a real write before any case runs rather than
-    losing a failing seed later. A folder that did not exist is made for the probe and removed
-    again: a run that fails nothing leaves nothing behind (the seed's save makes it for real)."""
+    losing a failing seed later. A folder that does not exist yet is probed at its nearest existing
+    ancestor (the in-flight note or the seed's save makes the rest): the probe makes and removes nothing but a temporary
+    file of its own, so runs and xdist workers probing one missing folder at once cannot pull it
+    from under each other (they did: a sibling's probe removed the folder mid-write and the
+    worker died on startup)."""
+    import errno
     import os
     import tempfile
     from pathlib import Path
 
     path = Path(path)
-    made = []
     try:
-        missing = path.absolute()
-        while not missing.exists() and not missing.is_symlink():
-            made.append(missing)
-            missing = missing.parent
-        for folder in reversed(made):
-            folder.mkdir()
-        fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=path)
+        probe_at = path.absolute()
+        while not probe_at.exists() and not probe_at.is_symlink() and probe_at != probe_at.parent:
+            probe_at = probe_at.parent
+        if not probe_at.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=probe_at)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise PathProblem(f"{what} {path}: not a writable folder ({exc.strerror or exc})") from None
-    finally:
-        for folder in made:                 # deepest first; only what this probe made
-            try:
-                folder.rmdir()
-            except OSError:
-                pass
 
 
 def open_report(path):

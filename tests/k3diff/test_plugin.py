@@ -405,6 +405,35 @@ def test_save_folder_that_breaks_mid_run_never_loses_the_seed(tmp_path, monkeypa
     assert path.exists() and Path(path).parent != tmp_path
 
 
+def test_probing_a_missing_save_folder_is_safe_from_many_at_once(tmp_path):
+    """xdist workers and shards on one machine probe the same missing folder at once: the probe
+    makes nothing they share, so none fails and nothing is left behind (it once made and removed
+    the folder, and a sibling's removal killed a worker on startup: CI of 2026-12-06)."""
+    import threading
+
+    from k3diff.session import PathProblem, check_output_dir
+
+    target, errors = tmp_path / "corpora" / "failures", []
+
+    def probe():
+        for _ in range(200):
+            try:
+                check_output_dir(target, "--k3diff-save")
+            except PathProblem as exc:
+                errors.append(str(exc))
+
+    threads = [threading.Thread(target=probe) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    with pytest.raises(PathProblem, match="not a writable folder"):
+        check_output_dir(tmp_path / "file" / "below", "--k3diff-save")
+
+
 def test_the_report_is_written_as_cases_are_judged(project):
     """A run killed mid-way keeps the cases it judged: one flushed JSON line per case."""
     import os

@@ -43,10 +43,10 @@ def pick_device(requested: str | None = None) -> str:
 def check_output_dir(path, what: str) -> None:
     """A folder k3diff will write into, probed with a real write before any case runs rather than
     losing a failing seed later. A folder that does not exist yet is probed at its nearest existing
-    ancestor (the in-flight note or the seed's save makes the rest): the probe makes and removes nothing but a temporary
-    file of its own, so runs and xdist workers probing one missing folder at once cannot pull it
-    from under each other (they did: a sibling's probe removed the folder mid-write and the
-    worker died on startup)."""
+    ancestor (the in-flight note or the seed's save makes the rest): the probe makes and removes
+    nothing but a temporary file of its own, so runs and xdist workers probing one missing folder
+    at once cannot pull it from under each other (they did: a sibling's probe removed the folder
+    mid-write and the worker died on startup)."""
     import errno
     import os
     import tempfile

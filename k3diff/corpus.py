@@ -56,9 +56,11 @@ def save(case: Case, verdict_dict: dict, directory: str | Path, backend: str, *,
         "environment": environment if environment is not None else {},
         "replay": replay_command(path, backend),
     }
-    tmp = path.with_suffix(".json.tmp")
+    # atomic: parallel workers never leave half a file; the temporary name is this process's, as
+    # runs on one machine with the same seed (a GPU each) can save the same case's seed at once
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)            # atomic: parallel workers never leave half a file
+    os.replace(tmp, path)
     return path
 
 

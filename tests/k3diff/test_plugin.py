@@ -434,6 +434,21 @@ def test_probing_a_missing_save_folder_is_safe_from_many_at_once(tmp_path):
         check_output_dir(tmp_path / "file" / "below", "--k3diff-save")
 
 
+def test_processes_saving_one_seed_at_once_all_succeed(tmp_path):
+    """Runs on one machine with the same seed (a GPU each, one backend each) can fail the same case
+    and save its seed at once: every save lands and the file is whole (the processes once shared
+    one temporary name, and a save could fail or, renamed mid-write, leave half a file)."""
+    script = ("import sys\nfrom k3diff.case import Case\nfrom k3diff.corpus import save, load\n"
+              "case = Case(stage='moe', preset='tiny', seed=7)\n"
+              "for _ in range(150):\n"
+              "    load(save(case, {'passed': False}, sys.argv[1], 'torch-blocked'))\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    assert [f.suffix for f in tmp_path.iterdir()] == [".json"]
+
+
 def test_the_report_is_written_as_cases_are_judged(project):
     """A run killed mid-way keeps the cases it judged: one flushed JSON line per case."""
     import os

@@ -47,7 +47,6 @@ def check_output_dir(path, what: str) -> None:
     nothing but a temporary file of its own, so runs and xdist workers probing one missing folder
     at once cannot pull it from under each other (they did: a sibling's probe removed the folder
     mid-write and the worker died on startup)."""
-    import errno
     import os
     import tempfile
     from pathlib import Path
@@ -57,8 +56,6 @@ def check_output_dir(path, what: str) -> None:
         probe_at = path.absolute()
         while not probe_at.exists() and not probe_at.is_symlink() and probe_at != probe_at.parent:
             probe_at = probe_at.parent
-        if not probe_at.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         fd, probe = tempfile.mkstemp(prefix=".k3diff-probe-", dir=probe_at)
         os.close(fd)
         os.unlink(probe)

@@ -406,7 +406,7 @@ def test_save_folder_that_breaks_mid_run_never_loses_the_seed(tmp_path, monkeypa
 
 
 def test_probing_a_missing_save_folder_is_safe_from_many_at_once(tmp_path):
-    """xdist workers and shards on one machine probe the same missing folder at once: the probe
+    """Runs on one machine probe the same missing folder at once (xdist workers did too): the probe
     makes nothing they share, so none fails and nothing is left behind (it once made and removed
     the folder, and a sibling's removal killed a worker on startup: CI of 2026-12-06)."""
     import threading

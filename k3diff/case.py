@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from k3diff import ep_config, exit_codes
+from k3diff import ep_config, exit_codes, schedule
 from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
@@ -61,6 +61,7 @@ class Case:
     ep_ranks: int = 0                     # expert parallelism (k3diff/ep_config.py); 0: one device
     ep_placement: str = ""
     ep_owners: tuple = ()
+    schedule: str = ""                    # how the candidate runs besides eagerly (k3diff/schedule.py)
     version: int = field(default=CASE_VERSION, compare=False)
 
     # ---- derived ----
@@ -90,6 +91,7 @@ class Case:
         if self.steps > 1:
             bits.append(f"steps={self.steps}")
         bits += [self.value_dist, f"seed={self.seed}"] + ([ep_config.label(self)] if self.ep_ranks else [])
+        bits += schedule.label(self)
         return " ".join(bits)
 
     # ---- validation ----
@@ -126,6 +128,7 @@ class Case:
             raise CaseError(f"invalid case config: {exc}") from None
         ep_problem = ep_config.validate(self, cfg.n_experts)       # expert parallelism (issue 34)
         need(ep_problem is None, ep_problem)
+        need(schedule.problem(self.schedule) is None, schedule.problem(self.schedule))
         kind = self.attention_kind
         if self.stage == "layer":
             need(0 <= self.layer_idx < cfg.n_layers,
@@ -153,6 +156,8 @@ class Case:
         d["overrides"] = [list(kv) for kv in self.overrides]
         for key in ("cache_lens", "state_idx"):
             d[key] = list(d[key])
+        if not d["schedule"]:
+            del d["schedule"]                 # an eager case's JSON as before, bit for bit
         return ep_config.strip_defaults(d)
 
     @classmethod

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from k3diff import weight_guard
+from k3diff import schedule, weight_guard
 from k3diff.budgets import Budget
 from k3diff.comparisons import compare_many
 from k3diff.divergence import TensorReport
@@ -120,6 +120,10 @@ def run_candidate(backend, stage, cfg, prepared, weights, inputs, provides, cont
         while len(_STALE) > _STALE_SIZE:
             _STALE.popitem(last=False)
     result = dict(out)
+    # the case's schedule (graph replay, pressure): raw tensors of that run, judged by the caller
+    result["_schedule"] = schedule.run_scheduled(backend, stage, cfg, prepared, pristine, inputs,
+                                                 lambda ins, fill: _alloc(stage, cfg, ins, provides, device, fill),
+                                                 getattr(verdict, "case", None))
     result["_before"] = {k: pristine[k] for k in STATE[stage] if k in pristine}
     for name in STATE[stage]:
         if name in run_inputs:

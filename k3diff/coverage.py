@@ -71,6 +71,8 @@ def coverage_fields(case, verdict=None) -> dict:
     if case.stage == "layer":
         cov["layer_kind"] = case.attention_kind
     cov.update(ep_config.coverage_fields(case, cfg))     # ranks, placement (issue 34)
+    if getattr(case, "schedule", ""):                     # graph replay, pressure (k3diff/schedule.py)
+        cov["schedule"] = case.schedule
     routed = getattr(verdict, "routed", None)
     if moe and routed:
         cov["expert_ids"] = dict(routed)
@@ -178,7 +180,8 @@ def coverage_lines(records, boundaries=()) -> list[str]:
         pieces.append(f"tie flips {sum(r.get('tie_flips', 0) for r in rs)}")
         lines.append(f"coverage {stage} ({len(rs)} cases): " + "; ".join(pieces))
         for label, key in (("presets", "preset"), ("routing", "routing"), ("formats", "expert_format"),
-                           ("scaling", "scaling"), ("values", "value_dist"), ("layers", "layer_kind")):
+                           ("scaling", "scaling"), ("values", "value_dist"), ("layers", "layer_kind"),
+                           ("schedule", "schedule")):
             counter = Counter(c[key] for c in covs if key in c)
             if counter:
                 lines.append(f"  {label:8} {_counts(counter)}")

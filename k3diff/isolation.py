@@ -64,6 +64,7 @@ class BackendInfo:
     boundaries: tuple
     batch_invariant: bool
     distributed: bool = False      # runs on ranks (k3diff/distributed.py: --k3diff-ranks)
+    schedules: tuple = ()          # schedules it allows besides eager (k3diff/schedule.py: declared)
 
 
 def _info(spec: str, backend) -> BackendInfo:
@@ -80,7 +81,18 @@ def _info(spec: str, backend) -> BackendInfo:
                        version=None if version is None else str(version),
                        stages=tuple(getattr(backend, "stages", STAGES)), boundaries=boundaries,
                        batch_invariant=bool(getattr(backend, "batch_invariant", False)),
-                       distributed=bool(getattr(backend, "distributed", False)))
+                       distributed=bool(getattr(backend, "distributed", False)),
+                       schedules=_schedules(spec, backend))
+
+
+def _schedules(spec: str, backend) -> tuple:
+    from k3diff.backends import BackendError
+    from k3diff.schedule import declared
+
+    try:
+        return declared(backend)
+    except ValueError as exc:
+        raise BackendError(f"backend {spec!r}: {exc}") from None
 
 
 # ------------------------------------------------------------------ the child

@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from k3diff import caches, routing
+from k3diff import caches, routing, schedule
 from k3diff.backends.oracle import run_reference
 from k3diff.budgets import STEP_TAG, budget_for
 from k3diff.case import Case
@@ -108,6 +108,8 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
                                                   weights.get("router.bias"), cfg.n_group)
         tag = (lambda n: n) if case.steps == 1 else (lambda n, s=step: f"{n}{STEP_TAG}{s}")
         verdict.reports += _output_reports(stage, tag, per["cand"], ref, base, cand, provides)
+        verdict.reports += schedule.reports(stage, tag, cand, lambda outs: _output_reports(    # k3diff/schedule.py
+            stage, tag, per["cand"], ref, base, {**cand, **outs}, provides), candidate, verdict)
         verdict.reports += state_reports(case, tag, per["cand"], ref, base, cand)
         for role, result in (("ref", ref), ("base", base), ("cand", cand)):
             state[role] = {k: result[k] for k in PERSISTENT if k in result}

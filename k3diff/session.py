@@ -136,7 +136,9 @@ def choose_space(device: str, preset: str | None = None, backend=None):
         space = GPU_SPACE if str(device).startswith("cuda") else CPU_SPACE
     else:
         space = SPACES[preset]
-    return with_boundaries(space, backend)
+    from k3diff.schedule import with_schedules     # graph replay, pressure, batches past one wave
+
+    return with_schedules(with_boundaries(space, backend), device, backend)
 
 
 def sub_seed(seed: int, *parts) -> int:

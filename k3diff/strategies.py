@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 from k3diff.case import EXPERT_FORMATS, ROUTING_MODES, VALUE_DISTS, Case
+from k3diff import schedule
 from k3diff.ep_config import draw_ep, fit_experts, sweep_layout
 from reference.config import ConfigError, preset
 
@@ -76,6 +77,7 @@ class Space:
     max_cache_rows: int = 0        # batch x MLA cache capacity at most (0: no cap): host draw cost
     stage_max_batch: tuple = ()    # ((stage or attention kind, largest batch), ...) where max_batch costs too much
     sweep: bool = False            # explicit boundary cases before the drawn ones (boundary_plan)
+    schedules: tuple = ()          # schedules drawn besides eager (k3diff/schedule.py): GPU runs only
 
     def around(self, name: str) -> tuple:
         """The declared sizes of `name` (empty when the backend declared none)."""
@@ -278,7 +280,8 @@ def _space_of_case(draw, stage: str, space: Space) -> Space:
     if space.mix and draw(st.integers(0, space.mix_share - 1)) == 0:
         # one case in mix_share at the mixed-in preset's production space (on the same ranks:
         # else a distributed run's mixed-in cases would run on one rank, unsharded)
-        return replace(PRODUCTION[space.mix], boundaries=space.boundaries, ranks=space.ranks)
+        return replace(PRODUCTION[space.mix], boundaries=space.boundaries, ranks=space.ranks,
+                       schedules=space.schedules)
     return space
 
 
@@ -323,6 +326,8 @@ def cases(draw, stage: str, space: Space = CPU_SPACE):
         fields["steps"] = draw(st.one_of(st.just(1), st.integers(1, space.max_steps)))
     if space.ranks and stage == "moe":       # drawn last: a space without ranks draws as before
         fields.update(draw_ep(draw, fields, cfg, space.ranks))
+    if space.schedules:                      # drawn last, and only on a GPU: other spaces as before
+        fields["schedule"] = draw(schedule.strategy(space))
     return Case(**fields).validate()
 
 

@@ -252,10 +252,10 @@ def _hunt(args) -> int:
 
 
 def _mutants(args) -> int:
-    from k3diff.mutants import BY_NAME, MUTANTS, hunt, table
+    from k3diff.mutants import BY_NAME, for_device, hunt, table
     from k3diff.session import UsageProblem
 
-    chosen = MUTANTS
+    chosen = for_device(args.device)
     if args.only is not None:
         names = [n for n in args.only.split(",") if n]
         if not names:

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from k3diff import budgets, routing
+from k3diff import budgets, neighbours, routing
 from k3diff.backends.oracle import run_reference
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
@@ -96,6 +96,9 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
                 verdict.notes.append(f"{spec.name}: alone vs batched differ by up to {spread:.3g} "
                                      "(backend does not declare batch invariance)")
     verdict.reports += compare_many(items)
+    if strict:      # its own check: the other rows' content, at the same batch (k3diff/neighbours.py)
+        verdict.reports += neighbours.reports(candidate, case.stage, cfg, prepared, weights, inputs, provides, p,
+                                              batched, verdict)
     if "topk_ids" in provides and "topk_ids" in alone:
         if strict:
             same = torch.equal(torch.sort(alone["topk_ids"], -1).values,

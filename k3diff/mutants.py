@@ -16,6 +16,7 @@ from typing import Callable
 
 import torch
 
+from k3diff import schedule_mutants
 from k3diff.backends import blocked, blocked_attn, blocked_ep, blocked_moe, blocked_ops
 from k3diff.stages import STATE
 
@@ -416,7 +417,14 @@ MUTANTS = [
            backend=lambda: blocked_ep.TorchBlockedEPDispatchBug(), ranks=3,
            case_filter=lambda case: case.config().n_experts % 3 != 0),
 ]
-BY_NAME = {m.name: m for m in MUTANTS}
+# planted schedule bugs (graph replay, pressure): GPU only, hunted in their schedules (k3diff/schedule_mutants.py)
+GPU_MUTANTS = [Mutant(name, area, stages, text, backend=cls) for name, area, stages, text, cls in schedule_mutants.BUGS]
+BY_NAME = {m.name: m for m in MUTANTS + GPU_MUTANTS}
+
+
+def for_device(device) -> list:
+    """The planted bugs a run on `device` hunts: the schedule bugs only on a GPU."""
+    return MUTANTS + (GPU_MUTANTS if str(device).startswith("cuda") else [])
 
 
 @dataclass
@@ -449,6 +457,7 @@ def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space,
 def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
     backend = mutant.backend() if mutant.backend else MutantBackend(mutant)
     space = replace(space, ranks=mutant.ranks) if mutant.ranks else space
+    space = schedule_mutants.hunt_space(backend, space, device)     # a schedule bug's schedules
     try:
         verdict, count, seconds, stage = first_failure(backend, mutant.stages,
                                                        examples_per_stage=examples_per_stage, seed=seed,

@@ -95,7 +95,15 @@ def _parser():
     # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
     from k3diff.report import add_arguments
     add_arguments(sub.add_parser("report", help="HTML report of results files (shards merged), or --compare BASE NEW"))
+    _sanitize_args(sub)
     return p
+
+
+def _sanitize_args(sub):
+    """`k3diff sanitize SEED... --tool ...`: seeds replayed under compute-sanitizer (k3diff/sanitize.py)."""
+    from k3diff.sanitize import add_arguments
+
+    add_arguments(sub.add_parser("sanitize", help="replay seeds under compute-sanitizer: each finding one line"))
 
 
 def _isolation_args(p):
@@ -350,6 +358,9 @@ def _run(args) -> int:
             return _hunt(args)
         if args.command == "mutants":
             return _mutants(args)
+        if args.command == "sanitize":
+            from k3diff.sanitize import run as _sanitize
+            return _sanitize(args)
         from k3diff.budgets import describe
         for where, rule, reason in describe():
             print(f"{where:32} {rule:36} {reason}")

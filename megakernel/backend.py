@@ -32,6 +32,12 @@ class MegakernelBackend:
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
     # other tokens (checked on the GPU in tests/megakernel/test_gpu.py)
     batch_invariant = True
+    # not capturable into a CUDA graph as run here: the MLA step reads max(cache_lens) to the host
+    # (mla.py launch; its max_len bound is not passed by _run_mla), the persistent MoE reads its sync
+    # words back (check_persistent), and each step keeps its scratch for one shape only (mla.py
+    # scratch(), replaced when another batch runs), so a graph captured at one batch would write
+    # freed memory once another batch ran eagerly. k3diff then draws no graph replay for it.
+    graph_safe = False
     # sizes where the kernels change path (megakernel/dims.py says where each comes from); k3diff
     # draws cases on and around them and names the ones a run never crossed
     from megakernel.dims import BOUNDARIES as boundaries

@@ -38,6 +38,19 @@ Optional:
         for dims that must stay multiples of 32) with high probability, and the coverage table of
         the summary names every declared boundary a run did not cross (k3diff/coverage.py).
 
+    graph_safe: bool         (default False)
+        The backend may be captured into a CUDA graph and replayed, as serving engines run a decode
+        step: `run` reads nothing back to the host, keeps no per-call decision in Python that a
+        replay would freeze (a cache by tensor identity, a size read at capture), and allocates
+        nothing it frees before a later replay. On a GPU k3diff then draws the case schedule
+        `graph` (k3diff/schedule.py, k3diff/graph_replay.py): captured once per shape after a
+        warm-up on a side stream, replayed with each case's inputs copied in; the replay's outputs
+        and states must be the eager run's bits. A capture that fails is a failing case.
+    schedules: tuple[str, ...]   (optional) the schedules k3diff may draw for it besides eager
+        (k3diff.schedule.SCHEDULES); default: every `pressure:*` (a co-runner holding SMs or the
+        L2 while it runs: a deterministic backend must give the same bits), and `graph` where
+        graph_safe.
+
 `device` is chosen by the framework (inputs arrive on it); a backend must not move them.
 
 Isolation: k3diff runs the backend in a child process it loads by its spec string (a registered
@@ -55,6 +68,7 @@ class Backend:
     name = "base"
     deterministic = True
     batch_invariant = False
+    graph_safe = False
     stages = ("moe", "mla", "kda", "layer")
     boundaries: dict = {}
 

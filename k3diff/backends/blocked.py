@@ -59,6 +59,8 @@ class TorchBlockedBackend(Backend):
     name = "torch-blocked"
     deterministic = True
     batch_invariant = False          # split-KV / expert grouping depend on the batch composition
+    graph_safe = False               # host reads (.tolist(), int(max), nonzero) size its loops: a CUDA graph
+                                     # cannot hold them; torch-blocked-graph (blocked_graph.py) can be captured
     stages = ("moe", "mla", "kda", "layer")
 
     # ------------------------------------------------------------------ prepare

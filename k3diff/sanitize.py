@@ -1,0 +1,168 @@
+"""`k3diff sanitize SEED... --tool memcheck|racecheck|synccheck|initcheck`: seeds replayed under
+NVIDIA's compute-sanitizer, each finding one line naming the kernel and the case.
+
+A seed is replayed in its own process (`python -m k3diff.cli replay SEED --isolate off`, so the
+kernels run in the process the sanitizer watches) under `compute-sanitizer --tool TOOL`. Its
+report is parsed (`parse`) into findings: an out-of-bounds or misaligned access (memcheck), a
+shared-memory hazard (racecheck), a barrier misuse (synccheck), an uninitialised global read
+(initcheck), a CUDA API error the program hit. Each becomes
+
+    sanitize racecheck: Race reported between Write access ... [kernel k_mla_attn; block (3,0,0)] in case mla small B=192 ... (seeds/x.json)
+
+with repeats of one finding in one kernel counted, not listed. A finding fails the command like a
+wrong tensor (exit 1), and so does a replay that fails its case; a seed that cannot be read is
+exit 9, a machine without compute-sanitizer exit 11 (k3diff/exit_codes.py). `--exclude REGEX`
+drops findings in kernels whose name matches (a library's kernels you do not own).
+
+Needs a GPU and the CUDA toolkit's compute-sanitizer; the parser runs anywhere and is tested on
+recorded output (tests/k3diff/test_sanitize.py).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+PREFIX = re.compile(r"^={9}(?: (.*))?$")        # the sanitizer's own lines; the program's are not
+_LOCATION = re.compile(r"\s+at \S.*?\+0x[0-9a-fA-F]+ in \S+")  # " at kernel(...)+0x8c0 in file:140"
+# header lines that start no finding
+_NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEAK SUMMARY",
+                 "Saved host backtrace", "Host Frame", "Device Frame", "Target application returned")
+# "at kernel(args)+0x70 in file.cu:6" (compute-sanitizer 2022.3 and later)
+_AT_NEW = re.compile(r"\bat (?P<k>\S.*?)\+0x[0-9a-fA-F]+(?: in |$)")
+# "at 0x70 in file.cu:6:kernel(args)" or "at 0x70 in kernel(args)" (earlier versions)
+_AT_OLD = re.compile(r"\bat 0x[0-9a-fA-F]+ in (?P<loc>.+)$")
+_WHERE = re.compile(r"(by thread \([\d, ]+\) in block \([\d, ]+\)|in block \([\d, ]+\))")
+
+
+@dataclass
+class Finding:
+    what: str                  # the sanitizer's header line ("Invalid __global__ read of size 4 bytes")
+    kernel: str = ""           # "" for a host-side error
+    where: str = ""            # "by thread (31,0,0) in block (0,0,0)", as the sanitizer wrote it
+    count: int = 1
+
+    def line(self) -> str:
+        kernel = f"kernel {self.kernel}" if self.kernel else "host side"
+        where = f"; {self.where}" if self.where else ""
+        repeats = f" (x{self.count})" if self.count > 1 else ""
+        return f"{self.what} [{kernel}{where}]{repeats}"
+
+
+def _kernel(text: str) -> str:
+    """The kernel's name, without its arguments, from a location line."""
+    m = _AT_NEW.search(text)
+    if m:
+        name = m.group("k")
+    else:
+        m = _AT_OLD.search(text)
+        if not m:
+            return ""
+        name = re.sub(r"^.*?:\d+:", "", m.group("loc"))         # file.cu:12: before the name
+    name = name.split("(")[0].strip()
+    return name[:160]
+
+
+def parse(text: str) -> list[Finding]:
+    """The findings of one compute-sanitizer report (its `========= ` lines; the program's own
+    output is ignored), repeats of one (what, kernel) merged into a count."""
+    found: list[Finding] = []
+    current = None
+    for raw in text.splitlines():
+        m = PREFIX.match(raw.rstrip())
+        if not m:
+            continue
+        body = m.group(1) or ""
+        if not body.strip():
+            current = None
+            continue
+        if not body[0].isspace():                         # a header: a new finding, or a summary
+            current = None
+            head = body.strip()
+            if head.startswith(_NOT_FINDINGS):
+                continue
+            head = re.sub(r"^(Error|WARN|Warning)\s*:\s*", "", head).rstrip(" :.")
+            where = _WHERE.search(head)
+            what = _LOCATION.sub("", _WHERE.sub("", head)).rstrip(" :.")
+            current = Finding(what, _kernel(head), where.group(1) if where else "")
+            found.append(current)
+            continue
+        if current is None:
+            continue
+        line = body.strip()
+        if re.match(r"and \w+ access\b", line):          # racecheck: "and Read access at ... [4 hazards]"
+            current.what += " " + _LOCATION.sub("", line)
+        if not current.kernel:
+            current.kernel = _kernel(line)
+        if not current.where:
+            w = _WHERE.search(line)
+            if w and line.startswith("by thread"):
+                current.where = w.group(1)
+    merged: dict = {}
+    for f in found:
+        key = (f.what, f.kernel)
+        if key in merged:
+            merged[key].count += 1
+        else:
+            merged[key] = f
+    return list(merged.values())
+
+
+def command(tool: str, seed: str, *, sanitizer: str, backend=None, device="cuda") -> list:
+    replay = [sys.executable, "-m", "k3diff.cli", "replay", seed, "--isolate", "off", "--device", device]
+    return ([sanitizer, "--tool", tool, "--print-limit", "1000", "--target-processes", "all"] + replay
+            + (["--backend", backend] if backend else []))
+
+
+def run(args) -> int:
+    """The `k3diff sanitize` command (its arguments: k3diff/cli.py `_sanitize_args`)."""
+    from k3diff import exit_codes
+    from k3diff.corpus import load, seed_files
+    from k3diff.usage import MachineProblem
+
+    sanitizer = shutil.which(args.sanitizer) or (args.sanitizer if os.path.isfile(args.sanitizer) else None)
+    if sanitizer is None:
+        raise MachineProblem(f"{args.sanitizer} not found (the CUDA toolkit's compute-sanitizer; "
+                             "--sanitizer PATH names it)")
+    exclude = re.compile(args.exclude) if args.exclude else None
+    seeds = [p for s in args.seeds for p in seed_files(s)]
+    cases = [(str(p), load(p)[0].label()) for p in seeds]         # a bad seed: exit 9 before any run
+    status, findings = exit_codes.PASS, 0
+    for path, label in cases:
+        try:
+            done = subprocess.run(command(args.tool, path, sanitizer=sanitizer, backend=args.backend,
+                                          device=args.device),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=args.timeout, errors="replace")
+        except subprocess.TimeoutExpired:
+            print(f"sanitize {args.tool}: hang: no result in {args.timeout:g} s in case {label} ({path})")
+            status = exit_codes.FAIL
+            continue
+        out = done.stdout
+        kept = [f for f in parse(out) if not (exclude and f.kernel and exclude.search(f.kernel))]
+        for f in kept:
+            print(f"sanitize {args.tool}: {f.line()} in case {label} ({path})")
+        findings += len(kept)
+        if kept:
+            status = exit_codes.FAIL
+            continue
+        if done.returncode != exit_codes.PASS:      # the case failed, or the replay could not judge it
+            tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])[:300]
+            print(f"sanitize {args.tool}: the replay exited {done.returncode} in case {label} ({path}): {tail}")
+            status = exit_codes.worst([s for s in (status, done.returncode) if s])
+    print(f"sanitize {args.tool}: {findings} finding(s) over {len(cases)} seed(s)")
+    return status
+
+
+def add_arguments(p) -> None:
+    p.add_argument("seeds", nargs="+", metavar="SEED", help="seed files or folders of them")
+    p.add_argument("--tool", required=True, choices=TOOLS)
+    p.add_argument("--backend", default=None, help="candidate (default: the one recorded in each seed)")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--sanitizer", default="compute-sanitizer", help="the compute-sanitizer to run")
+    p.add_argument("--exclude", default=None, metavar="REGEX", help="drop findings in kernels matching this")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per seed under the sanitizer")

@@ -1,0 +1,121 @@
+"""`k3diff sanitize`: the compute-sanitizer report parser on recorded outputs (sanitizer_output/),
+and the command end to end with a stand-in for compute-sanitizer (no GPU here)."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from k3diff.sanitize import parse
+
+HERE = Path(__file__).resolve().parent
+SAMPLES = HERE / "sanitizer_output"
+ROOT = HERE.parents[1]
+SEED = ROOT / "corpora" / "regressions" / "kda-562c33e401e3.json"       # tiny, one token
+
+
+def _found(name):
+    return [(f.what, f.kernel, f.where, f.count) for f in parse((SAMPLES / name).read_text())]
+
+
+def test_memcheck_out_of_bounds_repeats_merged_and_the_host_error():
+    assert _found("memcheck_oob.txt") == [
+        ("Invalid __global__ read of size 4 bytes", "k_mla_attn_kernel", "by thread (31,0,0) in block (191,0,0)", 2),
+        ('Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA API call '
+         "to cudaStreamSynchronize", "", "", 1)]
+
+
+def test_memcheck_before_2022_names_the_kernel_after_file_and_line():
+    assert _found("memcheck_old_format.txt") == [
+        ("Invalid __shared__ write of size 16 bytes", "combine_kernel", "by thread (128,0,0) in block (0,0,0)", 1),
+        ("Misaligned Shared or Local Address", "gemv_mma_kernel", "by thread (0,0,0) in block (7,0,0)", 1)]
+
+
+def test_racecheck_both_report_modes():
+    assert _found("racecheck_analysis.txt") == [
+        ("Race reported between Write access and Read access [256 hazards]", "k_kda_core_kernel", "", 1)]
+    assert _found("racecheck_hazard.txt") == [
+        ("Potential WAW hazard detected at __shared__ 0x0", "persistent_moe_kernel", "in block (3,0,0)", 1)]
+
+
+def test_synccheck_and_initcheck():
+    assert _found("synccheck.txt") == [("Barrier error detected. Divergent thread(s) in warp", "k_route_kernel",
+                                        "by thread (37,0,0) in block (0,0,0)", 1)]
+    found = _found("initcheck.txt")
+    assert [f[1] for f in found] == ["k_mla_merge_kernel",
+                                     "void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"]
+
+
+def test_a_clean_report_and_the_programs_own_lines_give_nothing():
+    assert _found("clean.txt") == []
+    assert parse("== replay: x.json\n==== not the sanitizer\nFAIL moe tiny\n") == []
+
+
+def _fake_sanitizer(tmp_path, sample: str, run_replay: bool) -> str:
+    """A compute-sanitizer stand-in: prints a recorded report, running the replay it was given or not."""
+    path = tmp_path / "compute-sanitizer"
+    path.write_text(f"""#!{sys.executable}
+import subprocess, sys
+args = sys.argv[1:]
+print("========= COMPUTE-SANITIZER", flush=True)
+rc = subprocess.call(args[args.index({sys.executable!r}):]) if {run_replay!r} else 0
+print(open({str(SAMPLES / sample)!r}).read().split("\\n", 1)[1], flush=True)
+sys.exit(rc)
+""")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def _sanitize(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "k3diff.cli", "sanitize", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=600)
+
+
+def test_a_finding_fails_the_command_with_one_line_naming_kernel_and_case(tmp_path):
+    done = _sanitize(str(SEED), "--tool", "racecheck", "--device", "cpu",
+                     "--sanitizer", _fake_sanitizer(tmp_path, "racecheck_hazard.txt", run_replay=False))
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("sanitize racecheck: Potential WAW hazard detected at __shared__ 0x0 "
+                            "[kernel persistent_moe_kernel; in block (3,0,0)] in case kda tiny B=1")
+    assert first.endswith(f"({SEED})")
+    assert done.stdout.splitlines()[-1] == "sanitize racecheck: 1 finding(s) over 1 seed(s)"
+
+
+def test_exclude_drops_a_library_kernel(tmp_path):
+    done = _sanitize(str(SEED), "--tool", "initcheck", "--device", "cpu", "--exclude", "cutlass|cublas",
+                     "--sanitizer", _fake_sanitizer(tmp_path, "initcheck.txt", run_replay=False))
+    assert done.returncode == 1
+    assert "k_mla_merge_kernel" in done.stdout and "cutlass::Kernel2" not in done.stdout
+
+
+def test_a_clean_replay_passes(tmp_path):
+    done = _sanitize(str(SEED), "--tool", "memcheck", "--device", "cpu", "--backend", "torch-blocked",
+                     "--sanitizer", _fake_sanitizer(tmp_path, "clean.txt", run_replay=True))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "sanitize memcheck: 0 finding(s) over 1 seed(s)"
+
+
+@pytest.mark.parametrize("args, status, text", [
+    (["--sanitizer", "/nonexistent/compute-sanitizer"], 11, "compute-sanitizer not found"),
+    (["--tool", "leakcheck"], 4, "invalid choice"),
+])
+def test_bad_input_is_one_line_and_its_status(args, status, text):
+    base = [str(SEED), "--tool", "memcheck"]
+    if "--tool" in args:
+        base = [str(SEED)]
+    done = _sanitize(*base, *args)
+    assert done.returncode == status
+    assert text in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_an_unreadable_seed_is_exit_9(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = _sanitize(str(bad), "--tool", "memcheck", "--sanitizer", _fake_sanitizer(tmp_path, "clean.txt", False))
+    assert done.returncode == 9 and len(done.stderr.strip().splitlines()) == 1

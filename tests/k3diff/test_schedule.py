@@ -1,0 +1,279 @@
+"""The schedule dimension on the CPU: the case field and its seeds, what the strategies draw where,
+the coverage table, the judging of a scheduled run's raw tensors, the neighbour-content check, the
+schedule mutants' registration. What needs a GPU is in test_schedule_gpu.py."""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+
+from k3diff import schedule
+from k3diff.backends.blocked import TorchBlockedBackend
+from k3diff.backends.blocked_graph import TorchBlockedGraphBackend
+from k3diff.case import Case, CaseError
+from k3diff.corpus import load
+from k3diff.coverage import coverage_fields, coverage_lines
+from k3diff.session import choose_space
+from k3diff.strategies import CPU_SPACE, SMALL_PROD, cases
+from k3diff.usage import UsageProblem
+from k3diff.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_an_eager_case_writes_no_schedule_and_old_seeds_read_back_byte_identical():
+    assert "schedule" not in Case(stage="moe").to_dict()
+    seeds = sorted((ROOT / "corpora" / "regressions").rglob("*.json"))
+    assert seeds
+    for path in seeds:
+        record = json.loads(path.read_text())
+        case, _ = load(path)
+        assert case.schedule == ""
+        assert case.to_dict() == record["case"], path
+
+
+def test_a_schedule_travels_in_the_seed_and_the_label():
+    case = Case(stage="kda", batch=2, n_slots=3, state_idx=(1, 2), schedule="pressure:half").validate()
+    assert case.to_dict()["schedule"] == "pressure:half"
+    assert Case.from_dict(json.loads(case.to_json())) == case
+    assert case.label().endswith("schedule=pressure:half")
+    assert "schedule" not in Case(stage="moe").label()
+
+
+@pytest.mark.parametrize("bad", ["warp", "pressure:all", 3, None])
+def test_an_unknown_schedule_is_one_line(bad):
+    with pytest.raises(CaseError, match="unknown schedule"):
+        Case(stage="moe", schedule=bad).validate()
+
+
+def test_declared_schedules():
+    assert schedule.declared(TorchBlockedBackend()) == schedule.PRESSURES
+    assert schedule.declared(TorchBlockedGraphBackend()) == (schedule.GRAPH,) + schedule.PRESSURES
+
+    class Distributed:
+        distributed = True
+        graph_safe = True
+
+    class Named:
+        schedules = ("graph",)
+
+    class Bad:
+        schedules = ("sometimes",)
+
+    assert schedule.declared(Distributed()) == ()
+    assert schedule.declared(Named()) == ("graph",)
+    assert schedule.declared(None) == ()
+    with pytest.raises(ValueError, match="unknown schedule"):
+        schedule.declared(Bad())
+
+
+def test_schedules_and_wave_batches_only_in_a_gpu_space(monkeypatch):
+    from k3diff import pressure
+
+    monkeypatch.setattr(pressure, "available", lambda: True)
+    cpu = choose_space("cpu", None, TorchBlockedGraphBackend())
+    assert cpu.schedules == () and "batch" not in dict(cpu.boundaries)
+    gpu = choose_space("cuda", "small", TorchBlockedGraphBackend())
+    assert gpu.schedules == (schedule.GRAPH,) + schedule.PRESSURES
+    assert set(schedule.WAVE_BATCHES) <= set(dict(gpu.boundaries)["batch"])
+    assert choose_space("cuda", "small", TorchBlockedBackend()).schedules == schedule.PRESSURES
+    monkeypatch.setattr(pressure, "available", lambda: False)          # no Triton: no pressure drawn
+    assert choose_space("cuda", "small", TorchBlockedGraphBackend()).schedules == (schedule.GRAPH,)
+
+
+def test_the_environment_restricts_or_turns_off_the_dimension(monkeypatch):
+    from k3diff import pressure
+
+    monkeypatch.setattr(pressure, "available", lambda: True)
+    monkeypatch.setenv(schedule.ENV, "graph,pressure:l2")
+    assert choose_space("cuda", "small", TorchBlockedGraphBackend()).schedules == ("graph", "pressure:l2")
+    monkeypatch.setenv(schedule.ENV, "off")
+    assert choose_space("cuda", "small", TorchBlockedGraphBackend()) == choose_space("cuda", "small")
+    assert choose_space("cuda", "small", None) == SMALL_PROD
+    monkeypatch.setenv(schedule.ENV, "graph,sometimes")
+    with pytest.raises(UsageProblem, match="unknown schedule 'sometimes'"):
+        choose_space("cuda", "small", TorchBlockedGraphBackend())
+
+
+def _drawn(space, stage, n=60):
+    got = []
+
+    @settings(max_examples=n, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(cases(stage, space))
+    def draw(case):
+        got.append(case)
+
+    draw()
+    return got
+
+
+def test_the_cpu_space_draws_no_schedule_and_a_gpu_space_draws_both():
+    assert {c.schedule for c in _drawn(CPU_SPACE, "kda", 30)} == {""}
+    space = replace(CPU_SPACE, schedules=(schedule.GRAPH, "pressure:half"))
+    seen = {c.schedule for c in _drawn(space, "kda")}
+    assert seen == {"", "graph", "pressure:half"}
+
+
+def test_coverage_counts_the_schedules():
+    recs = [{"stage": "kda", **coverage_fields(Case(stage="kda", batch=1, n_slots=2, state_idx=(1,), schedule=s))}
+            for s in ("", "graph", "graph", "pressure:one_sm")]
+    lines = coverage_lines(recs)
+    assert any(line.split() == ["schedule", "graph", "2,", "pressure:one_sm", "1"] for line in lines), lines
+    assert "schedule" not in coverage_fields(Case(stage="moe"))["coverage"]
+
+
+# ------------------------------------------------------------------ the judging side
+
+def _verdict(sched="graph"):
+    return Verdict(Case(stage="moe", schedule=sched), "x")
+
+
+def _judge(got, cand, backend=TorchBlockedBackend(), judge=lambda outs: []):
+    v = _verdict(got.get("schedule", "graph"))
+    reps = schedule.reports("moe", lambda n: n, dict(cand, _schedule=got), judge, backend, v)
+    return reps, v
+
+
+def test_same_bits_pass_other_bits_fail_named():
+    out = torch.arange(6, dtype=torch.float32).view(2, 3)
+    reps, _ = _judge({"schedule": "graph", "outputs": {"out": out.clone()}, "states": {}}, {"out": out})
+    assert [r.tensor for r in reps] == ["out@graph"] and all(r.ok for r in reps)
+    other = out.clone()
+    other[1, 2] = 0.5
+    reps, _ = _judge({"schedule": "pressure:half", "outputs": {"out": other}, "states": {}}, {"out": out})
+    assert not reps[0].ok and reps[0].tensor == "out@pressure:half"
+    assert "under pressure:half" in reps[0].note and "1 element(s) differ" in reps[0].note
+
+
+def test_a_capture_failure_fails_and_a_skip_is_a_note():
+    reps, _ = _judge({"schedule": "graph", "error": "CUDA graph capture failed: RuntimeError: x"}, {})
+    assert len(reps) == 1 and not reps[0].ok and reps[0].note.startswith("CUDA graph capture failed")
+    reps, v = _judge({"schedule": "graph", "skip": "schedule graph needs a CUDA device"}, {})
+    assert reps == [] and v.notes == ["schedule graph needs a CUDA device"]
+
+
+def test_a_nondeterministic_candidate_is_judged_by_the_error_rule():
+    class Nondeterministic:
+        deterministic = False
+
+    seen = []
+
+    def judge(outs):
+        from k3diff.divergence import TensorReport
+
+        seen.append(outs)
+        return [TensorReport("moe", "out", True)]
+
+    out = torch.ones(2, 3)
+    reps, _ = _judge({"schedule": "graph", "outputs": {"out": out * 2}, "states": {}}, {"out": out},
+                     Nondeterministic(), judge)
+    assert seen and torch.equal(seen[0]["out"], out * 2)
+    assert [r.tensor for r in reps] == ["out@graph"] and reps[0].ok
+
+
+def test_a_graph_case_on_the_cpu_is_judged_eagerly_with_a_note():
+    from k3diff.runner import check_case
+
+    case = Case(stage="kda", batch=3, n_slots=4, state_idx=(2, 0, 1), schedule="graph", seed=3).validate()
+    v = check_case(case, TorchBlockedGraphBackend())
+    assert v.ok, v.failures()
+    assert any("needs a CUDA device" in n for n in v.notes)
+
+
+def test_the_graph_safe_kda_matches_torch_blocked_within_the_rule():
+    from k3diff.runner import check_case
+
+    case = Case(stage="kda", batch=5, n_slots=7, state_idx=(3, -1, 6, 0, 1), seed=11, steps=2).validate()
+    v = check_case(case, TorchBlockedGraphBackend())
+    assert v.ok, v.failures()
+
+
+# ------------------------------------------------------------------ neighbour content
+
+class _BatchScaled:
+    """The faithful reference, declared batch-invariant, but x quantised with one scale over the
+    whole batch (a dynamic per-tensor scale): row b moves with its neighbours' magnitudes."""
+    name = "batch-scaled"
+    deterministic = True
+    batch_invariant = True
+    stages = ("moe",)
+
+    def __init__(self):
+        from k3diff.backends.oracle import faithful
+
+        self.inner = faithful()
+
+    def provides(self, stage):
+        return self.inner.provides(stage)
+
+    def prepare(self, cfg, stage, weights):
+        return weights
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        x = inputs["x"]
+        s = x.float().abs().amax().clamp_min(1e-30) / 127
+        xq = (torch.round(x.float() / s) * s).to(x.dtype)
+        self.inner.run(stage, cfg, prepared, dict(inputs, x=xq), out)
+
+
+def test_neighbour_content_passes_the_reference_and_catches_a_batch_wide_scale():
+    from k3diff.backends.oracle import faithful
+    from k3diff.invariance import check_batch_invariance
+
+    case = Case(stage="moe", batch=4, seed=5).validate()
+    good = check_batch_invariance(case, faithful(), 1)
+    names = [r.tensor for r in good.reports]
+    assert good.ok and "out.row_vs_neighbours" in names
+    bad = check_batch_invariance(case, _BatchScaled(), 1)
+    failed = [r for r in bad.reports if not r.ok and r.tensor.endswith(".row_vs_neighbours")]
+    assert failed and "when only the other rows' inputs did" in failed[0].note
+
+
+def test_others_changed_keeps_row_b_and_its_slot():
+    from k3diff.neighbours import others_changed
+
+    inputs = {"x": torch.ones(3, 2), "state_idx": torch.tensor([2, 0, 1]),
+              "recurrent_state": torch.ones(4, 2), "kv_cache": torch.ones(3, 2, 2)}
+    got = others_changed(inputs, 0)
+    assert torch.equal(got["x"][0], inputs["x"][0]) and (got["x"][1:] == -2).all()
+    assert torch.equal(got["recurrent_state"][[0, 2]], torch.ones(2, 2))          # null slot, row 0's slot
+    assert (got["recurrent_state"][[1, 3]] == -2).all()
+    assert (inputs["x"] == 1).all()                                                 # the inputs untouched
+
+
+# ------------------------------------------------------------------ mutants
+
+def test_schedule_mutants_are_gpu_only_and_hunted_in_their_schedules(monkeypatch):
+    from k3diff import mutants, pressure, schedule_mutants
+
+    names = {m.name for m in mutants.GPU_MUTANTS}
+    assert names == {b[0] for b in schedule_mutants.BUGS}
+    assert not names & {m.name for m in mutants.for_device("cpu")}
+    assert names <= {m.name for m in mutants.for_device("cuda")}
+    monkeypatch.setattr(pressure, "available", lambda: True)
+    space = choose_space("cuda", "small")
+    assert schedule_mutants.hunt_space(schedule_mutants.GraphInputCachedByIdentity(), space, "cuda").schedules == ("graph",)
+    assert schedule_mutants.hunt_space(schedule_mutants.SplitKRouter(), space, "cuda").schedules == schedule.PRESSURES
+    assert schedule_mutants.hunt_space(mutants.MutantBackend(mutants.MUTANTS[0]), space, "cuda") == space
+
+
+def test_the_schedule_mutants_are_right_eagerly_on_the_cpu():
+    """Each planted schedule bug is a correct candidate when run once eagerly: what makes it a
+    schedule bug (the GPU test shows each caught under its schedule)."""
+    from k3diff import schedule_mutants
+    from k3diff.runner import check_case
+
+    kda = Case(stage="kda", batch=3, n_slots=4, state_idx=(2, 0, 1), seed=2).validate()
+    for cls in (schedule_mutants.GraphInputCachedByIdentity, schedule_mutants.GraphOutputSkippedWhenUnchanged,
+                schedule_mutants.GraphHostRead):
+        v = check_case(kda, cls())
+        assert v.ok, (cls.name, v.failures())
+    moe = Case(stage="moe", batch=3, seed=2).validate()
+    for cls in (schedule_mutants.SplitKRouter, schedule_mutants.SplitKOrdered):
+        v = check_case(moe, cls())
+        assert v.ok, (cls.name, v.failures())

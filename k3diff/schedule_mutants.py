@@ -2,7 +2,7 @@
 wrong under a CUDA-graph replay or beside a co-runner (k3diff/schedule.py). GPU only.
 
 Each declares the schedules it may be drawn under (`schedules`), so a hunt draws them
-(`hunt_space`); `python -m k3diff.schedule_mutants --device cuda` hunts each one twice, with the
+(`hunt_space`); `python -m k3diff.tools.schedule_hunt --device cuda` hunts each one twice, with the
 schedule dimension and without it (the eager run and its run-twice control only), and runs the
 correct-variant controls under the dimension, which must pass. The bugs are registered with
 `k3diff mutants` in k3diff/mutants.py.
@@ -25,14 +25,10 @@ split-K summed in order with another split count (`split_k_ordered`) under press
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import weakref
-from dataclasses import replace
 
 import torch
 
-from k3diff import exit_codes
 from k3diff.backends.blocked import TorchBlockedBackend
 from k3diff.backends.blocked_graph import TorchBlockedGraphBackend
 from k3diff.backends.blocked_ops import F32, exact_f32_matmul
@@ -144,56 +140,3 @@ def hunt_space(backend, space, device):
     if getattr(backend, "schedules", None) is None:
         return space
     return with_schedules(space, device, backend)
-
-
-def _hunt(backend, stages, space, examples, seed, device):
-    from k3diff.runner import check_case
-    from k3diff.search import first_failure_over
-    from k3diff.strategies import cases
-
-    return first_failure_over(stages, lambda st: cases(st, space), lambda c: check_case(c, backend, device=device),
-                              examples=examples, seed=seed)
-
-
-def with_and_without(examples: int, seed: int, device: str) -> tuple[list, bool]:
-    """(table lines, all good): each bug hunted with and without the schedule dimension, then
-    each control under it. Good: every bug caught with it and every control passing."""
-    from k3diff.session import choose_space
-
-    base = choose_space(device, "small")
-    lines = [f"{'planted bug':36} {'with':5} {'ex':>4} {'s':>7}   {'without':7} {'ex':>4} {'s':>7}  first failure (with)"]
-    good = True
-    for name, _, stages, _, cls in BUGS:
-        with_sp = hunt_space(cls(), base, device)
-        v1, n1, s1, _ = _hunt(cls(), stages, with_sp, examples, seed, device)
-        v0, n0, s0, _ = _hunt(cls(), stages, replace(with_sp, schedules=()), examples, seed, device)
-        good &= v1 is not None
-        head = (v1.failures() or [""])[0][:80] if v1 is not None else ""
-        lines.append(f"{name:36} {'yes' if v1 else 'NO':5} {n1:4d} {s1:7.1f}   {'yes' if v0 else 'no':7} "
-                     f"{n0:4d} {s0:7.1f}  {head}")
-    for name, stages, cls in CONTROLS:
-        backend = cls()
-        v, n, s, _ = _hunt(backend, stages, hunt_space(backend, base, device), examples, seed, device)
-        good &= v is None
-        lines.append(f"control {name:28} {'pass' if v is None else 'FAIL':5} {n:4d} {s:7.1f}  "
-                     + ("" if v is None else (v.failures() or [""])[0][:80]))
-    return lines, good
-
-
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m k3diff.schedule_mutants",
-                                description="planted schedule bugs, hunted with and without the schedule dimension")
-    p.add_argument("--examples", type=int, default=40)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cuda")
-    args = p.parse_args(argv)
-    if not (args.device.startswith("cuda") and torch.cuda.is_available()):
-        print("k3diff.schedule_mutants: the schedule bugs need a CUDA device", file=sys.stderr)
-        return exit_codes.MACHINE
-    lines, good = with_and_without(args.examples, args.seed, args.device)
-    print("\n".join(lines))
-    return 0 if good else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

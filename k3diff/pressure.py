@@ -2,8 +2,9 @@
 (k3diff/schedule.py says why).
 
 The co-runner is a persistent Triton kernel launched on its own stream just before the candidate:
-one CTA of 4 warps per SM it is to hold (the CTA scheduler places the first CTAs of a grid one per
-SM on an idle GPU), each spinning on a flag in device memory that the candidate's stream sets once
+one CTA of 1024 threads per SM it is to hold, each keeping 64 floats a thread live in registers, so
+that it takes its SM's whole register file (the CTA scheduler places the first CTAs of a grid one
+per SM on an idle GPU, and no other CTA fits beside one), each spinning on a flag in device memory that the candidate's stream sets once
 the candidate's work is done; `pressure:l2` instead streams a buffer four times the L2's size
 through a quarter of the SMs, so the candidate finds its working set evicted. Each CTA also gives
 up after MAX_ITERS polls (about a second), so a candidate whose CTAs wait on each other (a grid
@@ -27,9 +28,15 @@ import torch
 
 from k3diff.stages import STATE
 
-MAX_ITERS = 1 << 21          # polls per CTA before it gives up (~1 s on an H100)
-BLOCK = 1024                 # floats a CTA reads per poll under pressure:l2
+MAX_ITERS = 1 << 20          # polls per CTA before it gives up (well under a second on an H100)
+WARPS = 32                   # 1024 threads a CTA, the most a CTA may have
+# floats each CTA keeps live across its loop: 64 a thread, the most ptxas grants a 1024-thread CTA,
+# so one CTA takes its SM's whole register file and no other CTA fits beside it (what "holds the SM"
+# means); HOLD_FALLBACK where a GPU refuses that launch (the co-runner then only shares its SMs)
+HOLD, HOLD_FALLBACK = 1 << 16, 1 << 12
 _BUFFERS: dict = {}
+_HOLD: dict = {}             # device -> the HOLD its launch took
+_FLAGS: dict = {}            # device -> the co-runner's stop word
 
 
 def sms_held(kind: str, n_sms: int) -> int:
@@ -44,55 +51,76 @@ def _kernel():
     import triton.language as tl
 
     @triton.jit
-    def spin(flag_ptr, buf_ptr, sink_ptr, n_buf, max_iters, THRASH: tl.constexpr, BLOCK: tl.constexpr):
+    def spin(flag_ptr, buf_ptr, sink_ptr, n_buf, max_iters, THRASH: tl.constexpr, HOLD: tl.constexpr):
         pid = tl.program_id(0)
-        offs = tl.arange(0, BLOCK)
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        pos = pid * BLOCK
-        step = tl.num_programs(0) * BLOCK
+        offs = tl.arange(0, HOLD)
+        acc = tl.zeros([HOLD], dtype=tl.float32)         # live in registers: the SM's register file
+        pos = pid * HOLD
+        step = tl.num_programs(0) * HOLD
         it = pid * 0
         stop = tl.load(flag_ptr, volatile=True)
         while (stop == 0) & (it < max_iters):
-            if THRASH:
+            if THRASH:                                    # stream the buffer through the L2
                 acc += tl.load(buf_ptr + (pos + offs) % n_buf)
                 pos = (pos + step) % n_buf
+            else:
+                acc += 1.0
             stop = tl.load(flag_ptr, volatile=True)
             it += 1
-        tl.store(sink_ptr + pid * BLOCK + offs, acc)     # the reads are not dead code
+        tl.store(sink_ptr + pid * HOLD + offs, acc)      # the loop is not dead code
 
     return spin
 
 
-def _buffers(device, kind: str, ctas: int):
+def _buffers(device, kind: str, ctas: int, hold: int):
     props = torch.cuda.get_device_properties(device)
     # as many floats as the L2 has bytes: a buffer four times its size
-    n_buf = max(getattr(props, "L2_cache_size", 0), 50 << 20) if kind == "pressure:l2" else BLOCK
-    key = (str(device), n_buf, ctas)
+    n_buf = max(getattr(props, "L2_cache_size", 0), 50 << 20) if kind == "pressure:l2" else 1
+    key = (str(device), n_buf, ctas, hold)
     if key not in _BUFFERS:
         _BUFFERS.clear()
-        _BUFFERS[key] = (torch.zeros(1, dtype=torch.int32, device=device),
-                         torch.ones(n_buf, dtype=torch.float32, device=device),
-                         torch.empty(ctas * BLOCK, dtype=torch.float32, device=device))
+        _BUFFERS[key] = (torch.ones(n_buf, dtype=torch.float32, device=device),
+                         torch.empty(ctas * hold, dtype=torch.float32, device=device))
     return _BUFFERS[key]
+
+
+def _launch(kind, device, ctas, flag):
+    """Start the co-runner on the current stream; the HOLD it runs with (the first launch on a
+    device tries HOLD, then HOLD_FALLBACK)."""
+    spin = _kernel()
+    tries = [_HOLD[str(device)]] if str(device) in _HOLD else [HOLD, HOLD_FALLBACK]
+    for i, hold in enumerate(tries):
+        buf, sink = _buffers(device, kind, ctas, hold)
+        try:
+            spin[(ctas,)](flag, buf, sink, buf.numel(), MAX_ITERS, THRASH=kind == "pressure:l2", HOLD=hold,
+                          num_warps=WARPS)
+        except Exception:  # noqa: BLE001 - out of resources on this GPU: the smaller hold
+            if i == len(tries) - 1:
+                raise
+            continue
+        _HOLD[str(device)] = hold
+        return hold
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
 def co_runner(kind: str, device):
     """While the body enqueues its work on the current stream, the co-runner of `kind` holds its
-    SMs from another stream; it stops when the body's work is done."""
-    spin = _kernel()
+    SMs from another stream; it stops when the body's work is done. Yields (CTAs, floats held
+    per CTA)."""
     n_sms = torch.cuda.get_device_properties(device).multi_processor_count
     ctas = sms_held(kind, n_sms)
-    flag, buf, sink = _buffers(device, kind, ctas)
     main = torch.cuda.current_stream(device)
-    flag.zero_()
+    if str(device) not in _FLAGS:
+        _FLAGS[str(device)] = torch.zeros(1, dtype=torch.int32, device=device)
+    flag = _FLAGS[str(device)]
+    flag.zero_()                          # on the candidate's stream, before the fork: its stop comes after
     side = torch.cuda.Stream(device)
     side.wait_stream(main)
     with torch.cuda.stream(side):
-        spin[(ctas,)](flag, buf, sink, buf.numel(), MAX_ITERS, THRASH=kind == "pressure:l2", BLOCK=BLOCK,
-                      num_warps=4)
+        hold = _launch(kind, device, ctas, flag)
     try:
-        yield ctas
+        yield ctas, hold
     finally:
         flag.fill_(1)                     # on the candidate's stream: after its last kernel
         main.wait_stream(side)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 
 from k3diff import backends
 from k3diff.corpus import environment, save
@@ -28,8 +28,8 @@ def main() -> None:
     per = -(-args.n // len(stages))
     written = []
     for stage in stages:
-        @settings(max_examples=per, deadline=None, database=None, derandomize=False,
-                  suppress_health_check=list(HealthCheck))
+        @seed(args.seed)
+        @settings(max_examples=per, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(cases(stage, space))
         def draw(case):
             if len(written) < args.n and len([w for w in written if w.name.startswith(stage)]) < per:

@@ -32,7 +32,8 @@ MAX_ITERS = 1 << 20          # polls per CTA before it gives up (well under a se
 WARPS = 32                   # 1024 threads a CTA, the most a CTA may have
 # floats each CTA keeps live across its loop: 64 a thread, the most ptxas grants a 1024-thread CTA,
 # so one CTA takes its SM's whole register file and no other CTA fits beside it (what "holds the SM"
-# means); HOLD_FALLBACK where a GPU refuses that launch (the co-runner then only shares its SMs)
+# means; compiled offline by Triton 3.6 for sm_90a: 64 registers a thread and a few bytes of
+# spills, both modes); HOLD_FALLBACK where a GPU refuses that launch (it then only shares its SMs)
 HOLD, HOLD_FALLBACK = 1 << 16, 1 << 12
 _BUFFERS: dict = {}
 _HOLD: dict = {}             # device -> the HOLD its launch took

@@ -277,3 +277,34 @@ def test_the_schedule_mutants_are_right_eagerly_on_the_cpu():
     for cls in (schedule_mutants.SplitKRouter, schedule_mutants.SplitKOrdered):
         v = check_case(moe, cls())
         assert v.ok, (cls.name, v.failures())
+
+
+_SPIN_CHECK = """
+import torch
+from k3diff import pressure
+spin = pressure._kernel()
+hold, ctas = 64, 3
+for thrash, n_buf, first in ((False, 1, 5.0), (True, 1000, float(sum(range(0, 5 * ctas * hold, ctas * hold))))):
+    flag, buf = torch.zeros(1, dtype=torch.int32), torch.arange(n_buf, dtype=torch.float32)
+    sink = torch.empty(ctas * hold)
+    spin[(ctas,)](flag, buf, sink, n_buf, 5, THRASH=thrash, HOLD=hold, num_warps=32)
+    assert float(sink[0]) == first, (thrash, float(sink[0]))
+    flag.fill_(1)
+    spin[(ctas,)](flag, buf, sink, n_buf, 5, THRASH=thrash, HOLD=hold, num_warps=32)
+    assert not sink.any()
+print("ok")
+"""
+
+
+def test_the_co_runner_kernel_polls_its_flag_and_streams_its_buffer():
+    """The spin kernel's loop in Triton's interpreter (CPU; its own process: the interpreter must be
+    chosen before triton is imported): without the stop word it polls max_iters times, with it it
+    stops at once; pressure:l2 walks the buffer a grid-stride a poll."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
+    done = subprocess.run([sys.executable, "-c", _SPIN_CHECK], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

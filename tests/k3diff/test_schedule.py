@@ -308,3 +308,115 @@ def test_the_co_runner_kernel_polls_its_flag_and_streams_its_buffer():
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
     done = subprocess.run([sys.executable, "-c", _SPIN_CHECK], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ graph replay, with a stand-in CUDA graph
+
+class _FakeGraph:
+    """CUDA-graph semantics on the CPU for a backend that launches through `_launch`: at capture the
+    backend's Python runs once and its launches are recorded; a replay runs only the launches."""
+    capturing = None
+
+    def __init__(self):
+        self.ops = []
+
+    def replay(self):
+        for op in self.ops:
+            op()
+
+
+class _FakeCapture:
+    def __init__(self, graph):
+        self.graph = graph
+
+    def __enter__(self):
+        _FakeGraph.capturing = self.graph
+
+    def __exit__(self, *exc):
+        _FakeGraph.capturing = None
+
+
+def _launch(op):
+    if _FakeGraph.capturing is not None:
+        _FakeGraph.capturing.ops.append(op)
+    else:
+        op()
+
+
+class _Doubler:
+    """out = 2 x, launched; with `cache_by_identity`, x is re-packed only for a new tensor object
+    or version (the planted graph bug of k3diff/schedule_mutants.py, in launches)."""
+    deterministic = True
+
+    def __init__(self, cache_by_identity=False, host_read=False):
+        self.cache, self.host_read, self.packed = cache_by_identity, host_read, None
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import weakref
+
+        x = inputs["x"]
+        if self.host_read and _FakeGraph.capturing is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+        if not self.cache or self.packed is None or self.packed[0]() is not x or self.packed[1] != x._version:
+            buf = torch.empty_like(x)
+            _launch(lambda: buf.copy_(x))
+            self.packed = (weakref.ref(x), x._version, buf)
+        src = self.packed[2]
+        _launch(lambda: out["out"].copy_(src * 2))
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    import contextlib
+
+    from k3diff import graph_replay
+
+    monkeypatch.setattr(torch.cuda, "Stream", lambda *a, **k: type("S", (), {"wait_stream": lambda self, o: None})())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a: type("S", (), {"wait_stream": lambda self, o: None})())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", _FakeCapture)
+    graph_replay._GRAPHS.clear()
+    yield graph_replay
+    graph_replay._GRAPHS.clear()
+
+
+def _alloc(inputs, fill):
+    return {"out": torch.full_like(inputs["x"], float("nan"))}
+
+
+def _graph_reports(backend, replay, x):
+    got = dict(replay(backend, "moe", None, "prepared", {"x": x}, _alloc), schedule="graph")
+    eager = _alloc({"x": x}, "nan")
+    backend.run("moe", None, "prepared", {"x": x.clone()}, eager)
+    return schedule.reports("moe", lambda n: n, dict(eager, _schedule=got), lambda o: [], backend, _verdict())
+
+
+def test_graph_replay_captures_once_per_shape_and_copies_each_cases_inputs_in(fake_cuda):
+    backend = _Doubler()
+    for seed in range(3):
+        x = torch.randn(4, 3, generator=torch.Generator().manual_seed(seed))
+        reps = _graph_reports(backend, fake_cuda.replay, x)
+        assert reps and all(r.ok for r in reps), [r.line() for r in reps]
+    assert len(fake_cuda._GRAPHS) == 1                         # one shape: one capture
+    _graph_reports(backend, fake_cuda.replay, torch.randn(5, 3))
+    assert len(fake_cuda._GRAPHS) == 2
+
+
+def test_graph_replay_catches_an_input_cached_by_identity_and_names_a_capture_failure(fake_cuda):
+    x = torch.randn(4, 3)
+    reps = _graph_reports(_Doubler(cache_by_identity=True), fake_cuda.replay, x)
+    assert not reps[0].ok and "graph replay gave other bits" in reps[0].note
+    got = fake_cuda.replay(_Doubler(host_read=True), "moe", None, "p", {"x": x}, _alloc)
+    assert got == {"error": "CUDA graph capture failed: RuntimeError: CUDA error: operation not permitted "
+                            "when stream is capturing"}
+
+
+def test_the_decoy_negates_floating_inputs_and_keeps_states_and_integers():
+    from k3diff.graph_replay import decoy
+
+    x, idx, s = torch.ones(2, 3), torch.tensor([1, 0]), torch.ones(3, 2)
+    got = decoy("kda", {"x": x, "state_idx": idx, "conv_state": s, "layer_idx": 3})
+    assert (got["x"] == -1).all() and torch.equal(got["state_idx"], idx) and torch.equal(got["conv_state"], s)
+    assert got["layer_idx"] == 3 and got["conv_state"] is not s

@@ -10,17 +10,11 @@ The environment sets only what a user picks (which kernel runs, how a step is la
 caches); tuning knobs are fields a tuner sets on its own object (tools/). Importing this module
 imports no cutlass.
 
-  variable                  field                  values
-  MEGAKERNEL_STREAMS        moe.streams            fork (default) | serial | persistent
-  MEGAKERNEL_ATTN_STREAMS   attn.streams           fused | fork (unset: each step's measured default)
-  MK_GEMV_MMA               gemv.mma               0 | 1 | names (unset: every GEMV on the tensor cores)
-  MK_MLA_MMA                attn.mla_mma,          0: MLA's absorb, attention, value projection on the CUDA cores;
-                            attn.mla_wg            sync / wg: the attention on mma.sync / on wgmma (sm_90a, tiles by TMA; the default)
-  MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
-  MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
-  MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
-  MEGAKERNEL_EP_EXCHANGE    ep_exchange            auto (default) | ipc | dist: megakernel-ep's
-                                                   dispatch and combine (ep.py, ep_ipc.py)
+The variables, their defaults and what each changes: docs/guide.md, "Environment variables"
+(one table for k3diff and the megakernel). Each maps to one field: MEGAKERNEL_STREAMS moe.streams,
+MEGAKERNEL_ATTN_STREAMS attn.streams, MK_GEMV_MMA gemv.mma, MK_MLA_MMA attn.mla_mma and
+attn.mla_wg, MEGAKERNEL_LAYER layer, MEGAKERNEL_CACHE kernel_cache, MEGAKERNEL_FAST_CALL
+fast_call, MEGAKERNEL_EP_EXCHANGE ep_exchange (from_env below).
 """
 import os
 from dataclasses import dataclass, field, replace
@@ -177,7 +171,3 @@ def dsl_arch() -> str:
     return os.environ.get("CUTE_DSL_ARCH", "")
 
 
-
-def out_dir(default=None):
-    """$OUT, where the GPU machine's runs leave files to bring back (tools/)."""
-    return os.environ.get("OUT", default)

@@ -32,7 +32,7 @@ Needs (R + RP) % 64 == 0 and R % 64 == 0 (attention_kernel, below, falls back to
 Status: the default from its first H200 run (fifth session: the step 1.05x faster at batch 1 with
 a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md) until k_mla_attn_wg.py (wgmma)
 took sm_90a in the eleventh session; still the default off sm_90a (GB300) and with
-MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
+MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which `scripts/gpu_check.sh OUT ci` judges too.
 """
 from megakernel import k_mla_attn_tma, k_mla_attn_wg
 from megakernel.device import cute, cutlass, Float32, Int32, Int64, Uint32

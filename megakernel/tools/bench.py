@@ -315,10 +315,11 @@ def other_large_gemv(steps):
     return with_settings(steps, lambda s: replace(s, gemv=replace(s.gemv, wgmma=not s.gemv.wgmma)))
 
 
-def out_log(name):
-    """A log function for the GPU scripts: prints each line and appends it to $OUT/name (when
-    $OUT is set) at once, so that a run cut short keeps what it measured."""
-    out = config.out_dir()
+def out_log(name, out=None):
+    """A log function for the GPU tools: prints each line and, given a folder (the tool's --out),
+    appends it to out/name at once, so that a run cut short keeps what it measured."""
+    if out:
+        os.makedirs(out, exist_ok=True)
     path = os.path.join(out, name) if out else None
     if path:
         open(path, "w").close()
@@ -334,7 +335,7 @@ def out_log(name):
 def main(a):
     if no_gpu("megakernel bench"):
         return 2
-    log = out_log("bench.txt")
+    log = out_log("bench.txt", a.out)
 
     bw = copy_bw()
     machine = roofline.measure(DEV)

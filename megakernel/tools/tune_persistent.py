@@ -142,7 +142,8 @@ def trace_main(a):
 
 
 def _shape(moe, T):
-    from megakernel import launch_persistent, registry
+    from megakernel import registry
+    from megakernel.experimental import launch_persistent
     return registry.persistent_step(moe.dm, **launch_persistent._variant(moe, False, T)).shape()
 
 

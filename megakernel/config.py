@@ -38,7 +38,7 @@ EP_EXCHANGES = ("auto", "ipc", "dist")
 @dataclass(frozen=True)
 class Gemv:
     # the GEMVs on the tensor cores (k_gemv_mma.py); the others on the CUDA cores (k_gemv.py).
-    # All of them by default: measured faster at batch 8 and 64 (docs/megakernel-notes.md, gemv.py)
+    # All of them by default: measured faster at batch 8 and 64 (lab/gemv/, gemv.py)
     mma: tuple = ALL_GEMVS
     # (name, U) over the CUDA-core GEMVs' unroll (gemv.UNROLL), for tuning runs (tune_streams)
     unroll: tuple = ()
@@ -76,9 +76,9 @@ class Attn:
     streams: str | None = None   # None: each step's measured default (mla.py fork, kda.py fused)
     mla_mma: bool = True         # MLA's products on the tensor cores (k_mla_attn_mma.py, k_mla_heads.py)
     # ... the attention on wgmma where it runs (k_mla_attn_wg.fits): 1.10-1.39x the MLA step at
-    # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (call 41, docs/megakernel-notes.md);
-    # its tiles by TMA (k_mla_attn_tma.py) 1.2-1.6x the attention alone (call 57), the scores
-    # split between its warpgroups 1.02-1.06x more (call 65: m and acc the same bits, l summed
+    # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (lab/mla/);
+    # its tiles by TMA (k_mla_attn_tma.py) 1.2-1.6x the attention alone, the scores
+    # split between its warpgroups 1.02-1.06x more (m and acc the same bits, l summed
     # in another order)
     mla_wg: bool = True
 

@@ -11,7 +11,7 @@ GPU, every intermediate, natural and forced routing, graph replay, several plans
 Why: no launch gaps, and the kernel itself (not the hardware CTA scheduler) decides what streams
 while the routed chain sits in its latency-bound stages. Deadlock-free whatever the grid size
 (plan.py; checked on the CPU by tests/megakernel/test_mk_plan.py). Measured on the H200 it is
-still slower than the 11 launches (docs/megakernel-notes.md, v5: 3 CTAs of 8 warps per SM stream less than the
+still slower than the 11 launches (lab/persistent/, v5: 3 CTAs of 8 warps per SM stream less than the
 standalone GEMVs' up to 8 CTAs, and the MXFP4 expert tasks hold CTAs the bf16 rows could use).
 
 Details that matter:

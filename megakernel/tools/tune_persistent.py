@@ -26,7 +26,7 @@ SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             # the tensor-core GEMV tasks with one K block per buffer and their K loop rolled: no
             # spill in any GEMV task's K loop at batch 1 (against up to 17 stores and 23 loads
             # a pass, MXFP4), 7-15 loads at batch > 1 against up to 69 (tools/persistent_regs.py
-            # --loops, CPU; fifteenth session). Not yet timed.
+            # --loops, CPU). Not yet timed.
             ("lean", Order(), 0, dict(mma_gemv=(("U", 1), ("lean", 1)))),
             # the same built for fewer, fatter CTAs: 2 a SM at 128 registers (U = 2), 1 at 255
             # (U = 4: 16 KB of loads a warp in flight, the CTA shape a layer's one launch needs

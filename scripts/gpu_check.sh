@@ -260,12 +260,13 @@ if [ -n "${NGPU:-}" ]; then N=$NGPU
 elif [ "$DRY" = 1 ]; then N=2
 else N=$(nvidia-smi -L 2>/dev/null | wc -l); fi
 [ "$N" -ge 1 ] 2>/dev/null || die "no GPU found (NGPU=$N)"
-W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
+# the lanes' shared counter and table, inside OUT (a machine's /tmp may be cleaned under a long run)
+W=$OUT/.lanes; rm -rf "$W"; mkdir -p "$W"; trap 'rm -rf "$W"' EXIT
 echo 0 > "$W/next"
 echo "${#L[@]} lane(s) on $N GPU(s), results in $OUT"
 
 take() {   # the next lane's index, under a lock (the GPUs' workers share one counter)
-  (flock 9; i=$(cat "$W/next"); echo $((i + 1)) > "$W/next"; echo "$i") 9> "$W/lock"
+  (flock 9; n=$(cat "$W/next"); echo $((n + 1)) > "$W/next"; echo "$n") 9> "$W/lock"
 }
 
 lane() {   # lane INDEX GPU
@@ -278,10 +279,10 @@ lane() {   # lane INDEX GPU
 }
 
 worker() {   # worker GPU: lanes until none is left
-  local i
+  local i=0
   while :; do
     i=$(take)
-    [ "$i" -ge "${#L[@]}" ] && return
+    [ -n "$i" ] && [ "$i" -lt "${#L[@]}" ] || return
     lane "$i" "$1"
   done
 }

@@ -78,3 +78,13 @@ def test_a_planted_difference_fails():
         "ARCHITECTURE.md names k3diff/ghosts/, which git does not track"]
     assert problems(tree_folders(text), files + ["megakernel/newdir/x.py"]) == [
         "megakernel/newdir/ is tracked but not in ARCHITECTURE.md's tree"]
+
+
+def test_the_lab_is_not_shipped():
+    """lab/ is a record, not code: the package does not include it and nothing shipped imports it."""
+    import tomllib
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert not any(p.startswith("lab") for p in include)
+    bad = [f for f in tracked() if f.endswith(".py") and f.split("/")[0] in ("k3diff", "reference", "megakernel", "scripts")
+           and re.search(r"^\s*(?:from|import) lab\b", (ROOT / f).read_text(encoding="utf-8"), re.M)]
+    assert bad == []

@@ -1,4 +1,4 @@
-"""Fused LatentMoE decode kernels for Kimi K3 in CuTe DSL (issue 4).
+"""Fused LatentMoE decode kernels for Kimi K3 in CuTe DSL.
 
 Importing this package never imports cutlass or torch.cuda: the backend must load (and say why it
 cannot run) on machines without a GPU or without CuTe DSL. Kernel modules import cutlass at their

@@ -48,6 +48,7 @@ def main(argv=None):
     b.add_argument("--formats", default="bf16,mxfp4")
     b.add_argument("--batches", default="1,8,64")
     b.add_argument("--no-compile", action="store_true", help="skip the torch.compile column")
+    b.add_argument("--out", help="a folder: the rows also go to OUT/bench.txt as they come")
     a = ap.parse_args(argv)
     if a.cmd == "compile":
         archs, dims = a.arch.split(","), a.dims.split(",")

@@ -10,17 +10,11 @@ The environment sets only what a user picks (which kernel runs, how a step is la
 caches); tuning knobs are fields a tuner sets on its own object (tools/). Importing this module
 imports no cutlass.
 
-  variable                  field                  values
-  MEGAKERNEL_STREAMS        moe.streams            fork (default) | serial | persistent
-  MEGAKERNEL_ATTN_STREAMS   attn.streams           fused | fork (unset: each step's measured default)
-  MK_GEMV_MMA               gemv.mma               0 | 1 | names (unset: every GEMV on the tensor cores)
-  MK_MLA_MMA                attn.mla_mma,          0: MLA's absorb, attention, value projection on the CUDA cores;
-                            attn.mla_wg            sync / wg: the attention on mma.sync / on wgmma (sm_90a, tiles by TMA; the default)
-  MEGAKERNEL_LAYER          layer                  0 leaves the layer stage out
-  MEGAKERNEL_CACHE          kernel_cache           a folder | off (unset: ~/.cache/k3diff/megakernel)
-  MEGAKERNEL_FAST_CALL      fast_call              0: every launch through CuTe DSL's own call
-  MEGAKERNEL_EP_EXCHANGE    ep_exchange            auto (default) | ipc | dist: megakernel-ep's
-                                                   dispatch and combine (ep.py, ep_ipc.py)
+The variables, their defaults and what each changes: docs/guide.md, "Environment variables"
+(one table for k3diff and the megakernel). Each maps to one field: MEGAKERNEL_STREAMS moe.streams,
+MEGAKERNEL_ATTN_STREAMS attn.streams, MK_GEMV_MMA gemv.mma, MK_MLA_MMA attn.mla_mma and
+attn.mla_wg, MEGAKERNEL_LAYER layer, MEGAKERNEL_CACHE kernel_cache, MEGAKERNEL_FAST_CALL
+fast_call, MEGAKERNEL_EP_EXCHANGE ep_exchange (from_env below).
 """
 import os
 from dataclasses import dataclass, field, replace
@@ -44,7 +38,7 @@ EP_EXCHANGES = ("auto", "ipc", "dist")
 @dataclass(frozen=True)
 class Gemv:
     # the GEMVs on the tensor cores (k_gemv_mma.py); the others on the CUDA cores (k_gemv.py).
-    # All of them by default: measured faster at batch 8 and 64 (docs/megakernel-notes.md, gemv.py)
+    # All of them by default: measured faster at batch 8 and 64 (lab/gemv/, gemv.py)
     mma: tuple = ALL_GEMVS
     # (name, U) over the CUDA-core GEMVs' unroll (gemv.UNROLL), for tuning runs (tune_streams)
     unroll: tuple = ()
@@ -82,9 +76,9 @@ class Attn:
     streams: str | None = None   # None: each step's measured default (mla.py fork, kda.py fused)
     mla_mma: bool = True         # MLA's products on the tensor cores (k_mla_attn_mma.py, k_mla_heads.py)
     # ... the attention on wgmma where it runs (k_mla_attn_wg.fits): 1.10-1.39x the MLA step at
-    # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (call 41, docs/megakernel-notes.md);
-    # its tiles by TMA (k_mla_attn_tma.py) 1.2-1.6x the attention alone (call 57), the scores
-    # split between its warpgroups 1.02-1.06x more (call 65: m and acc the same bits, l summed
+    # 8k-32k caches, batch 1-64, 0.94x at 1 / 8k and 8 / 1k (lab/mla/);
+    # its tiles by TMA (k_mla_attn_tma.py) 1.2-1.6x the attention alone, the scores
+    # split between its warpgroups 1.02-1.06x more (m and acc the same bits, l summed
     # in another order)
     mla_wg: bool = True
 
@@ -177,7 +171,3 @@ def dsl_arch() -> str:
     return os.environ.get("CUTE_DSL_ARCH", "")
 
 
-
-def out_dir(default=None):
-    """$OUT, where the GPU machine's runs leave files to bring back (tools/)."""
-    return os.environ.get("OUT", default)

@@ -1,4 +1,4 @@
-"""Expert parallelism for the megakernel's LatentMoE (issue 34): one rank of a distributed
+"""Expert parallelism for the megakernel's LatentMoE: one rank of a distributed
 candidate, owning a shard of the experts and the home of a block of the batch's tokens.
 
 Per step, on every rank (the math of docs/k3-decode.md §5, split where the data lives):

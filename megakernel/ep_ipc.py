@@ -1,4 +1,4 @@
-"""megakernel-ep's exchange through peer device memory (issue 34): ranks of one host write their
+"""megakernel-ep's exchange through peer device memory: ranks of one host write their
 rows straight into the receiving rank's device buffer and the y rows straight back, instead of
 torch.distributed's all_to_all_single (over gloo, as ranks sharing a GPU must use, every row
 goes through a host copy twice per exchange).

@@ -8,7 +8,7 @@ others. The tensor-core variant's K split KS decides the bits, so each GEMV has 
 batch (batch invariance); its other knobs are per batch class: T <= 8 (one token tile) and T > 8
 (NTT = 8 tiles per pass). One kernel per GEMV for every batch, never one per batch size.
 The table is `python -m megakernel.tools.tune_gemv`'s choice on the H200; the timings behind
-it are in docs/megakernel-notes.md (fourth session: the MoE's and MLA's GEMVs, --PIPE 0,1).
+it are in lab/gemv/ (the MoE's and MLA's GEMVs, --PIPE 0,1).
 """
 from megakernel.config import KDA_GEMVS, MLA_GEMVS, MOE_GEMVS
 from megakernel.k_gemv import Gemv
@@ -23,20 +23,20 @@ _LARGE_T = dict(NTT=GEMV_PASS // 8, PF=0)
 # batch > 8 where wgmma runs (k_gemv_mma.wgmma_arch): laid over each GEMV's batch > 8 variant,
 # 4 row warps per split so that they make a warpgroup (config.Gemv.wgmma; the same bits as the
 # mma.sync variant under it, measured on every shape and split; 1.1-1.5x faster at batch 16, 32
-# and 64: call 30, docs/megakernel-notes.md)
+# and 64: lab/gemv/)
 WGMMA = dict(WG=1, RT=4)
 # ... for the attention steps' GEMVs only. In the MoE's fork-join at batch 64 wgmma's larger CTAs
 # beside the expert launches cost more than they gain: MXFP4 3855.7 against 3695.5 µs on
-# mma.sync, bf16 10610.6 against 10657.4 (call 34, `megakernel bench`, side by side). The KDA step
-# at batch 64 gained 1.24x and MLA's at 64 / 1k 1.17x in the same call.
+# mma.sync, bf16 10610.6 against 10657.4 (`megakernel bench`, side by side). The KDA step
+# at batch 64 gained 1.24x and MLA's at 64 / 1k 1.17x in the same run.
 WGMMA_GEMVS = KDA_GEMVS + MLA_GEMVS
 # the attention steps' x-side projections (kda_x, mla_x) and their rows launched apart (kda_in /
 # kda_g, mla_a / mla_g: side_stream.py): one K split, so the same bits in both stream modes
 _X_SIDE = (dict(_SMALL_T, KS=4, U=2, RT=1), dict(_LARGE_T, KS=4, U=2, RT=2, MT=1))
 # ... at batch <= 8 the narrow ones double-buffered, and the output projections one block in
-# flight per buffer, each the fastest of its K split at batch 1 and 8 (the same bits: call 45,
-# `tune_gemv --batches 1,8 --own-ks --U 1,2,4,8 --PIPE 0,1`, docs/megakernel-notes.md, twelfth
-# session): mla_a 12.5 against 19.5 us, mla_out 44.1 against 47.0, kda_out 44.1 against 45.7,
+# flight per buffer, each the fastest of its K split at batch 1 and 8 (the same bits:
+# `tune_gemv --batches 1,8 --own-ks --U 1,2,4,8 --PIPE 0,1`, lab/gemv/): mla_a 12.5 against
+# 19.5 us, mla_out 44.1 against 47.0, kda_out 44.1 against 45.7,
 # kda_in 128.7 against 131.0 at batch 1
 _X_PIPED = (dict(_PIPED, KS=4, U=2, RT=1), _X_SIDE[1])
 _OUT_PIPED = dict(_PIPED, KS=4, U=1, RT=1)

@@ -11,7 +11,7 @@ Thread i holds elements i, i + THREADS, ... of the row (EPT of them) for the add
 the mix. The two sums of each source, and the output norm's, run per thread in element order,
 then a warp butterfly, then the warps' partials in warp order: fixed, whatever the batch. The
 sources are read twice (logits, then the mix; the second time from L2).
-Judged on the H200 within the layer stage (layer.py; scripts/gpu_check_layer.sh).
+Judged on the H200 within the layer stage (layer.py; scripts/gpu_check.sh).
 """
 from megakernel.device import cute, cutlass, BFloat16, Float32, block_sum
 from megakernel.kernel_args import INT, TokenLaunch, declare

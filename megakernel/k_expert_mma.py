@@ -238,12 +238,12 @@ def fits(dm):
 # MT: 16-row tiles per warp (down); PF: L2 prefetch bytes on the weight loads; S: stages of a
 # per-warp cp.async ring (0 = loads into registers). up: a 3-stage ring (H200, the log).
 # down: registers, 4 warps a CTA (H200, the log: 30.6 us at T = 1 and 213 at 8 against a 4-stage
-# ring's 37.5 and 269), on every card but those DOWN_BY_CARD names. On H100s (calls 79-82, each
+# ring's 37.5 and 269), on every card but those DOWN_BY_CARD names. On H100s (each
 # launch alone, us at T = 1 / 8 / 16 / 32 / 64) the ring is the faster up to WIDE_T tokens (41.0 /
 # 256.9 against 42.2 / 276.2, and the step 1.03 / 1.24x) and 8 warps a CTA above (461.1 / 795.9 /
 # 1273.1 against 591.8 / 1097.8 / 1890.7: twice the bytes in flight per CTA, its activation rows
-# shared in L1; the step 1.17-1.18x). Not measured on an H200 since (docs/megakernel-notes.md,
-# twentieth session). ALT_UP: the up launch's registers build, so CI compiles every load scheme.
+# shared in L1; the step 1.17-1.18x). Not measured on an H200 since (lab/moe/). ALT_UP:
+# the up launch's registers build, so CI compiles every load scheme.
 UP = dict(U=1, WPC=4, PF=128, S=3)
 ALT_UP = dict(U=2, WPC=4, PF=128)
 DOWN = dict(U=2, WPC=4, MT=1, PF=128)

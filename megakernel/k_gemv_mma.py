@@ -1,6 +1,6 @@
 """The dense GEMV on the tensor cores: Y[t, n] = sum_k W[n, k] X[t, k], W [N, K] bf16, X [T, K]
 bf16, every weight row streamed once per pass of up to 8 * NTT tokens (k_gemv.Gemv re-reads it
-for every 8 tokens; at batch 64 that is 8 reads of each row: docs/megakernel-notes.md, KDA at batch > 1).
+for every 8 tokens; at batch 64 that is 8 reads of each row: lab/gemv/, KDA at batch > 1).
 
 CTA layout: RT x KS warps. Warp (rt, s) owns MT tiles of 16 output rows (the mma.sync m16n8k16
 A operand, loaded straight from global memory), NTT tiles of 8 tokens (the N = 8 columns of B)
@@ -25,7 +25,7 @@ one per batch size: that would break batch invariance). Padded token columns rep
 are not stored; rows past N repeat row N-1 and are not stored; a token tile wholly past T is
 skipped.
 
-wgmma (WG = 1; faster at batch 64, docs/megakernel-notes.md): a warpgroup's 4 warps hold the A
+wgmma (WG = 1; faster at batch 64, lab/gemv/): a warpgroup's 4 warps hold the A
 fragments of 64 rows in the same registers as above and multiply them by X from shared memory,
 wgmma m64nNk16 (N = 8, 16, 32 or 8 NTT, the narrowest that covers the pass's tokens). The split's
 warps stage each block's X tile first: lane t's u32 word w of a token goes to word t of that
@@ -65,7 +65,7 @@ class GemvMMA(GemvLaunch):
         read X with plain loads (X written by the same launch); threads: a fixed CTA size (a task of the persistent
         launch), RT then fills it; PIPE = 1: two register buffers, the next U blocks' weight
         loads issued before the current U blocks' mma (the same sums in the same order: the
-        same bits; measured: faster at batch <= 8, slower at 64, docs/megakernel-notes.md);
+        same bits; measured: faster at batch <= 8, slower at 64, lab/gemv/);
         WG = 1: wgmma instead of mma.sync (the module docstring, "wgmma"; RT a multiple of
         4, MT = 1, PIPE = 0); lean = 1: the mma.sync K loop kept rolled (`nounroll`), for
         the persistent launch's tasks under its register cap, where ptxas's own unrolling

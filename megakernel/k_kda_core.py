@@ -11,12 +11,12 @@ write zeros and touch no state.
 
 Why splits: the state update is the memory traffic (D x D f32 read and written per token and
 head), and one CTA per head walked its 128 rows four warps wide, one dependent load, two
-butterflies and a store per row: at batch 1 that was latency, 0.45 TB/s (docs/megakernel-notes.md). With SPLIT
+butterflies and a store per row: at batch 1 that was latency, 0.45 TB/s (lab/kda/). With SPLIT
 CTAs per head each warp owns D / (4 SPLIT) rows, its lanes over the keys at a stride of 32 (each
 load instruction reads 128 contiguous bytes). The warp loads its rows before the norms and gates
 (they do not depend on them) and then runs each step of the rule for all its rows at once, so
 neither the loads nor the butterflies wait one row at a time (v2 walked its rows one by one: 10.4
-us at batch 1 against FLA's 8.0, docs/megakernel-notes.md). Every sum has a fixed order
+us at batch 1 against FLA's 8.0, lab/kda/). Every sum has a fixed order
 (per lane in key order, then the butterfly; the norms' warp partials in warp order), so a token's
 results depend neither on the batch, nor the split, nor the run.
 """
@@ -170,5 +170,5 @@ def views(kd, z, graw, conv_out, rec, sidx, a_log, dt_bias, decay, beta, core, T
 
 def variant(T):
     """CTAs per (token, head) at batch T (the bits do not depend on it): 8 at batch 1, else 4
-    (`python -m megakernel.tools.tune_attn`, H200, fourth session; timings in docs/megakernel-notes.md)."""
+    (`python -m megakernel.tools.tune_attn`, H200; timings in lab/kda/)."""
     return dict(split=8 if T == 1 else 4)

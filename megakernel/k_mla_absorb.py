@@ -2,7 +2,7 @@
 W_UK[h, p, l]), W_UK[h] = rows 0..NP-1 of head h's block of kv_b [H (NP + V), R]. Grid (head,
 128 latent columns, tile of TT tokens); a thread owns one column l and walks p in order (f32
 fma; the weight loads coalesced over l, the query element the same for the whole CTA). v1 walked
-the token tiles in one CTA: 190 us at batch 64 with 384 CTAs on 132 SMs (docs/megakernel-notes.md); the tiles
+the token tiles in one CTA: 190 us at batch 64 with 384 CTAs on 132 SMs (lab/mla/); the tiles
 now re-read W_UK (12.6 MB at full dims) from L2. The order per (t, h, l) is fixed whatever the
 batch or TT.
 """

@@ -5,7 +5,7 @@ RB rows at a time: lane j holds the 8-element chunks j, j + 32, ... of the laten
 query ql and of each row (16-byte loads; the CTA's warps read the same rows, so all but the first
 hit L1) and elements j, j + 32, ... of the rope part. The RB scores of a step are RB independent
 warp butterfly sums (times s = (NP + RP)^-1/2), so their latencies overlap; v1 took one row at a
-time and its chain of shuffles and exps bound it: 116 us for a 1k cache at batch 1, docs/megakernel-notes.md.
+time and its chain of shuffles and exps bound it: 116 us for a 1k cache at batch 1, lab/mla/.
 The warp keeps an online softmax (running max m, sum l, its share of the un-normalised latent
 sum) folded once per RB rows: m' = max(m, z_0 .. z_RB-1), rows past the split's end scored -inf
 (weight exactly 0). Each split writes its (m, l, acc) partial; a split past n writes (-inf, 0,

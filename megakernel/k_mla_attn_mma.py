@@ -3,7 +3,7 @@
 
 Why: on the CUDA cores every cached row costs every head 576 + 512 f32 multiply-adds, so the
 attention is bound by instructions, not bytes (580 us at batch 1 x 32k rows against 9 us of row
-bytes, docs/megakernel-notes.md). Here the heads are the M = 16 rows of the mma and a tile of 16 cache rows the N
+bytes, lab/mla/). Here the heads are the M = 16 rows of the mma and a tile of 16 cache rows the N
 (scores) or K (values) side.
 
 CTA = (token, group of 16 MTC heads, split), 32 MTC NCOL threads: warp (mt, cg) owns head tile mt
@@ -29,10 +29,10 @@ tiles): batch-invariant and deterministic. Its bits differ from k_mla_attn.py's:
 serves every batch (Settings.attn.mla_mma).
 
 Needs (R + RP) % 64 == 0 and R % 64 == 0 (attention_kernel, below, falls back to k_mla_attn.py).
-Status: the default from its first H200 run (fifth session: the step 1.05x faster at batch 1 with
-a 1k cache, 3.3x at batch 64 with 32k; docs/megakernel-notes.md) until k_mla_attn_wg.py (wgmma)
-took sm_90a in the eleventh session; still the default off sm_90a (GB300) and with
-MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which scripts/gpu_check_mla.sh judges too.
+Status: the default from its first H200 run (the step 1.05x faster at batch 1 with
+a 1k cache, 3.3x at batch 64 with 32k; lab/mla/) until k_mla_attn_wg.py (wgmma)
+took sm_90a; still the default off sm_90a (GB300) and with
+MK_MLA_MMA=sync. MK_MLA_MMA=0 selects the CUDA-core kernel, which `scripts/gpu_check.sh OUT ci` judges too.
 """
 from megakernel import k_mla_attn_tma, k_mla_attn_wg
 from megakernel.device import cute, cutlass, Float32, Int32, Int64, Uint32
@@ -45,7 +45,7 @@ RT = 16        # cache rows per tile
 MTC = 2        # 16-head tiles per CTA: 2 with KSPLIT (1.6x alone at 32k; 1 before, H200, tools/mla_ksplit.py)
 KSPLIT = True  # each warp scores its share of c (below); False: every warp the whole row
 NCOL = 4       # warps per head tile (each over R / NCOL latent columns): with MTC = 2, 127
-               # registers, no spill, so 2 CTAs per SM (ptxas -v, sm_90a; ncu, call 22); without
+               # registers, no spill, so 2 CTAs per SM (ptxas -v, sm_90a); without
                # KSPLIT 175; NCOL = 2: 255 and a spill
 
 
@@ -57,7 +57,7 @@ class MlaAttnMMA(MlaAttn):
         score work, ~70% of the mma at K3's dims). Another sum order, so other bits than the
         kernel before it. Measured (H200, tools/mla_ksplit.py, tree 3a7c2d9): with mtc = 2, 1.9x
         faster alone at 32k caches than mtc = 1 without it, and closer to float64 (8.8e-7 against
-        1.4e-6); the default since the whole k3diff check ran with it (docs/megakernel-notes.md)."""
+        1.4e-6); the default since the whole k3diff check ran with it (lab/mla/)."""
         assert (md.R + md.RP) % 64 == 0 and md.R % 64 == 0 and md.R % (16 * ncol) == 0
         self.md, self.mtc, self.ncol, self.ksplit = md, mtc, ncol, ksplit
         self.hg = mtc * ncol                      # warps per CTA (MlaAttn's launch reads hg)

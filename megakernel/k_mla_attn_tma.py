@@ -3,17 +3,17 @@ warpgroups (Hopper, sm_90a): k_mla_attn_wg.py's products, its m and acc bit for 
 another order.
 
 Why TMA: k_mla_attn_wg.py brings each 64-row tile (72 KB) by 4608 cp.async of 16 bytes; every
-thread issues 18 per tile, and ncu (call 52, docs/megakernel-notes.md thirteenth session) put a
+thread issues 18 per tile, and ncu (lab/mla/) put a
 fifth of the warps' time in that issue and each SM's fetch at ~11 GB/s, a third of its share of
 HBM. Warp 0 issues a tile as one TMA copy (9 boxes of 64 rows x 128 bytes), completion counted
-on the buffer's mbarrier; the other threads never touch the load: 1.26-1.58x (call 57).
+on the buffer's mbarrier; the other threads never touch the load: 1.26-1.58x.
 
 Why the split: in k_mla_attn_wg.py both warpgroups score the whole tile (the same instructions,
 so they agree on the softmax without an exchange): half of each one's tensor work and all of its
 softmax repeat the other's. Here warpgroup w scores tile rows 32 w .. 32 w + 31 (m64n32), the
 two trade their row maxima and then their halves of P through shared memory; P V is unchanged.
 Measured against the unsplit TMA kernel (desync: no CTA barrier a tile, 1.04-1.09x the synced
-one) 1.02-1.06x at every row of mla_ksplit (call 65). Tried and dropped in the same call: tile
+one) 1.02-1.06x at every row of mla_ksplit. Tried and dropped in the same run: tile
 j + 1's scores issued before tile j's P V is waited for (0.75-0.8x: its accumulators in flight
 spill 588 bytes).
 
@@ -68,7 +68,7 @@ class MlaAttnTMA(MlaAttnWG):
 
     def __init__(self, md, ch: int = 512, remat: bool = True):
         """remat (k_mla_attn_wg.py): on here, since it pays at every batch above 1 and keeps the
-        bits: call 70 (H100, `mla_ksplit --variants tma_held,tma`) 85.4 vs 87.5 us at batch 8 /
+        bits (H100, `mla_ksplit --variants tma_held,tma`) 85.4 vs 87.5 us at batch 8 /
         8k, 597.8 vs 617.6 at 64 / 8k, 2312 vs 2422 at 64 / 32k, 13.2 vs 13.3 at 1 / 1k; the tile
         loop's spills 1 / 11 against 3 / 21."""
         assert fits(md), "mla_attn_tma: dims or arch it does not take (fits)"
@@ -251,7 +251,7 @@ class MlaAttnTMA(MlaAttnWG):
     def load(self, atom, gsrc, d0, d1, mbar, kvb, st, t, Lcap, R0, R1, j, i):
         """Tile j of the walk into buffer j % 2: one TMA copy by warp 0 if its rows are all
         inside [R0, R1), else every thread's cp.async (clamped rows). Not by thread 0 alone: the
-        copy's elect.sync needs the full warp (alone, lane 0 hung: call 55)."""
+        copy's elect.sync needs the full warp (alone, lane 0 hung on the GPU)."""
         rb = R0 + TR * j
         if rb + TR <= R1:
             if i < 32:      # the whole warp: the DSL's TMA copy elects its lane (elect.sync)

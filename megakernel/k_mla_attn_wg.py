@@ -3,7 +3,7 @@ k_mla_attn.py (the merge, k_mla_merge.py, is shared), the products on warpgroup 
 
 Why: k_mla_attn_mma.py's mma.sync keeps every operand in each warp's registers, so each warp
 loads its own copy of the cache tile and of the query (~144 KB of L1 / shared traffic per 16-row
-tile and 32 heads, ncu: docs/megakernel-notes.md, ninth session); wgmma reads both from shared
+tile and 32 heads, ncu: lab/mla/); wgmma reads both from shared
 memory once per warpgroup, 64 heads at a time (M = 64).
 
 CTA = (group of HM = 64 heads, token, walk), two warpgroups of 128 threads. Heads past H read
@@ -32,7 +32,7 @@ memory: one CTA (8 warps) per SM. Per tile:
   p, as k_mla_attn_mma.py, the spec's f32 softmax); V = the tile's first R columns read N-major
   from the same shared image (a K-major core matrix of the score's B is an N-major one of V's:
   8 cache rows x 8 latent columns), m64n(R/2)k16, the 4 k-steps in order; waited for before the
-  next tile's scores (overlapping the two measured no gain, call 37).
+  next tile's scores (overlapping the two measured no gain).
 A split's partials (m, l, acc) as k_mla_attn.py's, written at its last tile, so an empty split
 writes (-inf, 0, 0) and the merge (k_mla_merge.py) is shared; NS follows split_rows. Everything depends
 on the sequence's own length (its splits and tiles): batch-invariant and deterministic. Its bits
@@ -54,7 +54,7 @@ SMS = 132       # the H200's SMs (only the walk length depends on it, never a bi
 WAVES = 8       # CTAs per SM the walks aim at
 # rows per split of a sequence past SHORT: 512, against the mma.sync kernel's 256 (its partials,
 # f32 [H, R] per split, were a third of the bytes at 64 x 32k and the merge 560 us; at batch 1 /
-# 32k, 64 splits of 2 head groups fill the 132 SMs once: call 41)
+# 32k, 64 splits of 2 head groups fill the 132 SMs once)
 CH_LONG = 512
 
 
@@ -91,7 +91,7 @@ class MlaAttnWG(MlaAttn):
         recomputed in each tile's scores (ptx.opaque_u64 keeps them in the loop); left to the
         compiler they are computed before the tile loop and held, and at the 255-register cap
         the TMA kernel spills some and reloads them every tile (21 local loads and 3 stores in
-        its tile loop, against 11 and 1: ptxas and cuobjdump on the CPU, fifteenth session; not
+        its tile loop, against 11 and 1: ptxas and cuobjdump on the CPU; not
         yet timed). The same products: the same bits."""
         assert fits(md), "mla_attn_wg: dims or arch it does not take (fits)"
         assert ch % TR == 0 and CH_SHORT % TR == 0      # a split is whole tiles
@@ -166,8 +166,8 @@ class MlaAttnWG(MlaAttn):
             self.scores(S, dq, st)
             wgmma_wait(0)
             self.softmax(S, P, O, ML, R0, R1, tq, scale)
-        # tile j: its P V (waited for: overlapping it with the next scores measured no gain,
-        # call 37), a split's partials at its last tile; then one barrier (tile j + 1 landed for
+        # tile j: its P V (waited for: overlapping it with the next scores measured no gain),
+        # a split's partials at its last tile; then one barrier (tile j + 1 landed for
         # every thread, every thread done with tile j), the rows of j + 2 into the buffer tile j
         # leaves, the scores and softmax of j + 1
         for j in cutlass.range(ntiles):

@@ -8,7 +8,7 @@ the value up-projection with the output gate, each a GEMV per head, the heads an
 Why: on the CUDA cores (k_mla_absorb.py, the value half of k_mla_merge.py) each is 0.4 G
 multiply-adds at batch 64 and ran at ~6 TFLOP/s: 127 and ~160 us of an 816 us step at batch 64
 with a 1k cache, while their weights are 12.6 MB each (3 us at read bandwidth;
-docs/megakernel-notes.md, seventh session). Here each head is k_gemv_mma.GemvMMA's problem (a
+lab/mla/). Here each head is k_gemv_mma.GemvMMA's problem (a
 weight row streamed once per pass of up to 64 tokens, mma.sync m16n8k16 with the tokens as N),
 so its warp tiles, K permutation and split-K order are reused as they are; only the bases move
 with the head and the store (ql, or o and gated) is this file's.

@@ -9,7 +9,7 @@ The value projection: a warp per output column c (OC at a time, their sums indep
 taking the 8-element chunks j, j + 32, ... of W_UV[h, c] (16-byte loads, coalesced over the row)
 and of each tile token's lat, then a butterfly sum: a fixed order, the same for every TT and VQ,
 so the bits depend on neither (nor on the batch).
-Why slices: at batch 1 v2 (one CTA per (token, head), docs/megakernel-notes.md) ran 96 CTAs on 132 SMs, each a
+Why slices: at batch 1 v2 (one CTA per (token, head), lab/mla/) ran 96 CTAs on 132 SMs, each a
 chain of dependent loads (25 us at 1k); VQ slices make VQ times the CTAs, each merging the
 splits again (they are small and in L2). Tiles of TT tokens read each W_UV row once per tile
 (v2 re-read its 12.6 MB from L2 for every token), but merging the splits is the cost and a tile
@@ -20,7 +20,7 @@ loads of independent sums overlap (v3's first run merged a tile's tokens one aft
 The lat-only merge (the step's on the tensor-core path) reads the partials and nothing else, so
 it is a stream: a thread takes 4 consecutive columns of one head by 16-byte loads, UNROLL splits
 in flight. The old one (a thread per column, 4-byte loads, 2 in flight) read 2.6 TB/s at 64 / 32k;
-this one 3.9 (call 62: 805 MB of partials in 313.5 vs 202.5-205.1 us; the same bits on 8 rows).
+this one 3.9 (805 MB of partials in 313.5 vs 202.5-205.1 us; the same bits on 8 rows).
 """
 from megakernel.device import (cute, cutlass, BFloat16, Float32, Int32, copy_atom_128,
                                load8_bf16_f32, row_ptr, warp_sum)
@@ -30,7 +30,7 @@ from megakernel.pointwise import sigmoid
 THREADS = 128
 OC = 4          # output columns a warp sums at once
 # the lat-only merge (body_lat): CTAs of VEC threads, UNROLL splits' 16-byte loads in flight.
-# Against 64 and 128 threads (unroll 4, 8) and the old merge, call 62 (`tune_attn --lat-merges`,
+# Against 64 and 128 threads (unroll 4, 8) and the old merge (`tune_attn --lat-merges`,
 # the same bits): the fastest at batch 1 and 8, within 1.3% at 64; 1.2-1.9x the old
 VEC = 32
 UNROLL = 8
@@ -205,13 +205,13 @@ class MlaMerge:
 def variant(T, md=None, value=True):
     """value=False (the splits only): body_lat's VEC and UNROLL at every batch (they decide no
     bit). value=True: the tile of tokens and slices of a
-    head's output columns at batch T (the bits depend on neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200, fifth
-    session; timings in docs/megakernel-notes.md). Merging the splits is the cost, and a token tile merges its
+    head's output columns at batch T (the bits depend on neither): 1 x 4 at batch 1, 1 x 1 above (`python -m megakernel.tools.tune_attn`, H200;
+    timings in lab/mla/). Merging the splits is the cost, and a token tile merges its
     tokens' splits in one CTA, so tiles never paid; slices pay only while the heads alone leave
     SMs idle."""
     if not value:
         # above batch 8, CTAs of 128 threads with 4 splits in flight: the same bits, faster in
-        # calls 62, 66 and 70 (70, H100: 283.8 vs 329.8 us at 64 / 32k, 143.0 vs 145.5 at 64 / 8k;
+        # (H100: 283.8 vs 329.8 us at 64 / 32k, 143.0 vs 145.5 at 64 / 8k;
         # 43.5 vs 42.9 at 8 / 32k, so not at 8)
         return dict(value=False) if T <= 8 else dict(value=False, vec=128, unroll=4)
     return dict(TT=1, VQ=4 if T == 1 else 1)

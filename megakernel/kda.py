@@ -39,8 +39,8 @@ STEPS = side_stream.Stages(
         "kda_out": dict(w="w_o", x="normed", y="out", ctas="full_grid"),
     },
     variant={"kda_core": k_kda_core.variant},
-    # the default, measured (`python -m megakernel.tools.tune_fork`, bench_kda, H200, sixth
-    # session; docs/megakernel-notes.md): the fork gains nothing at batch 1 and 8 (the chain it could hide is
+    # the default, measured (`python -m megakernel.tools.tune_fork`, bench_kda, H200;
+    # lab/kda/): the fork gains nothing at batch 1 and 8 (the chain it could hide is
     # ~10 us, and the two GEMVs side by side end later than one after the other): fused
     streams="fused", fork="start", side_ctas_per_sm=0)
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")

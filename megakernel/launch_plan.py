@@ -6,8 +6,7 @@ A plan is a list of (what, stage): ("main", s) / ("side", s) enqueue launch s on
 ("fork", None): the side waits for what the main stream has enqueued so far; ("join", None):
 the main stream waits for what the side has enqueued so far. Run on one stream (the caller's),
 the launches go in plan order and the waits are moot. Builders only produce lists; only the
-executor touches CUDA, so a plan is checked on the CPU (tests/megakernel/test_mk_side_stream.py,
-test_mk_plan_streams.py).
+executor touches CUDA, so a plan is checked on the CPU (tests/megakernel/test_mk_side_stream.py).
 """
 
 

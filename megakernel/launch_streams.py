@@ -17,7 +17,7 @@
 Why two streams: the routed chain has latency-bound launches (route, schedule, combine) and
 launch gaps, while the shared experts' bf16 weights (264 MB at full dims) do not depend on the
 routing: streamed beside the chain they fill some of its bubbles (MXFP4, batch 1: 252 -> 205 us,
-docs/megakernel-notes.md). The main stream has the higher priority, a hint to the CTA scheduler that graph
+lab/launches/). The main stream has the higher priority, a hint to the CTA scheduler that graph
 capture copies into the kernel nodes. Knobs, all measured by
 `python -m megakernel.tools.tune_streams` (none beat the defaults by more than noise at batch
 1): `fork`, where the side starts ("start": beside gemv_x, or after gemv_x / route / schedule);

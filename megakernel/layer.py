@@ -10,8 +10,8 @@ nb = ceil(i / Bk), W = (i % Bk == 0), wi = i / Bk when W else -1 (`plan`, the sa
 k3diff's torch-blocked wiring, written from docs/k3-decode.md). prefix and blocks are updated in place,
 the caches and states by the attention step. Every kernel is batch-invariant and deterministic,
 so the layer is.
-Status: every GPU test and ci case passed at its first H200 run (fifth session), so the backend
-serves `layer` by default. The whole layer in one persistent launch (issue 13) is not written;
+Status: every GPU test and ci case passed at its first H200 run, so the backend
+serves `layer` by default. The whole layer in one persistent launch is not written;
 its schedule is (layer_graph.py, checked on the CPU).
 """
 from dataclasses import replace

@@ -28,8 +28,8 @@ default mode is the one measured faster (`python -m megakernel.tools.tune_fork`,
 Each token row is one sequence with its own cache [Lcap, C] and length L_t (k3diff.stages: the
 mla stage's kv_cache [T, Lcap, R + RP], cache_lens [T]); row L_t is written in place, no other
 row is touched. Every sum has a fixed order: the step is batch-invariant and deterministic.
-Judged on the H200 by scripts/gpu_check_mla.sh (tests, the ci suite, a planted bug, memcheck);
-timed by `python -m megakernel.tools.bench_mla` (docs/megakernel-notes.md).
+Judged on the GPU by scripts/gpu_check.sh's lanes (its tests, the ci suite, planted bugs, memcheck);
+timed by `python -m megakernel.tools.bench_mla` (lab/mla/).
 """
 import torch
 
@@ -52,8 +52,8 @@ STEPS = side_stream.Stages(
         "mla_out": dict(w="w_o", x="gated", y="out", ctas="full_grid"),
     },
     variant={},             # MlaStep.kernel: absorb, attention, merge and uv by the path
-    # the default, measured faster (`python -m megakernel.tools.tune_fork`, bench_mla, H200,
-    # sixth session: 1.03-1.05x over fused at batch 1 and 8; docs/megakernel-notes.md): forked at the start,
+    # the default, measured faster (`python -m megakernel.tools.tune_fork`, bench_mla, H200:
+    # 1.03-1.05x over fused at batch 1 and 8; lab/mla/): forked at the start,
     # the gate's GEMV capped at 2 CTAs per SM (uncapped, its CTAs hold the SMs and mla_a ends
     # with it)
     streams="fork", fork="start", side_ctas_per_sm=2)

@@ -1,6 +1,7 @@
 """The LatentMoE decode step on the GPU: weight packing (once), scratch, and a dispatcher to the
 launchers: launch_streams.py (11 launches, a fork-join over two streams or all on one stream:
-"fork" / "serial") and launch_persistent.py (the same 11 stages in ONE launch: "persistent").
+"fork" / "serial") and, off by default, experimental/launch_persistent.py (the same 11 stages in
+ONE launch: "persistent"; measured slower than the fork-join at every batch, docs/megakernel.md).
 Every mode gives the same bits (same stage bodies; tested on the GPU).
 
 The kernels take their arguments by name (kernel_args.py): `buffers` names every tensor of the
@@ -9,7 +10,7 @@ kernel the ones its class declares.
 """
 import torch
 
-from megakernel import config, launch_persistent, launch_streams, plan
+from megakernel import config, launch_streams, plan
 from megakernel.dims import MAX_T
 from megakernel.k_expert_mma import fits
 from megakernel.launch_plan import TwoStreams
@@ -132,6 +133,7 @@ class LatentMoE:
             if stages is not None:
                 raise ValueError("the persistent launch runs every stage; `stages` needs "
                                  "streams='fork' or 'serial'")
+            from megakernel.experimental import launch_persistent    # only when chosen
             launch_persistent.launch(self, named, T, forced)
         else:
             launch_streams.launch(self, named, T, forced, stages)

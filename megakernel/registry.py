@@ -21,7 +21,6 @@ from megakernel.k_mla_attn_tma import MlaAttnTMA
 from megakernel.k_mla_heads import MlaAbsorbMMA, MlaValueMMA
 from megakernel.k_mla_merge import MlaMerge
 from megakernel.k_mla_norm import MlaNorm
-from megakernel.k_persistent import PersistentStep
 from megakernel.k_route import Route
 from megakernel.k_schedule import Schedule
 from megakernel.k_shared_act import SharedAct
@@ -41,6 +40,8 @@ def persistent_step(dm, fmt, forced, T1, trace=False, gemv_mma=(), persist=Persi
     the MoE's GEMVs on the tensor cores (part of the key, so that a process can hold several);
     persist: its build (config.Persist); mx_mma: Settings.moe.mx_mma."""
     from megakernel.config import Gemv
+    # experimental (measured slower than the fork-join): imported only when the one launch is asked for
+    from megakernel.experimental.k_persistent import PersistentStep
     mma = fmt == "mxfp4" and mx_mma and fits(dm)
     T = 1 if T1 else gemv.TT_GEMV + 1          # a batch of the class
     gemvs = {}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every hole issue 11 found in the verdict and the run, re-run as a user would (CPU, the built-in
+# Every hole found in the verdict and the run, re-run as a user would (CPU, the built-in
 # candidate and the deliberately wrong ones in tests/k3diff), one row each:
 #   hole | the command's exit status | the line it prints that shows the hole closed.
 # The tests (tests/k3diff/test_numerics_holes.py, test_isolation.py, test_plugin.py) assert the
@@ -27,7 +27,7 @@ crash_followup() {   # the seeds the crash run saved, and how that run ended
   local b; b=$(python -c "import json,glob,sys; print(json.load(open(glob.glob(sys.argv[1] + '/*.json')[0]))['case']['batch'])" "$W/crash")
   echo "$n seed saved, of batch $b; the run: $("${K[@]}" --k3diff-backend crashing_candidates:Segfault -k 'fuzz and moe' --k3diff-seed 7 | tail -1)"
 }
-echo "| hole (issue 11, Why) | exit | what it prints now |"
+echo "| hole (Why) | exit | what it prints now |"
 echo "|---|---|---|"
 row "zeros / half-scale / sign-flip on small outputs" "mutation score" \
   python -m k3diff.cli mutants --only zeros_when_small,half_scale_on_tiny,sign_flip_on_tiny,half_scale_output

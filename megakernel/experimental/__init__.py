@@ -1,16 +1,23 @@
 """Experiments kept apart from the shipped path: code never run on a GPU, or measured slower and
-off. Nothing in megakernel/ outside this folder imports it; the backend never does, and
-`python -m megakernel compile` builds it only with --experimental (KERNELS, VARIANTS below).
-Each module's docstring opens with its state: what it is, what was measured, what is next.
+off by default. The default path never imports this folder: no module outside it imports it at
+module level (tests/megakernel/test_mk_experimental_rule.py), and the one experiment a setting
+can select, the persistent MoE launch (MEGAKERNEL_STREAMS=persistent), is imported inside the
+functions that run it (moe.LatentMoE.launch, registry.persistent_step). That one is compiled with
+the shipped kernels (compile_list.moe), so CI keeps it building and the setting works; the others
+only with `python -m megakernel compile --experimental` (KERNELS, VARIANTS below). Each module's
+docstring opens with its state: what it is, what was measured, what is next.
 
+  k_persistent.py, launch_persistent.py
+                    the MoE step in one persistent launch: the fork-join's bits, slower than it at
+                    every batch in both formats (docs/megakernel.md); selectable, off by default
   k_gemv_route.py   gemv_x fused with route + schedule at batch 1: measured slower, off
   k_kda_core_warp.py
                     the KDA core in CTAs of one warp, the shipped core's bits: never run
-  (measured and deleted, figures in docs/megakernel-notes.md, eighth session: the bulk L2
-  prefetch k_l2_prefetch.py and the ready-ticket scheduler peek.py; last version ca0d4ea)
   task_graph.py, layer_graph.py, task_sim.py
                     a persistent schedule for a whole decode layer, checked on the CPU; no
                     kernel runs it
+Measured and deleted (figures in lab/, docs/megakernel.md's rejected designs): the bulk L2
+prefetch and the ready-ticket scheduler.
 """
 
 
@@ -25,7 +32,7 @@ def kernels():
     }
 
 
-WARP_SPLITS = (16, 32)   # kda_core_warp's splits: tune_attn --splits w16,w32 (call93.sh)
+WARP_SPLITS = (16, 32)   # kda_core_warp's splits: tune_attn --splits w16,w32
 
 
 def variants(settings):

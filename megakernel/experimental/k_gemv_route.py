@@ -7,7 +7,7 @@ building).
 At batch 1 the route and schedule launches are latency-bound (one top-k CTA, one schedule CTA),
 and as separate launches they wait for SM slots held by the side stream's GEMV: traced at MXFP4
 batch 1, route started 11 us after gemv_x ended and ran 16.9 us instead of 7.5 alone
-(docs/megakernel-notes.md). Here every CTA of gemv_x signals when its rows are written (barrier, release fence,
+(lab/persistent/). Here every CTA of gemv_x signals when its rows are written (barrier, release fence,
 atomic count); the CTA that counts last already holds an SM, so it runs the route body for each
 token and then the schedule body at once. The bodies are k_route.Route's and
 k_schedule.Schedule's, so the bits are those of the three launches (tested on the GPU).

@@ -1,12 +1,12 @@
-"""State: written 2026-12-06 (twenty-second session) after the device time ran out; compiled on the
-CPU (sm_90a, sm_103a), never run on a GPU. Next: `scripts/gpu_calls/call93.sh` (tune_attn
---splits 4,8,w16,w32: its time beside the default core and FLA's, its bits against the
+"""State: written 2026-12-06 after the device time ran out; compiled on the
+CPU (sm_90a, sm_103a), never run on a GPU. Next: `python -m megakernel.tools.tune_attn
+--splits 4,8,w16,w32`: its time beside the default core and FLA's, its bits against the
 default's).
 
 The KDA core (k_kda_core.py) in CTAs of one warp: a warp per (token, head, split of the state
 rows), D / split rows each, no shared memory and no CTA barrier. Why: at batch 64 the shipped core
 moves its 805 MB of f32 state at 91% of an H100's copy bandwidth and FLA's fused recurrent KDA at
-95% (call 89, docs/megakernel-notes.md, twenty-second session); FLA runs one warp a program. A
+95% (lab/kda/); FLA runs one warp a program. A
 4-warp CTA waits at two barriers for the norms before any warp can run its rule, and an SM holds 7
 of them (72 registers); one-warp CTAs run their rules independently, up to 32 an SM.
 

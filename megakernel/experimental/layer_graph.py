@@ -1,4 +1,4 @@
-"""The decode layer's task graph for one persistent launch (issue 13): AttnRes -> attention (KDA or
+"""The decode layer's task graph for one persistent launch: AttnRes -> attention (KDA or
 gated MLA) -> AttnRes -> LatentMoE as the stages of task_graph.py, each stage's tasks the CTAs
 of its launch today (the grids of the k_*.py kernels, the GEMVs' row tiles at 256 threads as in
 the MoE's one launch), its dependencies the buffers it reads (layer.py, kda.py, mla.py, moe.py).

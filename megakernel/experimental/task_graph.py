@@ -6,7 +6,7 @@ runs it (the layer's one launch is not written). Next: that kernel, or nothing.
 
 Why a second planner beside plan.py: plan.py is the MoE step's, with its eleven stages, their
 order and their counters written out, and the MoE's one launch reads its words. A whole decode
-layer in one launch (issue 13: AttnRes -> attention -> AttnRes -> LatentMoE) has ~25 stages,
+layer in one launch (AttnRes -> attention -> AttnRes -> LatentMoE) has ~25 stages,
 and in it, unlike the MoE, the filler work depends on the critical chain: the attention's
 output-gate GEMV waits for the first AttnRes, the shared experts for the second. So a filler
 ticket may not be ready when drawn, and the MoE's protocol (a waiting routed CTA backfills the

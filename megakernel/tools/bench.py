@@ -1,6 +1,6 @@
 """python -m megakernel bench: the kernel vs torch eager, torch.compile and the copy roofline.
 
-Method (METHOD.md): weights drawn on the GPU; the small config rotates 8 weight sets and every
+Method: weights drawn on the GPU; the small config rotates 8 weight sets and every
 config rotates 8 inputs so L2 (60 MB) does not serve repeated reads (a full-dim step reads >= 0.6
 GB anyway); the kernel's 11 launches (fork-join over two streams, and again all on one stream)
 are captured R times in one CUDA graph and the replays timed with events, median of 5 (and the
@@ -13,7 +13,7 @@ gemv.WGMMA_GEMVS holds none of the MoE's); torch
 columns timed with events, median of 5 (no graph: the eager loop syncs on the selected ids).
 Roofline = bytes the step must read (each needed weight byte once: the x-side and output
 weights, plus every distinct selected expert) / device-copy bandwidth (read + write counted)
-measured in the same run ("%copyBW", the figures of the log); "%roof2" is issue 31's two-limit
+measured in the same run ("%copyBW", the figures of the log); "%roof2" is the two-limit
 floor, max(bytes / read bandwidth, flops / dense bf16 rate) (tools/roofline.py; B or F: which
 limit), measured in the same run too.
 """
@@ -120,8 +120,8 @@ def step_flops(dm, T):
 
 def gpu_state() -> str:
     """The card's temperature, SM clock and power draw now, from nvidia-smi ("" without it): the
-    MXFP4 rows ran 4-17% slower after the bf16 rows than alone (docs/megakernel-notes.md,
-    twenty-first session), so each row's log line carries the state the card was in after it."""
+    MXFP4 rows ran 4-17% slower after the bf16 rows than alone (lab/order-effect/), so each row's log line carries the state the card was in
+    after it."""
     import subprocess
 
     try:
@@ -315,10 +315,11 @@ def other_large_gemv(steps):
     return with_settings(steps, lambda s: replace(s, gemv=replace(s.gemv, wgmma=not s.gemv.wgmma)))
 
 
-def out_log(name):
-    """A log function for the GPU scripts: prints each line and appends it to $OUT/name (when
-    $OUT is set) at once, so that a run cut short keeps what it measured."""
-    out = config.out_dir()
+def out_log(name, out=None):
+    """A log function for the GPU tools: prints each line and, given a folder (the tool's --out),
+    appends it to out/name at once, so that a run cut short keeps what it measured."""
+    if out:
+        os.makedirs(out, exist_ok=True)
     path = os.path.join(out, name) if out else None
     if path:
         open(path, "w").close()
@@ -334,7 +335,7 @@ def out_log(name):
 def main(a):
     if no_gpu("megakernel bench"):
         return 2
-    log = out_log("bench.txt")
+    log = out_log("bench.txt", a.out)
 
     bw = copy_bw()
     machine = roofline.measure(DEV)

@@ -4,7 +4,7 @@ Method as bench.py's: R steps captured in one CUDA graph, replays timed with eve
 states in fresh slots per step so no state is read from L2 warm. Roofline = the bytes the step
 must move (the weights once: the fused in-projection, f_b and o_proj; each live token's D x D
 f32 state per head and its conv history, read and written) / the device-copy bandwidth measured
-in the same run; "roof2" is issue 31's two-limit floor (tools/roofline.py), measured in the same run.
+in the same run; "roof2" is the two-limit floor (tools/roofline.py), measured in the same run.
 Then each launch alone, the same way (over the scratch the full steps left), the step at batch
 > 8 with its tensor-core GEMVs on mma.sync instead of wgmma ("GEMVs on mma.sync": config.Gemv.wgmma,
 the same bits), and the step in the other stream mode (kda.py: "fused" or "fork"); and, when fla-core is installed, FLA's fused recurrent KDA (`fused_recurrent_kda_fwd`, in-place on

@@ -4,7 +4,7 @@ Method as bench_kda.py's: R steps captured in one CUDA graph, the replay timed w
 median of 5; every token row is one sequence of the given cache length. Roofline = the bytes the
 step must read (the weights once: the fused x-side projection, q_b, kv_b, o_proj; each sequence's
 cache rows once, its new row written) / the device-copy bandwidth measured in the same run; "roof2"
-is issue 31's two-limit floor (tools/roofline.py: bytes over read bandwidth or flops over the dense
+is the two-limit floor (tools/roofline.py: bytes over read bandwidth or flops over the dense
 bf16 rate, B or F the larger), measured in the same run. Then
 each launch alone, the step with its GEMVs on the other GEMV kernel
 (k_gemv.py / k_gemv_mma.py), the step on MLA's other path (config.Attn.mla_mma: the attention,
@@ -13,8 +13,8 @@ value part, or on the tensor cores, k_mla_attn_mma.py and k_mla_heads.py), the s
 tensor-core attention on the other instruction (config.Attn.mla_wg: k_mla_attn_wg.py on wgmma or
 k_mla_attn_mma.py on mma.sync; sm_90a), at batch > 8 the step
 with its tensor-core GEMVs on mma.sync instead of wgmma (config.Gemv.wgmma, the same bits), the step in the other stream mode (mla.py: "fused" or "fork";
-"x" is its time over the default's). Last, when flashinfer-python is installed (scripts/gpu_adapters.sh
-on the GPU machine), FlashInfer's MLA decode attention (BatchMLAPagedAttentionWrapper, FA2 plan,
+"x" is its time over the default's). Last, when flashinfer-python is installed (the
+`flashinfer` extra), FlashInfer's MLA decode attention (BatchMLAPagedAttentionWrapper, FA2 plan,
 page size 1, planned once per shape outside the timing) on the same query, cache and lengths:
 "fi attn" is its run alone (events over 20 eager calls, median of 5) against ours, mla_attn + mla_merge
 alone (on the tensor-core path the merge yields lat only, as FlashInfer's attention does; on the

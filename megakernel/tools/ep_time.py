@@ -1,4 +1,4 @@
-"""python -m megakernel.tools.ep_time: where one megakernel-ep step's time goes (issue 34), for
+"""python -m megakernel.tools.ep_time: where one megakernel-ep step's time goes, for
 both exchanges (ep.py: "dist", torch.distributed's all-to-all over gloo through host copies;
 "ipc", ep_ipc.py's writes into the peers' device buffers), ranks sharing this host's GPUs.
 
@@ -17,7 +17,7 @@ whole batch, rank 0's GPU, the others waiting), the bytes the ranks put on the l
 (each remote route's row and id out, its y back) and the bandwidth of the path they take (a copy
 to the next GPU, or within the GPU when there is one). Also printed: what a rank's preparation costs (weights drawn, the engine's two
 LatentMoE packed, the first steps' kernel loads and compiles), the suspects of a k3diff case's
-time on ranks (docs/megakernel-notes.md, issue 34).
+time on ranks (lab/ep/).
 """
 import argparse
 import os

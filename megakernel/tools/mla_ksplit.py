@@ -1,10 +1,10 @@
 """python -m megakernel.tools.mla_ksplit: MLA's tensor-core attentions in their layouts, alone,
-side by side, full dims (issue 31): k_mla_attn_mma.py's on mma.sync and k_mla_attn_wg.py on wgmma
+side by side, full dims: k_mla_attn_mma.py's on mma.sync and k_mla_attn_wg.py on wgmma
 (`wgmma`; `wgmma256` with splits of 256 past SHORT) and k_mla_attn_tma.py (`tma`: the same
 products with the tiles by TMA and the scores split between the warpgroups, the default on
 sm_90a; SAME_BITS holds its m and acc partials to `wgmma`'s bit for bit, its l, summed in
 another order, to within L_RTOL; its query descriptors recomputed per tile, k_mla_attn_wg.MlaAttnWG's
-`remat`; `tma_held`: the same kernel with them held across the tile loop, as before call 70,
+`remat`; `tma_held`: the same kernel with them held across the tile loop, as it was before,
 held to `tma`'s bits).
 
 `unsplit` (one head tile per CTA, every warp of a head tile scoring the whole 576-wide row:

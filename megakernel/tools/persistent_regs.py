@@ -6,7 +6,7 @@ ptxas caps it at 80 registers, and the kernel needs what its hungriest body need
 kernel, for the scheduler alone and for each stage's body alone (PersistentStep(only=...): the
 other bodies compiled out), this compiles the PTX in a child process (CUTE_DSL_KEEP=ptx, the disk
 cache off) and prints what `ptxas -arch=<arch> -v` reports: registers and spill bytes. Needs
-`ptxas` on PATH (CUDA's, as on the CPU and GPU machines). Issue 16 asks for tasks that fit the
+`ptxas` on PATH (CUDA's, as on the CPU and GPU machines). The tasks should fit the
 register budget without spilling; this table says which do not.
 
 Spill bytes count every spill instruction once, wherever it is; what costs time is a spill inside

@@ -3,7 +3,7 @@
 
 The PTX of every kernel of the compile list (`python -m megakernel compile`'s), one file per
 (dims, kernel, variant), compiled fresh; then `--diff` says which files differ between two dumps.
-A refactor that must not change a kernel (issue 30) dumps before and after and diffs: byte-identical
+A refactor that must not change a kernel dumps before and after and diffs: byte-identical
 PTX means the same machine code. The kernel's symbol names hold its module path
 (`kernel_cutlass_kernel_megakernelk_final_sum...`), so a kernel moved to another module differs in
 those names only: `--diff` reports that case apart ("names only")."""

@@ -1,4 +1,4 @@
-"""The two limits of a decode step (issue 31): the bytes it must read over the read bandwidth, and the
+"""The two limits of a decode step: the bytes it must read over the read bandwidth, and the
 flops it must do over the dense bf16 tensor-core rate, both measured in the same run as the step.
 
 The benches' first roofline counted bytes only, against the copy bandwidth. That hides the second

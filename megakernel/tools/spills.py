@@ -8,7 +8,7 @@ the LDGSTS of a cp.async ring) and no loop of tensor-core math inside; the table
 local stores / loads (STL / LDL) per pass. `--issue` instead gives each hot loop's warp
 instructions per KB of weights it streams and the share of an SM's issue slots that takes at
 full read bandwidth (`loop_issue`): a kernel near 100% is bound by its instruction stream, not by
-HBM (the MXFP4 experts: docs/megakernel-notes.md, fifteenth session). Needs ptxas on PATH and
+HBM (the MXFP4 experts: lab/spills/). Needs ptxas on PATH and
 cuobjdump (CUDA's, or the copy Triton ships). Exit 1 if a file does not assemble, 2 on bad input.
 """
 import argparse
@@ -82,7 +82,7 @@ def loop_spills(sass: str):
 
 
 _WIDTH = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
-# the H200 as measured (read bandwidth, calls 15-67) and as specified (SMs, boost clock), for the
+# the H200 as measured (read bandwidth) and as specified (SMs, boost clock), for the
 # issue estimate: bytes a clock each SM must take for the chip to read at full bandwidth
 READ_TBS, SMS, GHZ = 4.3, 132, 1.98
 BYTES_PER_CLK = READ_TBS * 1e12 / SMS / (GHZ * 1e9)

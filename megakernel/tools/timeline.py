@@ -3,7 +3,7 @@ CUDA graph replays (full dims). --step moe (--fmt, --T, --modes: the MoE's strea
 moe.LatentMoE) or mla / kda (--T, --len for MLA's cache, --modes: fused, or fork point/side CTAs
 per SM, mla.MlaStep / kda.KdaStep). Prints, for one step in the middle of the replays, every kernel's
 start, end and duration relative to the step's first kernel, and writes
-$OUT/timeline_<step>_T<T>.txt.
+--out DIR: also DIR/timeline_<step>_T<T>.txt.
 """
 import argparse
 import sys
@@ -86,6 +86,7 @@ def main(argv=None):
                     help="comma-separated: moe fork/gate/side CTAs per SM (default start/none/0), "
                          "or serial; mla / kda fork point/side CTAs per SM (default start/0), "
                          "or fused")
+    ap.add_argument("--out", help="a folder: the trace also goes to OUT/timeline_STEP_TT.txt")
     a = ap.parse_args(argv)
     modes = a.modes or ("start/none/0" if a.step == "moe" else "start/0")
     bad = [m for m in modes.split(",") if not mode_ok(a.step, m)]
@@ -97,7 +98,7 @@ def main(argv=None):
         return 2
     setting, run = moe_runner(a) if a.step == "moe" else attn_runner(a)
     label = f"{a.fmt}, T={a.T}" if a.step == "moe" else f"{a.step}, T={a.T}"
-    log = out_log(f"timeline_{a.step if a.step != 'moe' else a.fmt}_T{a.T}.txt")
+    log = out_log(f"timeline_{a.step if a.step != 'moe' else a.fmt}_T{a.T}.txt", a.out)
     for mode in modes.split(","):
         n = setting(mode)
         for line in [f"== {mode}"] + trace(run, n, label):

@@ -5,7 +5,7 @@ Every variant must give bitwise the same act (up) and y, out (down) as the defau
 this card (the per-(row, pair) order is the same whatever U / WPC / MT / PF / S), and the CUDA-core
 path must agree to bf16 rounding. The up and down variants are timed independently (each launch
 alone, R times in one CUDA graph over rotating inputs, median of 5, as in bench.py). Writes
-$OUT/tune.txt: per launch a table of us per batch (* the default), the fastest variant at each
+with --out DIR, DIR/tune.txt: per launch a table of us per batch (* the default), the fastest variant at each
 batch among those bitwise equal to the default, then the whole fork-join step with the down launch
 chosen by each card's table (k_expert_mma.DOWN_BY_CARD and DOWN everywhere) side by side.
 """
@@ -66,8 +66,10 @@ def step_us(moe, xs, R=10):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_mma")
     ap.add_argument("--T", default="1,8,16,32,64", help="batches, comma-separated")
-    Ts = [int(t) for t in ap.parse_args(argv).T.split(",")]
-    log = out_log("tune.txt")
+    ap.add_argument("--out", help="a folder: the tables also go to OUT/tune.txt as they come")
+    a = ap.parse_args(argv)
+    Ts = [int(t) for t in a.T.split(",")]
+    log = out_log("tune.txt", a.out)
     dm = FULL
     moe = LatentMoE(dm, draw_weights(dm, "mxfp4", seed=0), DEV)
     base = moe.settings

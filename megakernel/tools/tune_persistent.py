@@ -4,7 +4,7 @@ CTAs per SM).
 
 Every setting must give bitwise the fork-join's output and intermediates (checked on two inputs
 before timing). Timing as in bench.py: R steps in one CUDA graph over 8 rotating inputs, median
-of 5. Writes $OUT/persistent.txt.
+of 5. With --out DIR, also DIR/persistent.txt.
 """
 import argparse
 import copy
@@ -26,7 +26,7 @@ SETTINGS = [("default", Order(), 0), ("sfirst0", Order(shared_first=0), 0),
             # the tensor-core GEMV tasks with one K block per buffer and their K loop rolled: no
             # spill in any GEMV task's K loop at batch 1 (against up to 17 stores and 23 loads
             # a pass, MXFP4), 7-15 loads at batch > 1 against up to 69 (tools/persistent_regs.py
-            # --loops, CPU; fifteenth session). Not yet timed.
+            # --loops, CPU). Not yet timed.
             ("lean", Order(), 0, dict(mma_gemv=(("U", 1), ("lean", 1)))),
             # the same built for fewer, fatter CTAs: 2 a SM at 128 registers (U = 2), 1 at 255
             # (U = 4: 16 KB of loads a warp in flight, the CTA shape a layer's one launch needs
@@ -43,11 +43,12 @@ def main(argv=None):
     ap.add_argument("--settings", default=",".join(s[0] for s in SETTINGS))
     ap.add_argument("--trace", action="store_true",
                     help="instead: trace one launch per format and batch (default knobs)")
+    ap.add_argument("--out", help="a folder: the table also goes to OUT/persistent.txt as it comes")
     a = ap.parse_args(argv)
     if a.trace:
         return trace_main(a)
     chosen = [s for s in SETTINGS if s[0] in a.settings.split(",")]
-    log = out_log("persistent.txt")
+    log = out_log("persistent.txt", a.out)
     log("us per step; fork-join = the 11-launch step; other columns: the persistent launch "
         "(label: plan.Order knobs / CTAs per SM)")
     log(f"{'format':6s} {'T':>3s} {'fork-join':>10s} " + " ".join(f"{s[0]:>12s}" for s in chosen))
@@ -89,7 +90,7 @@ def trace_main(a):
     for their dependencies (from the start of the CTA's choice of task to the start of the task:
     spinning, and ticket draws); per CTA, the time between its tasks (signal, barriers)."""
     from megakernel import plan as P
-    log = out_log("persistent_trace.txt")
+    log = out_log("persistent_trace.txt", a.out)
     for fmt in a.formats.split(","):
         one = LatentMoE(FULL, draw_weights(FULL, fmt, seed=0), DEV, streams="persistent")
         for T in (int(b) for b in a.batches.split(",")):
@@ -141,7 +142,8 @@ def trace_main(a):
 
 
 def _shape(moe, T):
-    from megakernel import launch_persistent, registry
+    from megakernel import registry
+    from megakernel.experimental import launch_persistent
     return registry.persistent_step(moe.dm, **launch_persistent._variant(moe, False, T)).shape()
 
 

@@ -4,7 +4,7 @@ full dims, bf16 and MXFP4 experts, T = 1 and 8.
 
 Every mode must give bitwise the output of the one-stream order (checked here on each input
 before timing). Timing as in bench.py: R steps in one CUDA graph over rotating inputs, median
-of 5. Writes $OUT/streams.txt.
+of 5. With --out DIR, also DIR/streams.txt.
 """
 import argparse
 import copy
@@ -28,9 +28,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m megakernel.tools.tune_streams")
     ap.add_argument("--modes", default=",".join(m[0] for m in MODES))
     ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--out", help="a folder: the table also goes to OUT/streams.txt as it comes")
     a = ap.parse_args(argv)
     modes = [m for m in MODES if m[0] in a.modes.split(",")]
-    log = out_log("streams.txt")
+    log = out_log("streams.txt", a.out)
     dm = FULL
     log("fork/gate/side CTAs per SM (0 = no cap), U: GEMV unroll; us per step")
     log(f"{'format':6s} {'T':>3s} " + " ".join(f"{m[0]:>22s}" for m in modes))

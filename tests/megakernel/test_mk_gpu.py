@@ -250,7 +250,8 @@ def test_persistent_watchdog_names_a_broken_wait(stage, queue, counter):
     task too many) ends in the one-line error naming the waiting task and the counter, with its
     count one short of the target, not a hung GPU."""
     import re
-    from megakernel import launch_persistent, plan as P
+    from megakernel import plan as P
+    from megakernel.experimental import launch_persistent
     w = weights("bf16")
     one = LatentMoE(SMALL, w, DEV, streams="persistent")
     x = torch.randn(1, SMALL.d, device=DEV).to(torch.bfloat16)

@@ -50,8 +50,7 @@ WG_CHILD = CHILD.replace('"mla_attn_mma"', '"mla_attn_wg"')
 
 def test_wgmma_attention_builds_with_its_measured_spill(tmp_path):
     """k_mla_attn_wg.py for the H200: its 36 score and 8 value wgmma per tile, and no more than
-    the 80 bytes ptxas spilled when it was measured (255 registers; docs/megakernel-notes.md,
-    eleventh session): a change that spills more shows here before it is timed."""
+    the 80 bytes ptxas spilled when it was measured (255 registers; lab/mla/): a change that spills more shows here before it is timed."""
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
     from megakernel import config
     env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
@@ -125,7 +124,7 @@ def _tile_loop(variant, tmp_path):
 def test_tma_remat_reloads_less_in_its_tile_loop(tmp_path):
     """k_mla_attn_tma.py with `remat` (the query's descriptors recomputed per tile, tools/
     the default since call 70; mla_ksplit.py's `tma_held` is the other): fewer local loads in the tile loop than held, at most
-    the 11 and 1 measured (fifteenth session); a change that spills there again shows here."""
+    the 11 and 1 measured; a change that spills there again shows here."""
     pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
     base = _tile_loop("dict(remat=False)", tmp_path)
     if base is None:

@@ -339,7 +339,7 @@ def v_at(kk, w, NV, k, n):
 def test_mla_attention_tma_swizzled_image_feeds_each_operand_its_element():
     """k_mla_attn_tma.py: row r's 16-byte chunk cc (elements 8 cc .. 8 cc + 7) sits at byte
     (cc // 8) 8192 + r 128 + (cc % 8 ^ r % 8) 16 of an image (what TMA writes with the 128-byte
-    swizzle: scripts/gpu_calls/tma_probe.py held a tile to it on the H200, call 56; the query and
+    swizzle: lab/probes/tma_probe.py held a tile to it on the H200; the query and
     partial tiles go there by cp.async). Read through PTX's 128-byte-swizzle canonical layouts
     (cute's make_gmma_desc comment): an address is formed unswizzled, then bits 4-6 are XORed
     with bits 7-9 (the image 1024-byte aligned). K-major, element (m, k) of a step at start +

@@ -129,7 +129,7 @@ def test_task_table_follows_the_gemv_kernels():
     a table built for the other kernels (a reused one did a quarter of gemv_shared's rows)."""
     from types import SimpleNamespace
 
-    from megakernel import launch_persistent
+    from megakernel.experimental import launch_persistent
     from megakernel.config import Gemv, Settings
 
     moe = SimpleNamespace(dm=SMALL, fmt="bf16", order=P.Order(), _plans={}, _nsm=132,

@@ -174,7 +174,7 @@ def test_lean_gemv_tasks_do_not_spill_in_their_k_loops(ctas, U, t1):
     config.Persist.mma_gemv, tune_persistent's `lean` and `lean1/SM`), full dims, MXFP4 (the
     format whose default GEMV loops spill): no spill instruction in any hot loop of the whole
     kernel, at 3 CTAs a SM with U = 1 (batch 1) and at 1 CTA a SM with U = 4 (both batch
-    classes) (ptxas, then cuobjdump; docs/megakernel-notes.md, fifteenth session)."""
+    classes) (ptxas, then cuobjdump; lab/spills/)."""
     import shutil
     from megakernel.tools.spills import cuobjdump
     from megakernel.tools.persistent_regs import measure

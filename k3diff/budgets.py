@@ -90,10 +90,21 @@ L2_RTOL = 2.0
 # Measured, the ratio ||cand - ref|| / ||base - ref|| of every bf16 tensor at steps >= 1:
 #  - the megakernel on one H100 (the runs above: call 85, d82642e): at most 1.447 over 4099 tensors
 #    (mla attn_latent@step1, large values), p99.9 1.387;
-#  - on the CPU: MEASURED_CPU_FIGURES
-# A uniform 1% error from step 1 on (tests/k3diff/broken_candidate.py ScaledFromStep1, the final
-# output x 1.01 at every later step; the same probe with --extra broken_candidate:ScaledFromStep1):
-# MEASURED_BROKEN_FIGURES
+#  - on the CPU (2026-12-07, tiny dims, `PYTHONPATH=.:tests/k3diff python scripts/l2_chained_probe.py
+#    --cases 8 --steps 3 --seed 1 --extra broken_candidate:ScaledFromStep1`: 24 cases of 3 steps over
+#    mla, kda and layer, every value distribution, per candidate) torch-blocked, the reference's
+#    faithful mode and the 16 CPU false-alarm controls: at most 1.105 over 5472 tensors at steps >= 1
+#    (approx_exp, layer delta@step1, tiny values; p99.9 1.013; every other candidate <= 1.014), 1.001
+#    over 2736 at step 0; no correct candidate failed a case. At tiny dims bf16's rounding hides
+#    most of a candidate's f32 differences, so the GPU's figure above is the one the bound must hold;
+#  - a uniform 1% error from step 1 on (tests/k3diff/broken_candidate.py ScaledFromStep1: correct at
+#    step 0, the final output x 1.01 at every later step; the same command): its largest later-step
+#    ratio per case 1.5x or more in 23 of the 24 cases, 2x or more in 22, 2.5x or more in 11, 3x or
+#    more in 6 (largest 3.53, kda out@step1, large values). The layer's delta, which carries the
+#    MoE's bf16 noise, is the closest: 1.5-2.2x.
+# 2 keeps 1.38x over the worst correct kernel measured at a later step (1.447; 1.44x over its p99.9)
+# and catches the 1% error at 22 of 24 cases; 2.5 (step 0's margin of 1.7x) would catch 11. The
+# same multiple as step 0, so a later step is judged like any other.
 L2_RTOL_CHAINED = 2.0
 STEP_TAG = "@step"       # a multi-step case's tensors are named `name@stepN` (k3diff.runner)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from k3diff.budgets import L2_RTOL
+from k3diff.budgets import L2_RTOL, L2_RTOL_CHAINED
 
 REPORT_KEY, FAILURE_KEY, MUTANT_KEY = "k3diff_cases", "k3diff_failure", "k3diff_mutant"
 BAD_INPUT_KEY = "k3diff_bad_input"      # {"status", "line"}: an input that could not be judged (exit_codes.py)
@@ -149,8 +149,9 @@ def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
     if not flagged:
         return []
     flagged.sort(key=lambda x: -x[0])
+    bound = f"{L2_RTOL:g}x" + ("" if L2_RTOL_CHAINED == L2_RTOL else f", {L2_RTOL_CHAINED:g}x at later steps")
     lines = [f"whole-tensor error: {len(flagged)} passing case(s) with a bf16 tensor's L2 error >= {at:g}x the "
-             f"baseline's (judged at every step against {L2_RTOL:g}x; no correct kernel measured reached {at:g}x)"]
+             f"baseline's (judged at every step against {bound}; no correct kernel measured reached {at:g}x)"]
     lines += [f"  {r['stage']} {tensor} {ratio:.2f}x: {r.get('label', r['id'])}" for ratio, tensor, r in flagged[:most]]
     if len(flagged) > most:
         lines.append(f"  (+{len(flagged) - most} more in the results file)")

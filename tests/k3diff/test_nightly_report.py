@@ -82,7 +82,7 @@ def _fails_with(tmp_path, rc, message, *args):
     assert code == rc, out
     err_lines = [line for line in out.splitlines() if line.startswith("nightly_report:")]
     assert any(message in line for line in err_lines), out
-    assert f"FAIL" in summary and message in (tmp_path / "out" / "notify.txt").read_text()
+    assert "FAIL" in summary and message in (tmp_path / "out" / "notify.txt").read_text()
     return out
 
 

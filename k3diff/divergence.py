@@ -12,7 +12,8 @@ f32 unit roundoff, c per tensor in k3diff.budgets), and the report carries its a
 max |cand − ref| / (u·A) over the elements, so accuracy is visible while a result passes.
 
 A tensor stored in bf16 or fp16 is judged whole too: its L2 error against the baseline's
-(k3diff.budgets.L2_RTOL), which a uniform error under every element's bound does not pass.
+(k3diff.budgets.L2_RTOL; at a multi-step case's later steps L2_RTOL_CHAINED), which a uniform error
+under every element's bound does not pass.
 
 One implementation measures every tensor (`measure_numeric`, many tensors of one dtype at once);
 the one-tensor `measure` is that with one tensor, so the rule exists once.
@@ -55,7 +56,7 @@ class TensorReport:
     # rounding dominates the baseline's error, so a correct candidate sits near 1 (None: another
     # dtype, where the baseline's error is tiny and a summation order alone moves it 2-4x, or no
     # baseline error). The whole-tensor rule (k3diff.budgets.L2_RTOL) judges ||cand - ref||_2
-    # against l2_bound; None where it does not judge (no ratio, or a chained step: budgets.chained).
+    # against l2_bound at every step (a chained step by budgets.L2_RTOL_CHAINED); None: no ratio.
     # In the results file as `l2` (k3diff.results); not in to_dict(), like error_map
     l2_ratio: float | None = field(default=None, compare=False)
     l2_err: float | None = field(default=None, compare=False)
@@ -83,9 +84,7 @@ class TensorReport:
         """The whole-tensor rule's figure, where the tensor has one (bf16 / fp16)."""
         if self.l2_ratio is None:
             return ""
-        if self.l2_bound is None:
-            tail = " (a later step: reported, not judged)"
-        elif self.l2_err:               # the bound in the baseline's L2 errors: bound / (err / ratio)
+        if self.l2_err:               # the bound in the baseline's L2 errors: bound / (err / ratio)
             tail = f" (bound {self.l2_bound * self.l2_ratio / self.l2_err:.3g}x)"
         else:
             tail = ""
@@ -333,7 +332,9 @@ def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite, 
     l2_ratio = cand_l2 / base_l2 if l2 and base_l2 > 0 else None
     # the baseline is never credited with less error than the dtype's own rounding (a reference
     # that bf16 holds exactly would leave it none)
-    l2_bound = budget.l2 * max(base_l2, rounding_l2) if l2_ratio is not None and not chained(name) else None
+    # (a multi-step case's later steps by their own measured multiple: budgets.L2_RTOL_CHAINED)
+    l2_mult = budget.l2_chained if chained(name) else budget.l2
+    l2_bound = l2_mult * max(base_l2, rounding_l2) if l2_ratio is not None else None
     if accumulated:
         bound, accuracy, over = values[11:14]
         accuracy = accuracy if classed else None
@@ -345,7 +346,7 @@ def numeric_report(stage, name, budget: Budget, shape, values, err, non_finite, 
     if ok and l2_bound is not None and cand_l2 > l2_bound:
         ok = False
         note = (f"whole-tensor error ||cand - ref||_2 {cand_l2:.3g} = {l2_ratio:.2f}x the baseline's "
-                f"{base_l2:.3g} vs bound {l2_bound:.3g} ({budget.l2:g}x); the worst element "
+                f"{base_l2:.3g} vs bound {l2_bound:.3g} ({l2_mult:g}x); the worst element "
                 f"{max_err:.3g} is inside its bound {bound:.3g}")
     return TensorReport(stage, name, ok, max_err=max_err, bound=bound, base_err=base_err,
                         atol=atol, similarity=similarity, worst_ulps=ulps,

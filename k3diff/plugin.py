@@ -159,24 +159,55 @@ def _make_session(config):
             from k3diff.results import worker_path
 
             config._k3diff_report = open_report(worker_path(report, worker) if worker else report)
+            _write_start_record(config, worker, report)     # before the backend loads
         session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
                           isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout)
-        from k3diff.distributed import apply_ranks  # a distributed candidate's ranks (issue 34)
+        from k3diff.distributed import apply_ranks  # a distributed candidate's ranks
 
         apply_ranks(session, config.getoption(opt.RANKS))
         if config._k3diff_report is not None:
-            from k3diff.results import run_header  # line 1 of the results file: the run and the machine
+            from k3diff.results import loaded_record
 
-            header = run_header(session, config.getoption(opt.SHARD), worker=worker,
-                                parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
-            header["run_id"] = _run_id(config)
-            config._k3diff_started = header["started_unix"]
-            _write_report(config, header)
+            _write_report(config, loaded_record(session))
         return session
     except (BackendError, UsageProblem) as exc:
+        _write_stop_record(config, exit_codes.status_of(exc), str(exc))
         raise _stop(exc) from None
+    except _Stop as exc:                    # this machine cannot run it (_worker_device)
+        _write_stop_record(config, exc.returncode, str(exc.msg))
+        raise
+
+
+# ---------------------------------------------------------------- the results file's start and end
+# records around a run that stops before judging (the nightly merge reads the end record's status)
+
+def _write_start_record(config, worker, report):
+    """Line 1 of the results file from the command line alone, written before the backend loads,
+    so a backend that cannot load leaves a file that names the run (k3diff.results.run_header)."""
+    from types import SimpleNamespace
+
+    from k3diff.results import run_header
+
+    known = SimpleNamespace(seed=_run_seed(config), profile_name=config.getoption(opt.PROFILE),
+                            backend_name=config.getoption(opt.BACKEND), device=config.getoption(opt.DEVICE))
+    header = run_header(known, config.getoption(opt.SHARD), worker=worker,
+                        parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
+    header["run_id"] = _run_id(config)
+    config._k3diff_started = header["started_unix"]
+    _write_report(config, header)
+
+
+def _write_stop_record(config, status, line):
+    """The end record of a run that stops before any case (pytest's sessionfinish never comes):
+    its exit status and its one line."""
+    if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
+        return
+    from k3diff.results import end_record
+
+    _write_report(config, end_record(config._k3diff_started, status, 0, 0, error=line))
+    config._k3diff_started = None           # one end record
 
 
 # ---------------------------------------------------------------- pytest hooks
@@ -282,6 +313,7 @@ def _check_replay_paths(config):
         try:
             seed_files(root)
         except CorpusError as exc:
+            _write_stop_record(config, exit_codes.status_of(exc), str(exc))
             raise _stop(exc) from None
 
 

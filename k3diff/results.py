@@ -5,8 +5,11 @@ declared boundaries and every version that can change a verdict (`environment()`
 judged case (`"kind": "case"`, `record()`, written and flushed as it is judged, with `phase`
 "generate" or "shrink": Hypothesis's shrink steps re-judge variants of one failure), one per saved
 failure (`"kind": "failure"`: its seed file, replay command and the test item), and last an end
-record (`"kind": "end"`: end time, duration, exit status, counts). A file without its end record
-was killed (or is still running): `k3diff report` says so.
+record (`"kind": "end"`: end time, duration, the run's exit status, counts). The start record is
+written before the backend loads, and a `"kind": "loaded"` line once it has (its resolved name and
+boundaries); a run that stops before judging (its backend did not load: exit 8) still writes its end
+record with its status and its one line (`error`), so a shard that never judged is never a 0-byte
+file. A file without its end record was killed (or is still running): `k3diff report` says so.
 
 Under xdist every worker streams its own file beside FILE (`worker_path`: FILE's name with
 `.gw0` before `.jsonl`), so a killed shard keeps every case a worker judged; FILE's run line names
@@ -142,8 +145,10 @@ def environment() -> dict:
 
 
 def run_header(session, shard: str | None, worker: str | None = None, parts=()) -> dict:
-    """The start record. `worker`: this file is one xdist worker's part; `parts`: the controller's
-    file names the parts its workers stream."""
+    """The start record, written before the backend loads (`session`: what the command line says,
+    seed, profile_name, backend_name, device; a backend that then fails to load still leaves a file
+    that says which run it was). `worker`: this file is one xdist worker's part; `parts`: the
+    controller's file names the parts its workers stream."""
     space = getattr(session, "space", None)
     return {"kind": "run", "format": RESULTS_FORMAT, "seed": session.seed, "profile": session.profile_name,
             "backend": session.backend_name, "device": session.device, "shard": shard,
@@ -152,10 +157,23 @@ def run_header(session, shard: str | None, worker: str | None = None, parts=()) 
             "argv": sys.argv[1:], "environment": environment()}
 
 
-def end_record(started_unix: float, exitstatus, cases: int, failing: int) -> dict:
-    """The last line: a file that has it was not cut short."""
-    return {"kind": "end", "ended": now(), "seconds": round(time.time() - started_unix, 3),
-            "exitstatus": None if exitstatus is None else int(exitstatus), "cases": cases, "failing": failing}
+def loaded_record(session) -> dict:
+    """The line after the start record once the backend has loaded: its resolved name, the device
+    and the boundaries it declares (k3diff.report.load folds it into the start record)."""
+    space = getattr(session, "space", None)
+    return {"kind": "loaded", "backend": session.backend_name, "device": session.device,
+            "boundaries": {k: list(v) for k, v in dict(getattr(space, "boundaries", None) or {}).items()}}
+
+
+def end_record(started_unix: float, exitstatus, cases: int, failing: int, error: str | None = None) -> dict:
+    """The last line: a file that has it was not cut short. `exitstatus`: the run's pytest exit
+    status (k3diff/exit_codes.py), which the nightly merge reads; `error`: the one line of a run
+    that stopped before judging (a backend that did not load, a seed that cannot be read)."""
+    out = {"kind": "end", "ended": now(), "seconds": round(time.time() - started_unix, 3),
+           "exitstatus": None if exitstatus is None else int(exitstatus), "cases": cases, "failing": failing}
+    if error:
+        out["error"] = error
+    return out
 
 
 def write(path, header: dict, cases: list, failures: list = ()) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from k3diff.budgets import L2_RTOL
+from k3diff.budgets import L2_RTOL, L2_RTOL_CHAINED
 
 REPORT_KEY, FAILURE_KEY, MUTANT_KEY = "k3diff_cases", "k3diff_failure", "k3diff_mutant"
 BAD_INPUT_KEY = "k3diff_bad_input"      # {"status", "line"}: an input that could not be judged (exit_codes.py)
@@ -127,16 +127,18 @@ NEAR_EDGE = 0.9      # a passing case this close to a bound is named: on a corre
                      # false alarm waiting (docs/verdicts.md: KDA's state at 96.8% in nightly 94001)
 
 
-# a passing case whose bf16 tensor's L2 error is the whole-tensor rule's multiple of the baseline's
-# or more is named: where the rule judges, such a case fails, so these are a multi-step case's
-# later steps, which it reports only (k3diff.budgets.L2_RTOL, chained)
-L2_FLAG = L2_RTOL
+# a passing case whose bf16 tensor's L2 error is this multiple of the baseline's or more is named:
+# the whole-tensor rule judges every step (k3diff.budgets.L2_RTOL, L2_RTOL_CHAINED: 2x), and no
+# correct kernel measured reached 1.5x at any step (the megakernel's worst 1.447, a later MLA step),
+# so such a case passed closer to that line than any correct kernel, or on the dtype's rounding
+# floor (the baseline's error below bf16's own rounding)
+L2_FLAG = 1.5
 
 
 def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
     """The passing cases with a bf16 tensor whose whole (L2) error is at least `at` times the
     baseline's, largest first: a line that counts them, then up to `most` with tensor, ratio, label.
-    Not a verdict: the steps the whole-tensor rule does not judge (k3diff.budgets.chained)."""
+    Not a verdict (the whole-tensor rule judged them): a warning, like near_edge_lines."""
     flagged = []
     for r in distinct_judged(results):
         if not r["ok"]:
@@ -147,8 +149,9 @@ def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
     if not flagged:
         return []
     flagged.sort(key=lambda x: -x[0])
+    bound = f"{L2_RTOL:g}x" + ("" if L2_RTOL_CHAINED == L2_RTOL else f", {L2_RTOL_CHAINED:g}x at later steps")
     lines = [f"whole-tensor error: {len(flagged)} passing case(s) with a bf16 tensor's L2 error >= {at:g}x the "
-             "baseline's (at a multi-step case's later steps, where the whole-tensor rule reports and does not judge)"]
+             f"baseline's (judged at every step against {bound}; no correct kernel measured reached {at:g}x)"]
     lines += [f"  {r['stage']} {tensor} {ratio:.2f}x: {r.get('label', r['id'])}" for ratio, tensor, r in flagged[:most]]
     if len(flagged) > most:
         lines.append(f"  (+{len(flagged) - most} more in the results file)")

@@ -5,7 +5,8 @@
 
 Modules, one job each: load (read and merge, worker parts, cut-short files), tables (the numbers),
 failures (distinct failures, shrink steps folded), plots (SVG figures, clipped axes), html (the page:
-verdict banner first), compare (BASE vs NEW, matched by case). Exit status: 0 ok, 1 NEW has new failures (--compare), 2 bad input
+verdict banner first), compare (BASE vs NEW, matched by case). Exit status: 0 ok, 1 NEW has new failures (--compare: on a matched
+case, or on a case BASE did not run), 6 nothing compared (--compare: no case matched), 2 bad input
 (one line on stderr).
 """
 from __future__ import annotations
@@ -42,7 +43,7 @@ def run(args) -> int:
         if args.compare:
             if args.results:
                 raise loader.ReportInputError("give either RESULTS... or --compare BASE NEW, not both")
-            from k3diff.report.compare import compare, compare_report, text
+            from k3diff.report.compare import compare, compare_report, headline, status, text
 
             base, new = (loader.load([p]) for p in args.compare)
             cmp = compare(base, new)
@@ -54,7 +55,9 @@ def run(args) -> int:
                 _write(args.markdown, compare_markdown(cmp), "a")
             print(text(cmp))
             print(f"wrote {out}")
-            return 1 if cmp.new_failures else 0
+            for line in headline(cmp):          # on stderr too: a CI log shows it beside the exit status
+                print(f"k3diff report: {line}", file=sys.stderr)
+            return status(cmp)
         if not args.results:
             raise loader.ReportInputError("no results file given (k3diff report RESULTS... or --compare BASE NEW)")
         from k3diff.report.html import run_report

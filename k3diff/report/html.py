@@ -210,7 +210,7 @@ def _errors(run) -> list[str]:
             "<p><small>accuracy: the error in units of u&middot;&Sigma;|a||b| (the tensor's accuracy class), "
             "where the error rule reports it. L2: the tensor's whole error over the bf16 baseline's, "
             "&#8214;cand &minus; ref&#8214; / &#8214;base &minus; ref&#8214; (bf16 tensors; the whole-tensor "
-            "rule fails it above 2x, except at a multi-step case's later steps).</small></p>"]
+            "rule fails it above 2x at every step, a multi-step case's later steps included).</small></p>"]
 
 
 def _ties_and_slowest(run) -> list[str]:

@@ -85,6 +85,9 @@ def read_file(path: Path, need_cases: bool = True) -> Run:
             run.failures.append(obj)
         elif kind == "budgets":
             pass                                        # the progress line's denominators
+        elif kind == "loaded":                          # the backend as loaded, after the start record
+            if run.headers:
+                run.headers[-1].update({k: obj[k] for k in ("backend", "device", "boundaries") if k in obj})
         elif kind == "end":
             run.ends.append(dict(obj, file=str(path)))
         else:
@@ -133,6 +136,16 @@ def merge(runs) -> Run:
         merged.warnings.append(f"warning: the results files disagree on the seed ({', '.join(map(str, seeds))}): "
                                "not shards of one run")
     return merged
+
+
+def load_shard(path) -> Run:
+    """One shard's results file with its workers' parts, cases or none (the nightly merge judges a
+    shard that judged nothing itself; its `ends[0]`, where present, is this file's own end record)."""
+    path = Path(path)
+    if not path.exists():
+        raise ReportInputError(f"{path}: no such results file")
+    run = read_file(path, need_cases=False)
+    return merge([run] + [read_file(p, need_cases=False) for p in parts_of(path, run)])
 
 
 def load(paths) -> Run:

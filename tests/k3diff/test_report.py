@@ -133,6 +133,45 @@ def test_compare_exit_codes_and_summary(tmp_path, capsys):
     assert 'name="k3diff-new-failures" content="1"' in page and "data:image/svg+xml;base64," in page
 
 
+def test_compare_of_disjoint_runs_fails_and_says_nothing_matched(tmp_path, capsys):
+    base = _write_run(tmp_path / "base.jsonl", 5, _cases([0.1, 0.2]))
+    other = []
+    for k, ratio in enumerate([0.1, 3.0]):                   # other cases: seeds BASE never drew
+        case = Case("moe", batch=k + 1, seed=100 + k)
+        other.append(record(case, _verdict(case, ratio, ok=k != 1)))
+    passing = _write_run(tmp_path / "passing.jsonl", 5, other[:1])
+    code, out, err = _main(capsys, "report", "--compare", base, passing, "-o", tmp_path / "d1.html")
+    assert code == 6, out + err
+    assert "0 cases matched (2 only in BASE, 1 only in NEW)" in out
+    assert "k3diff report: NOTHING COMPARED: 0 cases matched" in err and "COVERAGE DROP" in err
+    assert 'class="verdict">FAIL' in (tmp_path / "d1.html").read_text()
+    failing = _write_run(tmp_path / "failing.jsonl", 5, other)
+    code, out, err = _main(capsys, "report", "--compare", base, failing, "-o", tmp_path / "d2.html")
+    assert code == 1, out + err
+    assert "1 failing where BASE did not run" in out and "NEW FAIL (not in BASE) moe" in out
+
+
+def test_new_failures_on_cases_base_did_not_run_fail_the_compare(tmp_path, capsys):
+    base = _write_run(tmp_path / "base.jsonl", 5, _cases([0.1, 0.2]))
+    new = _write_run(tmp_path / "new.jsonl", 5, _cases([0.1, 0.2, 3.0], failing={2}))
+    code, out, err = _main(capsys, "report", "--compare", base, new, "-o", tmp_path / "c.html")
+    assert code == 1, out + err
+    assert "2 cases matched (0 only in BASE, 1 only in NEW); 0 newly failing, 1 failing where BASE did not run" in out
+    assert 'name="k3diff-new-failures" content="1"' in (tmp_path / "c.html").read_text()
+
+
+def test_a_coverage_drop_is_said_loudly_and_the_matched_count_always(tmp_path, capsys):
+    base = _write_run(tmp_path / "base.jsonl", 5, _cases([0.1, 0.2, 0.3, 0.4]))
+    new = _write_run(tmp_path / "new.jsonl", 5, _cases([0.1]))
+    code, out, err = _main(capsys, "report", "--compare", base, new, "-o", tmp_path / "c.html",
+                           "--markdown", tmp_path / "m.md")
+    assert code == 0, out + err
+    assert out.startswith("COVERAGE DROP: NEW did not run 3 of BASE's 4 case(s) (75%)") and "1 cases matched" in out
+    assert "k3diff report: COVERAGE DROP" in err
+    assert "**COVERAGE DROP" in (tmp_path / "m.md").read_text()
+    assert "COVERAGE DROP" in (tmp_path / "c.html").read_text()
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "no such results file"),
     ("", "no case in this results file"),

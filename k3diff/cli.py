@@ -244,11 +244,19 @@ def _hunt(args) -> int:
         return EXIT["nothing judged"]
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
+        _print_rerun(args)
         return EXIT["pass"]
     print(f"caught after {count} examples, {seconds:.1f} s, stage {stage} on {device}: {verdict.headline()}")
     for line in verdict.failures():
         print("  " + line)
+    _print_rerun(args)
     return EXIT["fail"]
+
+
+def _print_rerun(args):
+    from k3diff.rerun import cli_line
+
+    print(f"rerun: {cli_line(args.argv, '--seed', args.seed)}")
 
 
 def _mutants(args) -> int:
@@ -268,6 +276,7 @@ def _mutants(args) -> int:
                     device=args.device) for m in chosen]
     print("\n".join(table(results)))
     passed = _controls(args)
+    _print_rerun(args)
     return 0 if all(r.caught for r in results) and passed else 1
 
 
@@ -302,6 +311,7 @@ def _mutant_space(device):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)       # the `rerun:` line (k3diff/rerun.py)
     try:
         status = _run(args)
         sys.stdout.flush()

@@ -172,6 +172,10 @@ def _make_session(config):
             header = run_header(session, config.getoption(opt.SHARD), worker=worker,
                                 parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
             header["run_id"] = _run_id(config)
+            if worker is None:                  # the command that repeats the run, as data (k3diff/rerun.py)
+                from k3diff.rerun import pytest_record
+
+                header["rerun"] = pytest_record(config, session.seed)
             config._k3diff_started = header["started_unix"]
             _write_report(config, header)
         return session
@@ -244,10 +248,21 @@ def _write_report(config, record):
                 pass
 
 
+def _rerun_line(config) -> str:
+    """The command that repeats this run (k3diff/rerun.py); on an xdist worker, the controller's."""
+    worker = getattr(config, "workerinput", None)
+    if worker and "k3diff_rerun" in worker:
+        return worker["k3diff_rerun"]
+    from k3diff.rerun import pytest_line
+
+    return pytest_line(config, _run_seed(config))
+
+
 class _XdistHooks:
     def pytest_configure_node(self, node):
         node.workerinput["k3diff_seed"] = node.config._k3diff.seed
         node.workerinput["k3diff_run_id"] = _run_id(node.config)
+        node.workerinput["k3diff_rerun"] = _rerun_line(node.config)
 
 
 def pytest_pycollect_makeitem(collector, name, obj):
@@ -396,6 +411,15 @@ def pytest_collection_modifyitems(config, items):
         _start_progress(config, [it.nodeid for it in items if it.get_closest_marker(MARKER)])
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _k3diff_rerun_property(request):
+    """The rerun line as a JUnit <testsuite> property (pytest's record_testsuite_property; under
+    xdist, which that fixture does not support, a failing testcase carries it instead)."""
+    session = request.config._k3diff
+    if session is not None and not hasattr(request.config, "workerinput"):
+        request.getfixturevalue("record_testsuite_property")("k3diff_rerun", _rerun_line(request.config))
+
+
 @pytest.fixture
 def k3diff(request):
     """The k3diff run of this process, bound to the calling test item."""
@@ -510,7 +534,7 @@ class _ItemRun:
         headline = prefix + verdict.headline()
         self.item.user_properties.append((_FAILURE_KEY, {
             "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline,
-            "item": self.item.nodeid, "id": case_id(verdict.case)}))
+            "item": self.item.nodeid, "id": case_id(verdict.case), "rerun": _rerun_line(self.item.config)}))
         details = "\n".join("  " + line for line in list(verdict.failures()) + list(verdict.notes) + list(extra))
         pytest.fail(f"{headline}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
 
@@ -634,7 +658,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for f in {f["path"]: f for f in failures}.values():
         tr.write_line(f"FAILED {f['headline']}")
         tr.write_line(f"   replay: {f['replay']}")
-    rerun = f"pytest {opt.ENABLE} {opt.SEED} {session.seed} {opt.PROFILE} {session.profile_name}"
+    rerun = _rerun_line(config)             # the recorded command, seed pinned (k3diff/rerun.py)
     if failures:
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")

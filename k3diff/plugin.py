@@ -59,7 +59,8 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
-    opt.fix_rootdir(early_config, parser, args)
+    opt.refuse_moved_rootdir(early_config, parser, args)      # pytest's public API only (k3diff/options.py)
+    opt.add_default_suite(early_config, parser, args)
 
 
 def _parse_shard(text):

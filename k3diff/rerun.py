@@ -40,6 +40,20 @@ def without_outputs(args) -> list[str]:
     return out
 
 
+def joined(args, options) -> list[str]:
+    """`args` with each of `options` in the `--opt=value` form: the space form of a path option is
+    refused once its folder exists outside the tested ones (k3diff.options.refuse_moved_rootdir),
+    and the first run has just made the save folder."""
+    out, it = [], iter(args)
+    for a in it:
+        if a in options:
+            value = next(it, None)
+            out.append(a if value is None else f"{a}={value}")
+        else:
+            out.append(a)
+    return out
+
+
 def with_option(args, option: str, value) -> list[str]:
     """`args` with `option value` appended unless the option is already given (either form)."""
     if value is None or any(a == option or a.startswith(option + "=") for a in args):
@@ -60,7 +74,7 @@ def pytest_args(config, seed) -> list[str]:
     from k3diff import options as opt
 
     args = [str(a) for a in config.invocation_params.args]
-    return with_option(without_outputs(args), opt.SEED, seed)
+    return with_option(joined(without_outputs(args), opt.PATH_OPTIONS), opt.SEED, seed)
 
 
 def _env_prefix(environ=None) -> list[str]:

@@ -19,12 +19,14 @@ def _config(args, cwd="/somewhere"):
 
 def test_the_line_is_the_command_as_typed_with_the_seed_pinned_and_outputs_left_out():
     args = ["--k3diff", "--k3diff-backend", "my pkg.k:B", "-k", "fuzz and moe", "--pyargs", "k3diff.suite",
-            "-n", "2", "--k3diff-report", "out.jsonl", "--junitxml=j.xml", "--k3diff-preset", "tiny"]
+            "-n", "2", "--k3diff-report", "out.jsonl", "--junitxml=j.xml", "--k3diff-preset", "tiny",
+            "--k3diff-save", "/tmp/s"]
     line = rerun.pytest_line(_config(args), 777, argv0="/usr/bin/pytest", environ={})
     words = shlex.split(line)
     assert words[0] == "pytest"
     assert words[1:] == ["--k3diff", "--k3diff-backend", "my pkg.k:B", "-k", "fuzz and moe", "--pyargs",
-                         "k3diff.suite", "-n", "2", "--k3diff-preset", "tiny", "--k3diff-seed", "777"]
+                         "k3diff.suite", "-n", "2", "--k3diff-preset", "tiny", "--k3diff-save=/tmp/s",
+                         "--k3diff-seed", "777"]
     # a seed the user gave stays as given (either form), never twice
     given = rerun.pytest_line(_config(["--k3diff", "--k3diff-seed=5"]), 5, argv0="pytest", environ={})
     assert shlex.split(given) == ["pytest", "--k3diff", "--k3diff-seed=5"]
@@ -56,7 +58,8 @@ def test_the_printed_line_of_a_failing_run_reruns_it(tmp_path):
         [sys.executable, "-m", "pytest", "--k3diff", "--k3diff-backend", "tests.k3diff.broken_candidate:BiasInWeights",
          "--k3diff-profile", "quick", "--k3diff-preset", "tiny", "--k3diff-device", "cpu", "-k", "fuzz and moe",
          "--k3diff-save", str(tmp_path / "seeds a"), "--k3diff-report", str(tmp_path / "a.jsonl"),
-         "--k3diff-timeout", "300", "-p", "no:cacheprovider", "-p", "no:randomly", "tests/differential"],
+         "--k3diff-timeout", "300", "--junitxml", str(tmp_path / "j.xml"), "-p", "no:cacheprovider",
+         "-p", "no:randomly", "tests/differential"],
         cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert first.returncode == 1, first.stdout[-3000:] + first.stderr
     found = re.search(r"^next: .*rerun with `([^`]+)`", first.stdout, re.M)
@@ -65,6 +68,8 @@ def test_the_printed_line_of_a_failing_run_reruns_it(tmp_path):
     assert "BiasInWeights" in line and "--k3diff-seed" in line and "a.jsonl" not in line, line
     start = json.loads((tmp_path / "a.jsonl").read_text().splitlines()[0])
     assert start["rerun"]["line"] == line and start["rerun"]["cwd"] == str(ROOT)
+    junit = (tmp_path / "j.xml").read_text()
+    assert 'name="k3diff_rerun"' in junit and "j.xml" not in line, junit[:2000]
     second = subprocess.run(["bash", "-c", line + " --k3diff-report " + shlex.quote(str(tmp_path / "b.jsonl"))],
                             cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
     assert second.returncode == 1, second.stdout[-3000:] + second.stderr

@@ -343,6 +343,13 @@ def _quiet_stdout():
 
 def _run(args) -> int:
     if args.command == "report":        # -- report: reads JSON files; imports neither torch nor a backend
+        from k3diff.extras import check
+        from k3diff.usage import MachineProblem
+        try:
+            check("report")                 # its optional dependency: one line, exit 11
+        except MachineProblem as exc:
+            print(str(exc), file=sys.stderr)
+            return ex.status_of(exc)
         from k3diff.report import run as _report
         return _report(args)
     from k3diff.backends.base import BackendError

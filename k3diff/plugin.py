@@ -189,7 +189,6 @@ def _make_session(config):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}: a k3diff differential test (runs with {opt.ENABLE})")
     config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with {opt.MUTANTS})")
-    config.addinivalue_line("markers", "gpu: needs a CUDA device")
     config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
     config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
     config._k3diff_bad_inputs, config._k3diff_failed_reports = [], 0

@@ -18,6 +18,7 @@ REPORT = "--k3diff-report"
 TIMEOUT = "--k3diff-timeout"
 ISOLATE = "--k3diff-isolate"
 RANKS = "--k3diff-ranks"
+REPLAY_SAVED = "--k3diff-replay-saved"
 
 PRESETS = ("tiny", "small", "full")
 DEFAULT_SAVE = str(Path("corpora") / "failures")
@@ -58,6 +59,9 @@ def add_options(parser, profiles) -> None:
     group.addoption(ISOLATE, default="on", choices=["on", "off"],
                     help="judge cases in a child process, so a crash or hang of the candidate fails "
                          "the case instead of the run (default on)")
+    group.addoption(REPLAY_SAVED, default="on", choices=["on", "off"],
+                    help=f"replay the seeds in the {SAVE} folder first, as Hypothesis replays its saved "
+                         "failures (default on; k3diff/saved_first.py)")
     group.addoption(RANKS, default=None, type=int, metavar="N",
                     help="run a distributed candidate (torch-blocked-ep) on N ranks: moe cases draw a placement "
                          "of the experts over them (k3diff/ep_config.py); gloo on the CPU, NCCL on GPUs")

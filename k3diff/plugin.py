@@ -321,7 +321,11 @@ def pytest_generate_tests(metafunc):
                 paths += seed_files(root)
             except CorpusError as exc:
                 raise pytest.UsageError(str(exc)) from None
-        metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths], ids=[p.name for p in paths])
+        from k3diff import saved_first      # earlier runs' failing seeds, replayed first
+
+        saved = saved_first.seeds(config, already=paths)
+        metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths + saved],
+                             ids=[p.name for p in paths] + [saved_first.PREFIX + p.name for p in saved])
     if "k3diff_chunk" in metafunc.fixturenames:
         metafunc.parametrize("k3diff_chunk", range(PROFILES[metafunc.config.getoption(opt.PROFILE)]["chunks"]))
 
@@ -329,7 +333,6 @@ def pytest_generate_tests(metafunc):
 def _start_progress(config, nodeids) -> None:
     """The live progress line (k3diff/progress.py), on the process that owns the terminal."""
     import os
-    import sys
 
     if hasattr(config, "workerinput") or config._k3diff is None or getattr(config, "_k3diff_budgets", None):
         return
@@ -342,7 +345,9 @@ def _start_progress(config, nodeids) -> None:
         return
     from k3diff.progress import Progress, Tail
 
-    tty = mode == "tty" or (mode != "log" and getattr(getattr(tr._tw, "_file", sys.stdout), "isatty", bool)())
+    # under xdist the controller prints each worker's result as it lands, so a live line drawn
+    # between them would erase its dots: whole lines there (pytest's own write_line), never a rewrite
+    tty = mode == "tty" or (mode != "log" and bool(tr.isatty) and not _xdist_on(config))
     state = {"saved": None}       # pytest's own line (its dots) while ours is drawn below it
     capman = config.pluginmanager.getplugin("capturemanager")
     tw = tr._tw
@@ -400,13 +405,16 @@ def pytest_collection_modifyitems(config, items):
         for it in marked:
             it.add_marker(skip)
         return
+    from k3diff import saved_first          # earlier runs' failing seeds: every shard, and first
+
     if config._k3diff_shard:
         i, n = config._k3diff_shard
-        ordered = sorted(marked, key=lambda it: it.nodeid)
+        ordered = sorted((it for it in marked if not saved_first.is_saved(it)), key=lambda it: it.nodeid)
         drop = {it.nodeid for k, it in enumerate(ordered) if k % n != i - 1}
         deselected = [it for it in items if it.nodeid in drop]
         items[:] = [it for it in items if it.nodeid not in drop]
         config.hook.pytest_deselected(items=deselected)
+    saved_first.first(items)
     if not _xdist_on(config):
         _start_progress(config, [it.nodeid for it in items if it.get_closest_marker(MARKER)])
 

@@ -7,30 +7,6 @@ workers agree on them.
 """
 from __future__ import annotations
 
-import math
-import os
-
-# hypothesis.target() on each passing case's worst share of budget: past half the examples
-# Hypothesis climbs toward the cases closest to a bound, where a numerics bug lives.
-# K3DIFF_TARGET=off turns it off (the measurement of whether it helps: docs/design.md)
-TARGET_LABEL = "worst share of budget"
-
-
-def targeting() -> bool:
-    return os.environ.get("K3DIFF_TARGET", "on") != "off"
-
-
-def _share(verdict):
-    """The verdict's worst share of budget, or None (no graded tensor, or not a finite number)."""
-    worst = getattr(verdict, "worst", None)
-    worst = worst() if callable(worst) else None
-    ratio = getattr(worst, "ratio", None)
-    try:
-        ratio = float(ratio)
-    except (TypeError, ValueError):
-        return None
-    return ratio if math.isfinite(ratio) else None
-
 
 class Stop(BaseException):
     """Raised by a judge to end the search at once with `verdict`, without shrinking (a crash or a
@@ -48,12 +24,11 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
     is Hypothesis's minimal failing example (its final replay); without, the first failure.
     `explicit` values are judged first, as Hypothesis's @example (not counted in `examples`, never
     shrunk): a production space's boundary sweep (k3diff.strategies.boundary_plan)."""
-    from hypothesis import HealthCheck, Phase, example, given, settings, target
+    from hypothesis import HealthCheck, Phase, example, given, settings
     from hypothesis import seed as hyp_seed
 
     state = {"count": 0, "failure": None}
-    aim = targeting()
-    phases = [Phase.explicit, Phase.generate] + ([Phase.target] if aim else []) + ([Phase.shrink] if shrink else [])
+    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
 
     def one(value):
         state["count"] += 1
@@ -61,9 +36,6 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
         if not verdict.ok and not verdict.skipped:
             state["failure"] = verdict
             raise AssertionError(verdict.headline())
-        share = _share(verdict) if aim and not verdict.skipped else None
-        if share is not None:
-            target(share, label=TARGET_LABEL)
 
     for value in reversed(list(explicit)):      # @example runs them in the order written
         one = example(value)(one)

@@ -81,3 +81,11 @@ def test_the_printed_line_of_a_failing_run_reruns_it(tmp_path):
     assert any(not ok for _, _, ok, _ in a)
     failed = lambda out: sorted(x for x in out.splitlines() if x.startswith("FAILED "))  # noqa: E731
     assert failed(first.stdout) == failed(second.stdout) != []
+
+
+def test_a_hunt_prints_the_line_that_repeats_it(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "k3diff.cli", "hunt", "--backend", "torch-blocked", "--stage", "moe",
+                           "--examples", "1", "--isolate", "off"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rerun: k3diff hunt --backend torch-blocked --stage moe --examples 1 --isolate off --seed 0" in done.stdout

@@ -86,6 +86,25 @@ def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
+# pytest's ini files, and the section that makes each one pytest's (None: any such file)
+_INI_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
+              ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+
+
+def _ini_above(folder: Path):
+    """The ini file pytest would take for `folder`: the first one declaring pytest's section in it
+    or a parent (None: none)."""
+    for d in (folder, *folder.parents):
+        for name, section in _INI_FILES:
+            path = d / name
+            try:
+                if path.is_file() and (section is None or section in path.read_text(errors="replace")):
+                    return path
+            except OSError:
+                continue
+    return None
+
+
 def refuse_moved_rootdir(config, parser, args) -> None:
     """A path option in the space form whose value moved pytest's rootdir: one line, exit 4.
 
@@ -93,8 +112,9 @@ def refuse_moved_rootdir(config, parser, args) -> None:
     plugin is loaded, so the value of `--k3diff-save DIR` is taken for a test path: when DIR exists
     outside the folders under test, the rootdir moves to a common ancestor and the project's ini
     (testpaths, addopts) is lost. pytest has no public way to redo that search once our options are
-    known, so the run is refused with the form that has no such effect (`--k3diff-save=DIR`); a
-    value that does not exist yet, or lies inside the tested folders, moves nothing and passes. With
+    known, so the run is refused with the form that has no such effect (`--k3diff-save=DIR`). Only
+    when the ini was lost: a value that does not exist yet or lies inside the tested folders moves
+    nothing, and where no ini file is above the tested folders there is none to lose. With
     `--rootdir` or `-c` the user has chosen the rootdir and ini: nothing to refuse."""
     import pytest
 
@@ -104,13 +124,16 @@ def refuse_moved_rootdir(config, parser, args) -> None:
     base = Path(config.invocation_params.dir)
     real = [d for d in (_dir_of(a, base) for a in ns.file_or_dir if not a.startswith("-")) if d is not None]
     ancestor = Path(os.path.commonpath([str(d) for d in real])) if real else base
+    lost = _ini_above(ancestor)
+    if lost is None or lost == config.inipath:          # the project's ini was found: nothing lost
+        return
     for option, value in zip(args, args[1:]):
         if option in PATH_OPTIONS:
             moved = _dir_of(value, base)
             if moved is not None and not _inside(moved, ancestor):
                 raise pytest.UsageError(
                     f"{option} {value}: pytest takes {value} for a test path before k3diff is loaded, which "
-                    f"moves its rootdir away from {ancestor} and loses the project's ini; write {option}={value}")
+                    f"moves its rootdir away from {ancestor} and loses its ini {lost}; write {option}={value}")
 
 
 def add_default_suite(config, parser, args) -> bool:

@@ -19,8 +19,9 @@ mkdir "$W/src"
 cp -a "$ROOT/pyproject.toml" "$ROOT/README.md" "$ROOT/k3diff" "$ROOT/reference" "$ROOT/megakernel" "$W/src/"
 "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$W/dist" "$W/src" >/dev/null
 WHEEL=$(ls "$W"/dist/k3diff-*.whl)
-if unzip -l "$WHEEL" | grep -q "k3diff/corpora/regressions/.*\.json"; then :; else
-  echo "FAILED: the wheel holds no regression seeds (k3diff/corpora/regressions)"; exit 1; fi
+"$PY" -c "import sys, zipfile
+n = sum(f.startswith('k3diff/corpora/regressions/') and f.endswith('.json') for f in zipfile.ZipFile(sys.argv[1]).namelist())
+sys.exit(None if n else 'FAILED: the wheel holds no regression seeds (k3diff/corpora/regressions)')" "$WHEEL"
 
 step "install into a venv (system site packages for torch)"
 "$PY" -m venv --system-site-packages "$W/venv"

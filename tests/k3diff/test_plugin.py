@@ -475,7 +475,7 @@ def test_the_report_is_written_as_cases_are_judged(project):
 
 @pytest.mark.parametrize("form", ["space", "equals"])
 @pytest.mark.parametrize("option", ["--k3diff-save", "--k3diff-replay"])
-def test_path_options_never_move_the_rootdir_unseen(tmp_path, form, option):
+def test_path_options_keep_the_rootdir_or_are_refused_in_one_line(tmp_path, form, option):
     (tmp_path / "dummy.json").write_text(json.dumps({"k3diff_seed_format": 1, "case": {"stage": "moe", "version": 1}}))
     value = str(tmp_path) if option == "--k3diff-save" else str(tmp_path / "dummy.json")
     args = [option, value] if form == "space" else [f"{option}={value}"]

@@ -252,11 +252,19 @@ def _hunt(args) -> int:
         return EXIT["nothing judged"]
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
+        _print_rerun(args)
         return EXIT["pass"]
     print(f"caught after {count} examples, {seconds:.1f} s, stage {stage} on {device}: {verdict.headline()}")
     for line in verdict.failures():
         print("  " + line)
+    _print_rerun(args)
     return EXIT["fail"]
+
+
+def _print_rerun(args):
+    from k3diff.rerun import cli_line
+
+    print(f"rerun: {cli_line(args.argv, '--seed', args.seed)}")
 
 
 def _mutants(args) -> int:
@@ -276,6 +284,7 @@ def _mutants(args) -> int:
                     device=args.device) for m in chosen]
     print("\n".join(table(results)))
     passed = _controls(args)
+    _print_rerun(args)
     return 0 if all(r.caught for r in results) and passed else 1
 
 
@@ -310,6 +319,7 @@ def _mutant_space(device):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)       # the `rerun:` line (k3diff/rerun.py)
     try:
         status = _run(args)
         sys.stdout.flush()
@@ -341,6 +351,13 @@ def _quiet_stdout():
 
 def _run(args) -> int:
     if args.command == "report":        # -- report: reads JSON files; imports neither torch nor a backend
+        from k3diff.extras import check
+        from k3diff.usage import MachineProblem
+        try:
+            check("report")                 # its optional dependency: one line, exit 11
+        except MachineProblem as exc:
+            print(str(exc), file=sys.stderr)
+            return ex.status_of(exc)
         from k3diff.report import run as _report
         return _report(args)
     from k3diff.backends.base import BackendError

@@ -236,15 +236,17 @@ def environment_drift(recorded: dict, now: dict) -> str | None:
     return ("recorded in another environment: " + "; ".join(diffs)) if diffs else None
 
 
-def regression_dirs(rootdir=None) -> list[Path]:
-    """The regression corpora replayed on every run: the one that ships with k3diff (found from the
-    package, so `pytest --pyargs k3diff.suite` finds it from any folder), and the rootdir's own
-    `corpora/regressions` when that is another (a user's project with seeds of its own)."""
-    import k3diff
+# the regression corpus that ships with k3diff: package data (pyproject.toml's package-data), so a
+# wheel carries it and `pytest --k3diff` finds it from any folder; the checkout's
+# corpora/regressions is a link to it, so seeds copied there ship too
+SHIPPED_REGRESSIONS = Path(__file__).resolve().parent / "corpora" / "regressions"
 
-    package = Path(k3diff.__file__).resolve().parent
+
+def regression_dirs(rootdir=None) -> list[Path]:
+    """The regression corpora replayed on every run: the one that ships with k3diff, and the
+    rootdir's own `corpora/regressions` when that is another (a user's project with seeds of its own)."""
     found = []
-    for candidate in (package / "regressions", package.parent / "corpora" / "regressions",
+    for candidate in (SHIPPED_REGRESSIONS,
                       None if rootdir is None else Path(str(rootdir)) / "corpora" / "regressions"):
         if candidate is not None and candidate.is_dir() and candidate.resolve() not in {f.resolve() for f in found}:
             found.append(candidate)

@@ -1,6 +1,7 @@
 """The command-line options of `pytest --k3diff`, named once (read by the plugin and the session)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ENABLE = "--k3diff"
@@ -17,6 +18,7 @@ REPORT = "--k3diff-report"
 TIMEOUT = "--k3diff-timeout"
 ISOLATE = "--k3diff-isolate"
 RANKS = "--k3diff-ranks"
+REPLAY_SAVED = "--k3diff-replay-saved"
 
 PRESETS = ("tiny", "small", "full")
 DEFAULT_SAVE = str(Path("corpora") / "failures")
@@ -57,44 +59,92 @@ def add_options(parser, profiles) -> None:
     group.addoption(ISOLATE, default="on", choices=["on", "off"],
                     help="judge cases in a child process, so a crash or hang of the candidate fails "
                          "the case instead of the run (default on)")
+    group.addoption(REPLAY_SAVED, default="on", choices=["on", "off"],
+                    help=f"replay the seeds in the {SAVE} folder first, as Hypothesis replays its saved "
+                         "failures (default on; k3diff/saved_first.py)")
     group.addoption(RANKS, default=None, type=int, metavar="N",
                     help="run a distributed candidate (torch-blocked-ep) on N ranks: moe cases draw a placement "
                          "of the experts over them (k3diff/ep_config.py); gloo on the CPU, NCCL on GPUs")
 
 
-def fix_rootdir(config, parser, args) -> None:
-    """Path-valued options never move pytest's rootdir.
+# options whose value is a path: pytest's first parse, made before any plugin is loaded, takes the
+# value of the space form (`--k3diff-save DIR`) for a test path
+PATH_OPTIONS = (SAVE, REPLAY, REPORT)
+SUITE_MODULE = "k3diff.suite"
+
+
+def _dir_of(text: str, base: Path):
+    """The folder pytest's rootdir search takes from a command-line word (None: no such path)."""
+    path = Path(text.split("::")[0])
+    path = Path(os.path.abspath(path if path.is_absolute() else base / path))
+    if not path.exists():
+        return None
+    return path if path.is_dir() else path.parent
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+# pytest's ini files, and the section that makes each one pytest's (None: any such file)
+_INI_FILES = (("pytest.ini", None), (".pytest.ini", None), ("pyproject.toml", "[tool.pytest"),
+              ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+
+
+def _ini_above(folder: Path):
+    """The ini file pytest would take for `folder`: the first one declaring pytest's section in it
+    or a parent (None: none)."""
+    for d in (folder, *folder.parents):
+        for name, section in _INI_FILES:
+            path = d / name
+            try:
+                if path.is_file() and (section is None or section in path.read_text(errors="replace")):
+                    return path
+            except OSError:
+                continue
+    return None
+
+
+def refuse_moved_rootdir(config, parser, args) -> None:
+    """A path option in the space form whose value moved pytest's rootdir: one line, exit 4.
 
     pytest finds its rootdir and ini file from a first parse of the command line made before any
-    plugin is loaded, so the value of `--k3diff-save DIR` (space form) is taken for a test path:
-    the rootdir moves to a common ancestor, the project's ini (testpaths, addopts) is lost and the
-    regression corpus is not found. Once our options are known (pytest_load_initial_conftests, run
-    first), parse again and, when that moves the rootdir or ini file, redo pytest's own
-    determination with the real test paths. (pytest has no public hook before that first parse:
-    pytest_cmdline_preparse is gone; this sets the same private fields `Config.parse` set.)"""
-    import copy
+    plugin is loaded, so the value of `--k3diff-save DIR` is taken for a test path: when DIR exists
+    outside the folders under test, the rootdir moves to a common ancestor and the project's ini
+    (testpaths, addopts) is lost. pytest has no public way to redo that search once our options are
+    known, so the run is refused with the form that has no such effect (`--k3diff-save=DIR`). Only
+    when the ini was lost: a value that does not exist yet or lies inside the tested folders moves
+    nothing, and where no ini file is above the tested folders there is none to lose. With
+    `--rootdir` or `-c` the user has chosen the rootdir and ini: nothing to refuse."""
+    import pytest
 
-    try:
-        from _pytest.config.findpaths import determine_setup
-
-        ns = parser.parse_known_args(list(args), namespace=copy.copy(config.option))
-        rootpath, inipath, inicfg, ignored = determine_setup(
-            inifile=ns.inifilename, override_ini=ns.override_ini, args=ns.file_or_dir,
-            rootdir_cmd_arg=ns.rootdir or None, invocation_dir=config.invocation_params.dir)
-        if (rootpath, inipath) == (config._rootpath, config._inipath):
-            return
-        old_cut = str(config._inipath.parent) if config._inipath is not None else str(config._rootpath)
-        config._rootpath, config._inipath, config._inicfg = rootpath, inipath, inicfg
-        config._ignored_config_files = ignored
-        config._inicache.clear()
-        parser.extra_info["rootdir"] = str(rootpath)
-        parser.extra_info["inifile"] = str(inipath)
-        known = config.known_args_namespace
-        known.file_or_dir = list(ns.file_or_dir)
-        if known.confcutdir == old_cut:
-            known.confcutdir = str(inipath.parent) if inipath is not None else str(rootpath)
-        addopts = config.getini("addopts")
-        if addopts:
-            args[:] = list(addopts) + list(args)
-    except (ImportError, AttributeError, TypeError):   # a pytest whose internals moved: leave it be
+    ns = parser.parse_known_args(list(args))
+    if getattr(ns, "rootdir", None) or getattr(ns, "inifilename", None):
         return
+    base = Path(config.invocation_params.dir)
+    real = [d for d in (_dir_of(a, base) for a in ns.file_or_dir if not a.startswith("-")) if d is not None]
+    ancestor = Path(os.path.commonpath([str(d) for d in real])) if real else base
+    lost = _ini_above(ancestor)
+    if lost is None or lost == config.inipath:          # the project's ini was found: nothing lost
+        return
+    for option, value in zip(args, args[1:]):
+        if option in PATH_OPTIONS:
+            moved = _dir_of(value, base)
+            if moved is not None and not _inside(moved, ancestor):
+                raise pytest.UsageError(
+                    f"{option} {value}: pytest takes {value} for a test path before k3diff is loaded, which "
+                    f"moves its rootdir away from {ancestor} and loses its ini {lost}; write {option}={value}")
+
+
+def add_default_suite(config, parser, args) -> bool:
+    """`pytest --k3diff` with no test path (none on the command line, no ini testpaths) runs the
+    installed suite, as `--pyargs k3diff.suite` would: from an empty folder, or with k3diff
+    installed from a wheel, there is nothing else it could mean (pytest would collect 0 items and
+    exit 5). Returns whether the suite was added."""
+    ns = parser.parse_known_args(list(args))
+    if not (getattr(ns, "k3diff", False) or getattr(ns, "k3diff_mutants", False)):
+        return False
+    if ns.file_or_dir or config.getini("testpaths"):
+        return False
+    args += ["--pyargs", SUITE_MODULE]
+    return True

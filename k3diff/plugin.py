@@ -59,7 +59,8 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config, parser, args):
-    opt.fix_rootdir(early_config, parser, args)
+    opt.refuse_moved_rootdir(early_config, parser, args)      # pytest's public API only (k3diff/options.py)
+    opt.add_default_suite(early_config, parser, args)
 
 
 def _parse_shard(text):
@@ -195,6 +196,10 @@ def _write_start_record(config, worker, report):
     header = run_header(known, config.getoption(opt.SHARD), worker=worker,
                         parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
     header["run_id"] = _run_id(config)
+    if worker is None:                      # the command that repeats the run, as data (k3diff/rerun.py)
+        from k3diff.rerun import pytest_record
+
+        header["rerun"] = pytest_record(config, known.seed)
     config._k3diff_started = header["started_unix"]
     _write_report(config, header)
 
@@ -215,7 +220,6 @@ def _write_stop_record(config, status, line):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}: a k3diff differential test (runs with {opt.ENABLE})")
     config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with {opt.MUTANTS})")
-    config.addinivalue_line("markers", "gpu: needs a CUDA device")
     config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
     config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
     config._k3diff_bad_inputs, config._k3diff_failed_reports = [], 0
@@ -275,10 +279,21 @@ def _write_report(config, record):
                 pass
 
 
+def _rerun_line(config) -> str:
+    """The command that repeats this run (k3diff/rerun.py); on an xdist worker, the controller's."""
+    worker = getattr(config, "workerinput", None)
+    if worker and "k3diff_rerun" in worker:
+        return worker["k3diff_rerun"]
+    from k3diff.rerun import pytest_line
+
+    return pytest_line(config, _run_seed(config))
+
+
 class _XdistHooks:
     def pytest_configure_node(self, node):
         node.workerinput["k3diff_seed"] = node.config._k3diff.seed
         node.workerinput["k3diff_run_id"] = _run_id(node.config)
+        node.workerinput["k3diff_rerun"] = _rerun_line(node.config)
 
 
 def pytest_pycollect_makeitem(collector, name, obj):
@@ -338,7 +353,11 @@ def pytest_generate_tests(metafunc):
                 paths += seed_files(root)
             except CorpusError as exc:
                 raise pytest.UsageError(str(exc)) from None
-        metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths], ids=[p.name for p in paths])
+        from k3diff import saved_first      # earlier runs' failing seeds, replayed first
+
+        saved = saved_first.seeds(config, already=paths)
+        metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths + saved],
+                             ids=[p.name for p in paths] + [saved_first.PREFIX + p.name for p in saved])
     if "k3diff_chunk" in metafunc.fixturenames:
         metafunc.parametrize("k3diff_chunk", range(PROFILES[metafunc.config.getoption(opt.PROFILE)]["chunks"]))
 
@@ -346,7 +365,6 @@ def pytest_generate_tests(metafunc):
 def _start_progress(config, nodeids) -> None:
     """The live progress line (k3diff/progress.py), on the process that owns the terminal."""
     import os
-    import sys
 
     if hasattr(config, "workerinput") or config._k3diff is None or getattr(config, "_k3diff_budgets", None):
         return
@@ -359,7 +377,9 @@ def _start_progress(config, nodeids) -> None:
         return
     from k3diff.progress import Progress, Tail
 
-    tty = mode == "tty" or (mode != "log" and getattr(getattr(tr._tw, "_file", sys.stdout), "isatty", bool)())
+    # under xdist the controller prints each worker's result as it lands, so a live line drawn
+    # between them would erase its dots: whole lines there (pytest's own write_line), never a rewrite
+    tty = mode == "tty" or (mode != "log" and bool(tr.isatty) and not _xdist_on(config))
     state = {"saved": None}       # pytest's own line (its dots) while ours is drawn below it
     capman = config.pluginmanager.getplugin("capturemanager")
     tw = tr._tw
@@ -417,15 +437,27 @@ def pytest_collection_modifyitems(config, items):
         for it in marked:
             it.add_marker(skip)
         return
+    from k3diff import saved_first          # earlier runs' failing seeds: every shard, and first
+
     if config._k3diff_shard:
         i, n = config._k3diff_shard
-        ordered = sorted(marked, key=lambda it: it.nodeid)
+        ordered = sorted((it for it in marked if not saved_first.is_saved(it)), key=lambda it: it.nodeid)
         drop = {it.nodeid for k, it in enumerate(ordered) if k % n != i - 1}
         deselected = [it for it in items if it.nodeid in drop]
         items[:] = [it for it in items if it.nodeid not in drop]
         config.hook.pytest_deselected(items=deselected)
+    saved_first.first(items)
     if not _xdist_on(config):
         _start_progress(config, [it.nodeid for it in items if it.get_closest_marker(MARKER)])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _k3diff_rerun_property(request):
+    """The rerun line as a JUnit <testsuite> property (pytest's record_testsuite_property; under
+    xdist, which that fixture does not support, a failing testcase carries it instead)."""
+    session = request.config._k3diff
+    if session is not None and not hasattr(request.config, "workerinput"):
+        request.getfixturevalue("record_testsuite_property")("k3diff_rerun", _rerun_line(request.config))
 
 
 @pytest.fixture
@@ -542,7 +574,7 @@ class _ItemRun:
         headline = prefix + verdict.headline()
         self.item.user_properties.append((_FAILURE_KEY, {
             "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline,
-            "item": self.item.nodeid, "id": case_id(verdict.case)}))
+            "item": self.item.nodeid, "id": case_id(verdict.case), "rerun": _rerun_line(self.item.config)}))
         details = "\n".join("  " + line for line in list(verdict.failures()) + list(verdict.notes) + list(extra))
         pytest.fail(f"{headline}\n{details}\n  seed: {path}\n  replay: {command}", pytrace=False)
 
@@ -666,7 +698,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for f in {f["path"]: f for f in failures}.values():
         tr.write_line(f"FAILED {f['headline']}")
         tr.write_line(f"   replay: {f['replay']}")
-    rerun = f"pytest {opt.ENABLE} {opt.SEED} {session.seed} {opt.PROFILE} {session.profile_name}"
+    rerun = _rerun_line(config)             # the recorded command, seed pinned (k3diff/rerun.py)
     if failures:
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")

@@ -47,6 +47,7 @@ def junit_properties(props) -> list:
                 ("k3diff_failing", sum(not r["ok"] and not r["skipped"] and r.get("phase") != "shrink" for r in records)),
                 ("k3diff_worst", f"{worst[0]} {pct(worst[1])}" if worst else "-")]
     out += [("k3diff_replay", f["replay"]) for k, f in props if k == FAILURE_KEY]
+    out += [("k3diff_rerun", f["rerun"]) for k, f in props if k == FAILURE_KEY and f.get("rerun")][:1]
     out += [(BAD_INPUT_KEY, f"exit {b['status']}: {b['line']}") for k, b in props if k == BAD_INPUT_KEY]
     out += [(k, v) for k, v in props if k == MUTANT_KEY]
     return out

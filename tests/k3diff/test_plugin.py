@@ -475,7 +475,7 @@ def test_the_report_is_written_as_cases_are_judged(project):
 
 @pytest.mark.parametrize("form", ["space", "equals"])
 @pytest.mark.parametrize("option", ["--k3diff-save", "--k3diff-replay"])
-def test_path_options_never_move_the_rootdir(tmp_path, form, option):
+def test_path_options_keep_the_rootdir_or_are_refused_in_one_line(tmp_path, form, option):
     (tmp_path / "dummy.json").write_text(json.dumps({"k3diff_seed_format": 1, "case": {"stage": "moe", "version": 1}}))
     value = str(tmp_path) if option == "--k3diff-save" else str(tmp_path / "dummy.json")
     args = [option, value] if form == "space" else [f"{option}={value}"]
@@ -483,6 +483,12 @@ def test_path_options_never_move_the_rootdir(tmp_path, form, option):
                            "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     out = done.stdout
+    if form == "space":
+        # pytest takes the value for a test path before k3diff is loaded; public API cannot redo its
+        # rootdir search, so the run is refused in one line naming the form that works
+        assert done.returncode == ex.USAGE, out + done.stderr
+        assert f"write {option}={value}" in done.stderr and "Traceback" not in done.stderr, done.stderr
+        return
     assert done.returncode == 0, out + done.stderr
     ids = [line for line in out.splitlines() if "::" in line]
     assert ids and all(i.startswith("tests/differential/") for i in ids), out[:2000]

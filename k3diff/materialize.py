@@ -232,6 +232,10 @@ def materialize(case: Case, device="cpu"):
     inputs = inputs_for(case, device)
     if case.stage == "moe":
         weights, inputs = apply_routing(case, cfg, weights, inputs)
+    if case.scores != "natural":               # softmax-stressing caches (k3diff/score_modes.py)
+        from k3diff.score_modes import apply_scores
+
+        apply_scores(case, cfg, weights, inputs)
     if "state_idx" in inputs:
         poison_unused_slots(inputs, case.seed, on_device=inputs_draw_on(case, device) == "device")
     return cfg, weights, inputs

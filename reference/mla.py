@@ -119,3 +119,20 @@ def mla(x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor, weigh
                     "abs.attn_out": torch.einsum("thr,hvr->thv", lat.double().abs(), w_uv.abs()),
                     "abs.kv_cache.new": torch.cat([kv_c.abs(), mag_kpe], dim=-1)})
     return res
+
+
+def mla_query(x: torch.Tensor, weights: dict, cfg) -> torch.Tensor:
+    """The absorbed query [T, H, R + rope] (float64, exact mode: ql | q_pe) each token scores the
+    cache with, times the softmax scale: z = mla_query(x) · C_t. For drawing caches whose scores
+    take chosen values (k3diff's score modes)."""
+    from .numerics import get
+
+    num = get("exact")
+    T = x.shape[0]
+    H, R, nope, rope = cfg.mla_heads, cfg.kv_lora_rank, cfg.qk_nope_dim, cfg.qk_rope_dim
+    x = num.load(x)
+    q_c = num.rmsnorm(num.linear(x, weights["q_a.weight"]), weights["q_a_norm.weight"], cfg.rms_eps)
+    q = num.linear(q_c, weights["q_b.weight"]).view(T, H, nope + rope)
+    w_uk = weights["kv_b.weight"].to(torch.float64).view(H, -1, R)[:, :nope, :]
+    ql = torch.einsum("thp,hpr->thr", q[..., :nope], w_uk)
+    return torch.cat([ql, q[..., nope:]], dim=-1) * cfg.qk_head_dim ** -0.5

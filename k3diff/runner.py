@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from k3diff import caches, routing, verify
+from k3diff import caches, features, routing, verify
 from k3diff.backends.oracle import run_reference
 from k3diff.budgets import STEP_TAG, budget_for
 from k3diff.case import Case
@@ -61,7 +61,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     if stage not in getattr(candidate, "stages", (stage,)):
         verdict.skipped = f"backend {name!r} does not implement stage {stage!r}"
         return verdict
-    unsupported = getattr(candidate, "supports", lambda cfg, stage: None)(case.config(), stage)
+    unsupported = features.refusal(candidate, case)      # dims, and verify / FP8 (k3diff/features.py)
     if unsupported:
         verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
         return verdict

@@ -61,6 +61,10 @@ class TorchBlockedBackend(Backend):
     batch_invariant = False          # split-KV / expert grouping depend on the batch composition
     stages = ("moe", "mla", "kda", "layer")
 
+    def supports(self, cfg, stage, features=frozenset()) -> str | None:
+        """Every dims and both verify steps and the FP8 cache (k3diff/features.py)."""
+        return None
+
     # ------------------------------------------------------------------ prepare
     def prepare(self, cfg, stage, weights):
         """Fuse/dequantise once; `weights` is only read (new tensors or read-only views)."""

@@ -121,12 +121,16 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
 
 # ================================================================ KDA
 def run_kda_verify(cfg, p: dict, x, conv_state, rec_state, state_idx, query_lens, accepted,
-                   conv_states, rec_states, accept_shift: int = 0, conv_shift_one: bool = False) -> dict:
+                   conv_states, rec_states, accept_shift: int = 0, conv_shift_one: bool = False,
+                   step=None) -> dict:
     """A verify step (docs/k3-decode.md §14.3): each sequence's tokens run the decode step in
     order on its slot; the state after every token goes to its row of conv_states / rec_states;
     the slot then holds the state after the last accepted token (unchanged if none). The last two
     arguments plant bugs for k3diff.mutants: commit the state `accept_shift` tokens later, and
-    let the conv window move by one token over the whole step instead of W_b."""
+    let the conv window move by one token over the whole step instead of W_b. `step`: the decode
+    step to run token position by token position (a library adapter passes its own; default
+    torch-blocked's `run_kda`)."""
+    step_fn = step or run_kda
     T, dev = x.shape[0], x.device
     w = query_lens.to(torch.int64).tolist()
     idx = state_idx.to(torch.int64).tolist()
@@ -142,8 +146,8 @@ def run_kda_verify(cfg, p: dict, x, conv_state, rec_state, state_idx, query_lens
         rows = torch.tensor([start[b] + j for b in on], device=dev)
         xj[on] = x[rows]
         sj = torch.tensor([idx[b] if w[b] > j else 0 for b in range(B)], device=dev)
-        step = run_kda(cfg, p, xj, conv_state, rec_state, sj)
-        for name, val in step.items():
+        one = step_fn(cfg, p, xj, conv_state, rec_state, sj)
+        for name, val in one.items():
             if name not in res:
                 res[name] = torch.zeros((T,) + tuple(val.shape[1:]), dtype=val.dtype, device=dev)
             res[name][rows] = val[on]

@@ -31,6 +31,9 @@ class ReferenceBackend(Backend):
         self.mode = mode
         self.name = "reference" if mode == "exact" else "torch"
 
+    def supports(self, cfg, stage, features=frozenset()) -> str | None:
+        return None                      # the reference computes verify steps and the FP8 cache
+
     def run(self, stage, cfg, prepared, inputs, out) -> None:
         result = run_reference(stage, cfg, prepared, inputs, self.mode)
         if self.mode == "exact" and inputs.get("kv_cache") is not None and inputs["kv_cache"].dtype == torch.uint8:

@@ -36,13 +36,17 @@ def _takes_features(fn) -> bool:
 
 def refusal(candidate, case) -> str | None:
     """None when the candidate runs `case`, else its one-line reason (the case is skipped)."""
+    return refusal_of(candidate, case.config(), case.stage, case_features(case))
+
+
+def refusal_of(candidate, cfg, stage, feats=frozenset()) -> str | None:
+    """`refusal` from a case's parts (a wrapper candidate asks its inner one this way)."""
     supports = getattr(candidate, "supports", None)
-    feats = case_features(case)
     if supports is None:
         return None if not feats else f"it declares no supports(); cases needing {', '.join(sorted(feats))} are refused"
     if not feats:
-        return supports(case.config(), case.stage)
+        return supports(cfg, stage)
     if not _takes_features(supports):
         return (f"its supports() predates {', '.join(sorted(feats))} (no `features` argument): "
                 "such cases are refused")
-    return supports(case.config(), case.stage, features=feats)
+    return supports(cfg, stage, features=feats)

@@ -158,7 +158,7 @@ def run_kda_verify(cfg, p: dict, x, conv_state, rec_state, state_idx, query_lens
     for b in range(B):
         if idx[b] <= 0:
             continue
-        a = min(acc[b] + accept_shift, w[b]) if acc[b] > 0 else 0
+        a = min(acc[b] + accept_shift, w[b])
         if a == 0:
             conv_state[idx[b]], rec_state[idx[b]] = saved[idx[b]]
             continue

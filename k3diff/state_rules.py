@@ -26,6 +26,9 @@ Verify steps (docs/k3-decode.md §14) and the FP8 cache (§15):
          recurrent rules; rows of null sequences bitwise untouched; the slot holds the state after
          the last accepted token (compared with the reference's: a rejected token's state shows),
          its history bitwise that token's window, or bitwise unchanged when none was accepted.
+  The accumulation floor (c·u·Σ|a||b|, k3diff/budgets.py) grows with the longer contractions:
+  an MLA token's over its L_b + j + 1 rows, a KDA token's state over the tokens before it (the
+  reference carries the bound token to token, reference/kda.py kda_verify).
 
 `state_reports(case, tag, cand_inputs, ref, base, cand)` returns the TensorReports for a case;
 each rule lists its comparisons and they are measured together (`k3diff.divergence.compare_many`).

@@ -6,7 +6,7 @@ This table is the contract between k3diff and every backend. For each stage it l
 - the inputs the stage updates in place (its state); every other input must come back bitwise
   unchanged.
 
-Inputs, by stage (all tensors; T = tokens = sequences in one decode step):
+Inputs, by stage (all tensors; T = tokens = sequences in a decode step, Σ W_b in a verify step):
   moe:   x [T, d] bf16; optional forced_ids [T, k] int32 (-1 = dropped route)
   mla:   x [T, d] bf16; kv_cache [T, Lcap, R + rope] bf16 (in place: row L_b is written);
          cache_lens [T] int64 (L_b, entries cached before this step)

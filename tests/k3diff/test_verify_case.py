@@ -94,6 +94,7 @@ def test_the_sweep_has_verify_cases_at_real_dims_in_every_stage():
     Case(stage="layer", layer_idx=1, batch=2, n_slots=4, state_idx=(1, 3), widths=(2, 3), accepted=(1, 0)),
     Case(stage="layer", layer_idx=3, batch=2, cache_lens=(4, 9), widths=(2, 3), cache_format="fp8"),
     Case(stage="moe", batch=3, widths=(3, 2, 4)),
+    Case(stage="moe", batch=2, widths=(3, 2), routing="forced"),     # forced ids for T = 5 tokens, not B
 ], ids=lambda c: c.label())
 @pytest.mark.parametrize("backend", ["torch-blocked", "reference", "torch"])
 def test_candidates_pass_verify_and_fp8_cases(case, backend):

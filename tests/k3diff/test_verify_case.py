@@ -105,3 +105,26 @@ def test_candidates_pass_verify_and_fp8_cases(case, backend):
         assert {"recurrent_states", "conv_states.history", "recurrent_state.continued"} <= names
     if case.cache_format == "fp8" and case.stage == "mla":
         assert "kv_cache.fp8_rounding" in names
+
+
+def test_the_megakernel_refuses_verify_and_fp8_and_the_summary_counts_it():
+    from k3diff.features import refusal
+    from k3diff.refusals import refusal_lines
+    from megakernel.backend import MegakernelBackend
+
+    mk = MegakernelBackend()
+    verify = Case(stage="kda", batch=1, n_slots=2, state_idx=(1,), widths=(2,)).validate()
+    fp8 = Case(stage="mla", batch=1, cache_lens=(3,), cache_format="fp8").validate()
+    assert "verify steps" in refusal(mk, verify)
+    assert "FP8 latent cache" in refusal(mk, fp8)
+    from k3diff.features import case_features
+    assert case_features(Case(stage="moe", batch=1, widths=(4,)).validate()) == frozenset()   # T tokens only
+
+    class Old:                       # a supports() written before verify steps existed
+        def supports(self, cfg, stage):
+            return None
+    assert "predates verify" in refusal(Old(), verify)
+    records = [{"stage": c.stage, "id": i, "label": c.label(), "skipped": f"backend 'mk' does not run this case: {refusal(mk, c)}"}
+               for i, c in enumerate((verify, fp8, verify))]
+    line, = refusal_lines(records)
+    assert line.startswith("refused 3 case(s)") and "2 kda: verify steps" in line

@@ -12,7 +12,7 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from k3diff import ep_config, exit_codes, schedule
+from k3diff import ep_config, exit_codes, schedule, verify_dims
 from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
@@ -61,6 +61,12 @@ class Case:
     ep_ranks: int = 0                     # expert parallelism (k3diff/ep_config.py); 0: one device
     ep_placement: str = ""
     ep_owners: tuple = ()
+    # speculative verify steps and the FP8 cache (k3diff/verify_dims.py); left out of a seed at
+    # their defaults, so a decode case's JSON is what it was
+    widths: tuple = ()                    # W_b per sequence (1..8); empty: a decode step
+    accepted: tuple = ()                  # accepted counts, steps x batch; empty: all
+    cache_format: str = "bf16"            # mla / layer-on-mla: bf16 | fp8
+    scores: str = "natural"               # mla: the score distribution (k3diff/score_modes.py)
     schedule: str = ""                    # how the candidate runs besides eagerly (k3diff/schedule.py)
     version: int = field(default=CASE_VERSION, compare=False)
 
@@ -90,6 +96,7 @@ class Case:
             bits.append("L=" + ",".join(map(str, shown)))
         if self.steps > 1:
             bits.append(f"steps={self.steps}")
+        bits += verify_dims.label_bits(self)
         bits += [self.value_dist, f"seed={self.seed}"] + ([ep_config.label(self)] if self.ep_ranks else [])
         bits += schedule.label(self)
         return " ".join(bits)
@@ -103,7 +110,7 @@ class Case:
         for name in ("batch", "n_slots", "layer_idx", "weight_seed", "seed", "steps"):
             v = getattr(self, name)
             need(isinstance(v, int) and not isinstance(v, bool), f"{name} must be an integer, got {v!r}")
-        for name in ("cache_lens", "state_idx"):
+        for name in ("cache_lens", "state_idx", "widths", "accepted"):
             bad = [v for v in getattr(self, name) if not (isinstance(v, int) and not isinstance(v, bool))]
             need(not bad, f"{name} must hold integers, got {bad[0]!r}" if bad else "")
         for name in ("weight_seed", "seed"):
@@ -137,7 +144,7 @@ class Case:
             need(len(self.cache_lens) == self.batch,
                  f"cache_lens has {len(self.cache_lens)} entries for batch {self.batch}")
             need(all(n >= 0 for n in self.cache_lens), "cache_lens must be >= 0")
-            need(max(self.cache_lens) + self.steps <= cfg.max_cache_len,
+            need(max(self.cache_lens) + verify_dims.capacity_rows(self) <= cfg.max_cache_len,
                  f"cache length {max(self.cache_lens)} + {self.steps} step(s) exceeds the "
                  f"capacity {cfg.max_cache_len} of preset {self.preset!r}")
         if kind == "kda":
@@ -148,6 +155,7 @@ class Case:
                  f"a state index is >= n_slots={self.n_slots}")
             live = [i for i in self.state_idx if i > 0]
             need(len(live) == len(set(live)), "two rows share one state slot")
+        verify_dims.validate(self, need, cfg)
         return self
 
     # ---- JSON ----
@@ -158,6 +166,11 @@ class Case:
             d[key] = list(d[key])
         if not d["schedule"]:
             del d["schedule"]                 # an eager case's JSON as before, bit for bit
+        for key, default in verify_dims.DEFAULTS.items():
+            if d[key] == default:
+                del d[key]
+            elif isinstance(default, tuple):
+                d[key] = list(d[key])
         return ep_config.strip_defaults(d)
 
     @classmethod
@@ -175,7 +188,7 @@ class Case:
         try:
             d = dict(d)
             d["overrides"] = tuple((str(k), v) for k, v in d.get("overrides", ()))
-            for key in ("cache_lens", "state_idx", "ep_owners"):
+            for key in ("cache_lens", "state_idx", "ep_owners", "widths", "accepted"):
                 d[key] = tuple(d.get(key, ()))
             return cls(**d).validate()
         except CaseError:

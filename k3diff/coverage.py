@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from k3diff import ep_config
+from k3diff import ep_config, verify_coverage
 
 # the expert-id ranges the coverage table counts and routing mode high_ids aims past (the
 # megakernel's route scores ids tid, tid + 256, tid + 512: a bug in a later pass needs such ids)
@@ -73,6 +73,8 @@ def coverage_fields(case, verdict=None) -> dict:
     cov.update(ep_config.coverage_fields(case, cfg))     # ranks, placement (issue 34)
     if getattr(case, "schedule", ""):                     # graph replay, pressure (k3diff/schedule.py)
         cov["schedule"] = case.schedule
+    cov.update(verify_coverage.fields(case))              # verify steps, cache format, score modes
+    dims["tokens"] = [cov.get("tokens", case.batch)]
     routed = getattr(verdict, "routed", None)
     if moe and routed:
         cov["expert_ids"] = dict(routed)
@@ -186,6 +188,7 @@ def coverage_lines(records, boundaries=()) -> list[str]:
             if counter:
                 lines.append(f"  {label:8} {_counts(counter)}")
         lines += ep_config.coverage_lines(covs)
+        lines += verify_coverage.lines(covs, seen.get("tokens", ()))
         ids, never = _id_lines(rs)
         if ids:
             lines.append(ids)

@@ -17,7 +17,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable
 
-from k3diff.backends import blocked, blocked_attn, blocked_moe, blocked_ops
+from k3diff.backends import blocked, blocked_attn, blocked_fp8, blocked_moe, blocked_ops
 from k3diff.backends import blocked_variants as bv
 from k3diff.mutants import MutantBackend, Swap, first_failure, score_table
 from k3diff.stages import STAGES
@@ -131,6 +131,14 @@ CONTROLS = [
             _gemm(bv.gemm_across_midpoints)),
     Control("combine_reversed", "order", "the MoE combine's f32 sum over slots in reverse order",
             Swap(blocked_moe, "combine", lambda o: bv.combine_reversed), stages=("moe", "layer")),
+] + [   # verify steps and the FP8 cache (docs/k3-decode.md §14-15), beside the verify mutants
+    Control("verify_token_by_token", "verify", "MLA verify steps run token after token (decode-shaped calls)",
+            Swap(blocked_attn, "run_mla", bv.mla_verify_token_by_token), stages=("mla", "layer")),
+    Control("verify_commit_by_replay", "verify", "KDA's accepted state committed by re-running the "
+            "accepted tokens from the saved slot", Swap(blocked_attn, "run_kda_verify", bv.kda_commit_by_replay),
+            stages=("kda", "layer")),
+    Control("fp8_read_f32", "fp8", "FP8 cache rows dequantised into f32 operands (no bf16 rounding)",
+            Swap(blocked_fp8, "read_rows", bv.fp8_read_f32, within=(blocked_fp8,)), stages=("mla", "layer")),
 ]
 BY_NAME = {c.name: c for c in CONTROLS}
 

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from k3diff import budgets, neighbours, routing
+from k3diff import budgets, features, neighbours, routing
 from k3diff.backends.oracle import run_reference
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
@@ -44,8 +44,11 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
     if case.stage not in getattr(candidate, "stages", (case.stage,)):
         verdict.skipped = f"backend {name!r} does not implement stage {case.stage!r}"
         return verdict
+    # a token alone vs inside a batch is a decode step's question: a drawn verify case is judged
+    # here as the decode step of its sequences (check_case judges its verify step)
+    case = dataclasses.replace(case, widths=(), accepted=(), scores="natural")
     # the same refusal check_case honours: a case the candidate says it cannot run is not judged
-    unsupported = getattr(candidate, "supports", lambda cfg, stage: None)(case.config(), case.stage)
+    unsupported = features.refusal(candidate, case)
     if unsupported:
         verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
         return verdict

@@ -14,6 +14,7 @@ from collections import OrderedDict
 
 import torch
 
+from k3diff import verify_dims
 from k3diff.case import Case
 from k3diff.routing import apply_routing
 from reference import materialize as ref_mat
@@ -203,14 +204,23 @@ def inputs_for(case: Case, device, step: int = 0) -> dict:
     carries its own from the step before)."""
     cfg = case.config()
     kind = case.attention_kind
+    # a verify step's extra inputs (docs/k3-decode.md §14; none for a decode case: its draws keep
+    # their bits); the moe stage takes its T token rows as a batch of T
+    verify = verify_dims.is_verify(case)
+    extra = {} if not verify else {"widths": list(case.widths), "accepted": list(verify_dims.accepted_at(case, step))}
+    if verify and kind is None:
+        extra = {}
+    batch = verify_dims.tokens(case) if verify and kind is None else case.batch
+    if case.cache_format != "bf16":
+        extra["cache_format"] = case.cache_format
     return ref_mat.make_inputs(
-        cfg, case.stage, case.seed * 1000 + step, batch=case.batch,
+        cfg, case.stage, case.seed * 1000 + step, batch=batch, **extra,
         cache_lens=list(case.cache_lens) if kind == "mla" else None,
         state_idx=list(case.state_idx) if kind == "kda" else None,
         n_slots=case.n_slots if kind == "kda" else None,
         layer_idx=_layer(case),
         value_dist=case.value_dist,
-        cache_capacity=(max(case.cache_lens) + case.steps) if kind == "mla" else None,
+        cache_capacity=(max(case.cache_lens) + verify_dims.capacity_rows(case)) if kind == "mla" else None,
         device=device, caches=step == 0, draw_on=inputs_draw_on(case, device))
 
 
@@ -222,6 +232,10 @@ def materialize(case: Case, device="cpu"):
     inputs = inputs_for(case, device)
     if case.stage == "moe":
         weights, inputs = apply_routing(case, cfg, weights, inputs)
+    if case.scores != "natural":               # softmax-stressing caches (k3diff/score_modes.py)
+        from k3diff.score_modes import apply_scores
+
+        apply_scores(case, cfg, weights, inputs)
     if "state_idx" in inputs:
         poison_unused_slots(inputs, case.seed, on_device=inputs_draw_on(case, device) == "device")
     return cfg, weights, inputs

@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from k3diff import schedule_mutants
-from k3diff.backends import blocked, blocked_attn, blocked_ep, blocked_moe, blocked_ops
+from k3diff.backends import blocked, blocked_attn, blocked_ep, blocked_fp8, blocked_moe, blocked_ops
 from k3diff.stages import STATE
 
 _IMPL_MODULES = (blocked, blocked_attn, blocked_moe, blocked_ops)
@@ -87,6 +87,12 @@ class MutantBackend:
 
     def provides(self, stage):
         return self.inner.provides(stage)
+
+    def supports(self, cfg, stage, features=frozenset()):
+        """The inner candidate's (k3diff/features.py): torch-blocked serves verify steps and FP8."""
+        from k3diff.features import refusal_of
+
+        return refusal_of(self.inner, cfg, stage, features)
 
     def prepare(self, cfg, stage, weights):
         if self.mutant.weights is not None:
@@ -189,8 +195,8 @@ def _attend_wrong_scale(orig):
 
 
 def _mla_gate_from_attention(orig):
-    def run_mla(cfg, p, x, kv_cache, cache_lens):
-        res = orig(cfg, p, x, kv_cache, cache_lens)
+    def run_mla(cfg, p, x, kv_cache, cache_lens, **verify):
+        res = orig(cfg, p, x, kv_cache, cache_lens, **verify)
         T, d = x.shape
         o = res["attn_out"].reshape(T, -1).to(torch.float32)
         wrong = torch.zeros(T, d, dtype=torch.float32, device=x.device)
@@ -337,6 +343,48 @@ def _nan_into_free_cache_rows(backend, stage, before, inputs, out):
     inputs["kv_cache"][free] = float("nan")
 
 
+# ------------------------------------------------------------------ verify steps and the FP8 cache
+# (docs/k3-decode.md §14-15): each bug a flag of torch-blocked's own verify code, so the rest of
+# the step stays correct; hunted only on cases where the corner exists
+
+def _with(**flags):
+    return lambda orig: (lambda *a, **kw: orig(*a, **{**kw, **flags}))
+
+
+def _verify_drafts(case) -> bool:
+    """A verify step with a draft after some token (the mask bug shows)."""
+    return bool(case.widths) and max(case.widths) >= 2
+
+
+def _live_acceptance(case, ok) -> bool:
+    """A KDA verify case where some live sequence's first-step acceptance satisfies ok(a, W)."""
+    if case.stage != "kda" or not case.widths:
+        return False
+    from k3diff.verify_dims import accepted_at
+
+    acc = accepted_at(case, 0)
+    return any(s > 0 and ok(a, w) for s, a, w in zip(case.state_idx, acc, case.widths))
+
+
+VERIFY_MUTANTS = [
+    Mutant("verify_mask_sees_next_token", "verify", ("mla",),
+           "token j of a verify step also attends token j + 1's cache row",
+           swap=Swap(blocked_attn, "run_mla", _with(see_next=True)), case_filter=_verify_drafts),
+    Mutant("verify_state_from_wrong_accepted", "verify", ("kda",),
+           "the slot continues from the state after token a_b, not a_b - 1",
+           swap=Swap(blocked_attn, "run_kda_verify", _with(accept_shift=1)),
+           case_filter=lambda c: _live_acceptance(c, lambda a, w: a < w)),
+    Mutant("verify_conv_window_shifted_by_one", "verify", ("kda",),
+           "the continued conv window moves by one token over the step, not by the accepted count",
+           swap=Swap(blocked_attn, "run_kda_verify", _with(conv_shift_one=True)),
+           case_filter=lambda c: _live_acceptance(c, lambda a, w: a >= 2)),
+    Mutant("fp8_scale_per_tensor", "fp8", ("mla",),
+           "FP8 cache entries quantised with one scale per row instead of one per tile",
+           swap=Swap(blocked_fp8, "write_rows", _with(per_tensor=True), within=(blocked_fp8,)),
+           case_filter=lambda c: c.cache_format == "fp8"),
+]
+
+
 MUTANTS = [
     Mutant("selection_without_bias", "routing", ("moe",), "experts chosen by sigmoid(logit) alone",
            weights=_on_keys("router.bias", _zero)),
@@ -416,7 +464,7 @@ MUTANTS = [
            "3 ranks: when E % ranks != 0 a route goes to rank (id + 1) mod N, not its expert's owner",
            backend=lambda: blocked_ep.TorchBlockedEPDispatchBug(), ranks=3,
            case_filter=lambda case: case.config().n_experts % 3 != 0),
-]
+] + VERIFY_MUTANTS
 # planted schedule bugs (graph replay, pressure): GPU only, hunted in their schedules (k3diff/schedule_mutants.py)
 GPU_MUTANTS = [Mutant(name, area, stages, text, backend=cls) for name, area, stages, text, cls in schedule_mutants.BUGS]
 BY_NAME = {m.name: m for m in MUTANTS + GPU_MUTANTS}

@@ -688,6 +688,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from k3diff.coverage import coverage_lines
     for line in coverage_lines(distinct_judged(results), session.space.boundaries):
         tr.write_line(line)
+    from k3diff.refusals import refusal_lines        # cases the candidate refused (supports())
+    for line in refusal_lines(results):
+        tr.write_line(line)
     for line in near_edge_lines(results) + l2_lines(results):
         tr.write_line(line)
     devices = defaultdict(int)

@@ -209,7 +209,7 @@ def apply_routing(case, cfg, weights: dict, inputs: dict):
     if mode == "natural":
         return weights, inputs
     g = torch.Generator().manual_seed(case.seed + 7919)
-    E, k, T = cfg.n_experts, cfg.top_k, case.batch
+    E, k, T = cfg.n_experts, cfg.top_k, inputs["x"].shape[0]     # tokens: Σ W_b in a verify step
     weights = dict(weights)
     dev = weights["router.bias"].device
     bias = weights["router.bias"].detach().cpu().clone()

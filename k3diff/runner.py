@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from k3diff import caches, routing, schedule
+from k3diff import caches, features, routing, schedule, verify
 from k3diff.backends.oracle import run_reference
 from k3diff.budgets import STEP_TAG, budget_for
 from k3diff.case import Case
@@ -26,7 +26,7 @@ from k3diff.controls import Controls, run_candidate
 from k3diff.coverage import routed_ranges
 from k3diff.distributed import bind_case
 from k3diff.host_memory import keep_freed_memory
-from k3diff.materialize import inputs_for, materialize
+from k3diff.materialize import materialize
 from k3diff.sizing import check_fits
 from k3diff.stages import output_specs
 from k3diff.state_rules import state_reports
@@ -61,7 +61,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     if stage not in getattr(candidate, "stages", (stage,)):
         verdict.skipped = f"backend {name!r} does not implement stage {stage!r}"
         return verdict
-    unsupported = getattr(candidate, "supports", lambda cfg, stage: None)(case.config(), stage)
+    unsupported = features.refusal(candidate, case)      # dims, and verify / FP8 (k3diff/features.py)
     if unsupported:
         verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
         return verdict
@@ -79,7 +79,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode, magnitudes=True)  # noqa: E731
     state = {"ref": {}, "base": {}, "cand": {}}
     for step in range(case.steps):
-        step_inputs = inputs if step == 0 else _next_step_inputs(case, device, step)
+        step_inputs = inputs if step == 0 else verify.next_step_inputs(case, device, step)
         per = {role: _with_state(step_inputs, state[role]) for role in state}
         # the layer's routing probe is the exact reference run itself (forced onto its own ids or
         # not), and the baseline it sizes the layer's near-tie δ with
@@ -150,15 +150,8 @@ def _with_state(inputs: dict, carried: dict) -> dict:
     (`k3diff.controls.run_candidate`), so no role can see another's writes."""
     out = dict(inputs)
     for k, v in carried.items():
-        out[k] = v.to(PERSISTENT[k], copy=True)
+        out[k] = verify.carried(k, v, PERSISTENT[k])
     return out
-
-
-def _next_step_inputs(case: Case, device, step: int) -> dict:
-    nxt = inputs_for(case, device, step)
-    if "cache_lens" in nxt:
-        nxt["cache_lens"] = torch.tensor([n + step for n in case.cache_lens], dtype=torch.int64, device=device)
-    return nxt
 
 
 def _output_reports(stage, tag, cand_inputs, ref, base, cand, provides) -> list:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 
-from k3diff import exit_codes
+from k3diff import exit_codes, verify_dims
 from k3diff.case import Case
 from k3diff.gpu_share import OUTSIDE_ALLOCATOR, gpu_share
 
@@ -75,7 +75,7 @@ def _moe_bytes(cfg, fmt: str, T: int, draw_on_device: bool) -> int:
 
 def estimate_bytes(case: Case, device=None) -> int:
     cfg = case.config()
-    d, T = cfg.hidden, case.batch
+    d, T = cfg.hidden, verify_dims.tokens(case)        # token rows: Σ W_b in a verify step
     total = 0
     dev_draw = device is not None and case.preset == "full" and torch.device(device).type == "cuda"
     if case.stage in ("moe", "layer"):
@@ -88,12 +88,14 @@ def estimate_bytes(case: Case, device=None) -> int:
         H = cfg.mla_heads
         total += 2 * d * (cfg.q_lora_rank + cfg.mla_cache_dim + 2 * H * cfg.v_head_dim)
         total += 2 * cfg.q_lora_rank * H * cfg.qk_head_dim + 2 * cfg.kv_lora_rank * H * 2 * cfg.v_head_dim
-        cap = max(case.cache_lens) + case.steps
+        cap = max(case.cache_lens) + verify_dims.capacity_rows(case)
         total += _WORKING_COPIES * T * cap * cfg.mla_cache_dim * 8
     if kind == "kda":
         P, D, H = cfg.kda_proj, cfg.kda_head_dim, cfg.kda_heads
         total += 2 * d * (5 * P + D + H) + 4 * 3 * P * cfg.conv_width
         total += _WORKING_COPIES * case.n_slots * (3 * P * (cfg.conv_width - 1) * 2 + H * D * D * 8)
+        if case.widths:                                  # a verify step's per-token states
+            total += _WORKING_COPIES * T * (3 * P * (cfg.conv_width - 1) * 2 + H * D * D * 8)
     if case.stage == "layer":
         total += _WORKING_COPIES * T * (cfg.n_blocks + 4) * d * 8
     total += _WORKING_COPIES * T * 8 * (d + cfg.latent_dim + cfg.n_experts + 3 * cfg.kda_proj)

@@ -6,7 +6,7 @@ This table is the contract between k3diff and every backend. For each stage it l
 - the inputs the stage updates in place (its state); every other input must come back bitwise
   unchanged.
 
-Inputs, by stage (all tensors; T = tokens = sequences in one decode step):
+Inputs, by stage (all tensors; T = tokens = sequences in a decode step, Σ W_b in a verify step):
   moe:   x [T, d] bf16; optional forced_ids [T, k] int32 (-1 = dropped route)
   mla:   x [T, d] bf16; kv_cache [T, Lcap, R + rope] bf16 (in place: row L_b is written);
          cache_lens [T] int64 (L_b, entries cached before this step)
@@ -15,6 +15,21 @@ Inputs, by stage (all tensors; T = tokens = sequences in one decode step):
   layer: prefix [T, d] bf16 (in place); delta [T, d] bf16 (absent at layer 0);
          blocks [T, NB, d] bf16 (in place); layer_idx (int, in `inputs`);
          plus the mla or kda inputs above for that layer's attention.
+
+Verify steps (docs/k3-decode.md §14; the case's `widths`): sequence b brings W_b tokens, rows laid
+out sequence by sequence, T = Σ W_b (every [T, ...] above and every output holds T rows). Extra
+inputs of the mla, kda and layer stages (absent in a decode step, which is bit for bit as above):
+  query_lens [B] int64   W_b per sequence (>= 1); cache_lens, state_idx and the caches are per
+                         sequence: kv_cache [B, Lcap, ...], cache_lens [B], state_idx [B]
+  mla:   the W_b entries are written at rows L_b .. L_b+W_b-1; token j attends rows 0 .. L_b+j
+  kda:   accepted [B] int64 (0 <= a_b <= W_b); conv_states [T, 3P, W-1] bf16 and
+         recurrent_states [T, H, D, D] f32, in place: the state after each token at its row (a null
+         sequence's rows untouched); the slot ends holding the state after token a_b - 1
+         (a_b = 0: unchanged)
+The moe stage takes no extra input: its T rows are the step's tokens.
+FP8 latent cache (§15; the case's `cache_format` "fp8"): kv_cache is uint8 [B, Lcap, R + 4·R/t +
+2·rope] in reference.fp8_cache's layout (e4m3 kv_c, float32 scale per tile of t, bf16 k_pe); a
+kernel tells the formats apart by the dtype.
 
 Weights, by stage (names under `weights`; shapes as in docs/k3-decode.md §1.3, checkpoint order W[out, in]):
   moe:   router.weight [E, d] bf16, router.bias [E] f32, down.weight [r, d], latent_norm.weight [r],
@@ -101,8 +116,11 @@ OUTPUTS = {"moe": _moe_outputs(), "mla": _mla_outputs(), "kda": _kda_outputs(),
            "layer": _layer_outputs()}
 
 # inputs each stage updates in place; anything else must come back bitwise unchanged
-STATE = {"moe": (), "mla": ("kv_cache",), "kda": ("conv_state", "recurrent_state"),
-         "layer": ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state")}
+# (conv_states and recurrent_states, the per-token states, exist in verify steps only)
+STATE = {"moe": (), "mla": ("kv_cache",),
+         "kda": ("conv_state", "recurrent_state", "conv_states", "recurrent_states"),
+         "layer": ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state", "conv_states",
+                   "recurrent_states")}
 
 
 def dims(cfg, stage: str, inputs: dict) -> dict:

@@ -17,6 +17,19 @@ memory are judged bit for bit:
          other slot untouched; prefix under the error rule (it carries the attention output), plus
          the attention kind's rule above.
 
+Verify steps (docs/k3-decode.md §14) and the FP8 cache (§15):
+  mla    every token's entry, W_b rows per sequence at L_b .. L_b+W_b-1, under the error rule (an
+         FP8 entry dequantised exactly, beside the reference's own quantisation, dequantised), and
+         its bytes bit for bit the quantisation of the candidate's own kv_c | k_pe (the contract
+         fixes that rounding); every other row bitwise as it was.
+  kda    the per-token states conv_states / recurrent_states of live sequences under the conv and
+         recurrent rules; rows of null sequences bitwise untouched; the slot holds the state after
+         the last accepted token (compared with the reference's: a rejected token's state shows),
+         its history bitwise that token's window, or bitwise unchanged when none was accepted.
+  The accumulation floor (c·u·Σ|a||b|, k3diff/budgets.py) grows with the longer contractions:
+  an MLA token's over its L_b + j + 1 rows, a KDA token's state over the tokens before it (the
+  reference carries the bound token to token, reference/kda.py kda_verify).
+
 `state_reports(case, tag, cand_inputs, ref, base, cand)` returns the TensorReports for a case;
 each rule lists its comparisons and they are measured together (`k3diff.divergence.compare_many`).
 `cand["_before"]` holds the candidate's state inputs as they were before its call.
@@ -27,17 +40,31 @@ import torch
 
 from k3diff.budgets import budget_for
 from k3diff.comparisons import compare_many
+from reference import fp8_cache
+from reference.mla import token_rows
 
 
-def mla_cache(stage, tag, cand_inputs, ref, base, cand):
-    lens = cand_inputs["cache_lens"].to(torch.int64).cpu()
-    rows = torch.arange(lens.numel())
-    new_c, new_r, new_b = cand["kv_cache"][rows, lens], ref["kv_cache"][rows, lens], base["kv_cache"][rows, lens]
+def mla_cache(case, stage, tag, cand_inputs, ref, base, cand):
+    seq, pos = token_rows(cand_inputs["cache_lens"].cpu(), _cpu(cand_inputs.get("query_lens")), "cpu")
+    new_c, new_r, new_b = cand["kv_cache"][seq, pos], ref["kv_cache"][seq, pos], base["kv_cache"][seq, pos]
     before, after = cand["_before"]["kv_cache"], cand["kv_cache"].clone()
-    after[rows, lens] = before[rows, lens]
-    return [(stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"), torch.bfloat16,
-             ref.get("abs.kv_cache.new")),
-            (stage, tag("kv_cache.untouched"), after, before, None, budget_for(stage, "kv_cache.untouched"))]
+    after[seq, pos] = before[seq, pos]
+    out = [(stage, tag("kv_cache.untouched"), after, before, None, budget_for(stage, "kv_cache.untouched"))]
+    if new_c.dtype == torch.uint8:          # FP8 entries (§15): bytes fixed by the candidate's kv_c | k_pe
+        cfg = case.config()
+        names = ("kv_c", "k_pe") if stage == "mla" else ("attn.kv_c", "attn.k_pe")
+        if all(n in cand for n in names):
+            own = fp8_cache.quantise(cand[names[0]], cand[names[1]], cfg, exact=False)
+            out.append((stage, tag("kv_cache.fp8_rounding"), new_c, own.to(new_c.device), None,
+                        budget_for(stage, "kv_cache.untouched")))
+        new_c, new_r, new_b = (fp8_cache.dequantise(t, cfg, exact=True) for t in (new_c, new_r, new_b))
+    out.append((stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"), torch.bfloat16,
+                ref.get("abs.kv_cache.new")))
+    return out
+
+
+def _cpu(t):
+    return None if t is None else t.cpu()
 
 
 def _live_slots(cand_inputs):
@@ -47,6 +74,8 @@ def _live_slots(cand_inputs):
 
 
 def kda_state(stage, tag, cand_inputs, ref, base, cand):
+    if "query_lens" in cand_inputs:
+        return kda_verify_state(stage, tag, cand_inputs, ref, base, cand)
     idx, live = _live_slots(cand_inputs)
     before_conv, after_conv = cand["_before"]["conv_state"], cand["conv_state"]
     hist = after_conv.clone()
@@ -73,6 +102,67 @@ def kda_state(stage, tag, cand_inputs, ref, base, cand):
         rows = cand[attn][null_rows]
         out.append((stage, tag(f"{attn}.null_rows"), rows, torch.zeros_like(rows), None,
                     budget_for(stage, "out.null_rows")))
+    return out
+
+
+def _tokens(cand_inputs):
+    """(slot of every token, accepted count of its sequence, its index j in the sequence, whether
+    it is its sequence's last accepted token), on the CPU (docs/k3-decode.md §14.1)."""
+    w = cand_inputs["query_lens"].to(torch.int64).cpu()
+    idx = cand_inputs["state_idx"].to(torch.int64).cpu()
+    acc = cand_inputs["accepted"].to(torch.int64).cpu()
+    seq = torch.repeat_interleave(torch.arange(w.numel()), w)
+    j = torch.arange(seq.numel()) - (torch.cumsum(w, 0) - w)[seq]
+    return idx[seq], acc[seq], j, j == acc[seq] - 1
+
+
+def kda_verify_state(stage, tag, cand_inputs, ref, base, cand):
+    """A verify step's KDA states (module doc): per-token rows, then the continued slot."""
+    idx, _ = _live_slots(cand_inputs)
+    tok_slot, _, j, last = _tokens(cand_inputs)
+    live_tok = (tok_slot > 0).nonzero().flatten()
+    null_tok = (tok_slot <= 0).nonzero().flatten()
+    before = cand["_before"]
+    bit = budget_for(stage, "kv_cache.untouched")
+    cs, rs = cand["conv_states"], cand["recurrent_states"]
+    # token j's window is token j-1's (the slot's for j = 0) shifted by one, then its own raw input
+    hist = cs.clone()
+    for t in live_tok.tolist():
+        prev = before["conv_state"][tok_slot[t]] if j[t] == 0 else cs[t - 1]
+        hist[t, :, :-1] = prev[:, 1:]
+    out = [
+        (stage, tag("conv_states.history"), cs[live_tok], hist[live_tok], None, budget_for(stage, "conv_state.history")),
+        (stage, tag("conv_states.new"), cs[live_tok, :, -1], ref["conv_states"][live_tok, :, -1],
+         base["conv_states"][live_tok, :, -1], budget_for(stage, "conv_state.new"), torch.bfloat16,
+         _at(ref.get("abs.conv_states.new"), live_tok)),
+        (stage, tag("recurrent_states"), rs[live_tok], ref["recurrent_states"][live_tok],
+         base["recurrent_states"][live_tok], budget_for(stage, "recurrent_state"), torch.float32,
+         _at(ref.get("abs.recurrent_states"), live_tok)),
+        (stage, tag("conv_states.untouched"), cs[null_tok], before["conv_states"][null_tok], None, bit),
+        (stage, tag("recurrent_states.untouched"), rs[null_tok], before["recurrent_states"][null_tok], None, bit),
+    ]
+    # the continued slot holds the candidate's own state of the sequence's last accepted token, bit
+    # for bit (a rejected token's state must not leak in); with none accepted, and in slots no
+    # row owns, it stays bitwise as it was
+    acc = cand_inputs["accepted"].to(torch.int64).cpu()
+    kept = idx[(idx > 0) & (acc > 0)]
+    untouched = torch.ones(cand["conv_state"].shape[0], dtype=torch.bool)
+    untouched[kept] = False
+    conv, rec = cand["conv_state"], cand["recurrent_state"]
+    pick = (last & (tok_slot > 0)).nonzero().flatten()
+    slots = tok_slot[pick]
+    out += [
+        (stage, tag("conv_state.untouched"), conv[untouched], before["conv_state"][untouched], None, bit),
+        (stage, tag("recurrent_state.untouched"), rec[untouched], before["recurrent_state"][untouched], None, bit),
+        (stage, tag("conv_state.continued"), conv[slots], cs[pick], None, bit),
+        (stage, tag("recurrent_state.continued"), rec[slots], rs[pick], None, bit),
+        (stage, tag("recurrent_state"), rec[kept], ref["recurrent_state"][kept], base["recurrent_state"][kept],
+         budget_for(stage, "recurrent_state"), torch.float32, _at(ref.get("abs.recurrent_state"), kept)),
+    ]
+    attn = "out" if stage == "kda" else "attn_out"
+    if attn in cand and len(null_tok):
+        rows = cand[attn][null_tok]
+        out.append((stage, tag(f"{attn}.null_rows"), rows, torch.zeros_like(rows), None, budget_for(stage, "out.null_rows")))
     return out
 
 
@@ -132,12 +222,17 @@ def state_reports(case, tag, cand_inputs, ref, base, cand) -> list:
     stage, kind = case.stage, case.attention_kind
     out, extra = [], []
     if kind == "mla" and "kv_cache" in cand:
-        out += mla_cache(stage, tag, cand_inputs, ref, base, cand)
+        out += mla_cache(case, stage, tag, cand_inputs, ref, base, cand)
     if kind == "kda" and "conv_state" in cand:
         out += kda_state(stage, tag, cand_inputs, ref, base, cand)
-        _, live = _live_slots(cand_inputs)
-        extra.append(carried_in_f32(stage, tag("recurrent_state.f32"), cand["recurrent_state"][live],
-                                    ref["recurrent_state"][live]))
+        if "recurrent_states" in cand:          # a verify step: every live token's state
+            rows = (_tokens(cand_inputs)[0] > 0).nonzero().flatten()
+            extra.append(carried_in_f32(stage, tag("recurrent_states.f32"), cand["recurrent_states"][rows],
+                                        ref["recurrent_states"][rows]))
+        else:
+            _, live = _live_slots(cand_inputs)
+            extra.append(carried_in_f32(stage, tag("recurrent_state.f32"), cand["recurrent_state"][live],
+                                        ref["recurrent_state"][live]))
     if stage == "layer":
         out += layer_residual(case, stage, tag, ref, base, cand)
     return compare_many(out) + extra

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from hypothesis import strategies as st
 
 from k3diff.case import EXPERT_FORMATS, ROUTING_MODES, VALUE_DISTS, Case
-from k3diff import schedule
+from k3diff import schedule, verify_draws
 from k3diff.ep_config import draw_ep, fit_experts, sweep_layout
 from reference.config import ConfigError, preset
 
@@ -169,8 +169,9 @@ def batches(space: Space, stage: str | None = None, kind: str | None = None, top
     return _favour(space, "batch", base, 1, top)
 
 
-def cache_lengths(batch: int, space: Space):
-    hi = space.cache_limit(batch, space.max_steps)
+def cache_lengths(batch: int, space: Space, widths: tuple = ()):
+    # a verify step writes W_b rows a step: the capacity keeps room for its widest
+    hi = space.cache_limit(batch, space.max_steps * max(widths or (1,)))
     one = st.one_of(st.sampled_from([n for n in BOUNDARY_LENS if n <= hi] or [0]), st.integers(0, min(128, hi)),
                     st.integers(min(space.long_len // 2, hi), hi))
     one = _favour(space, "cache_len", one, 0, hi)
@@ -311,6 +312,13 @@ def cases(draw, stage: str, space: Space = CPU_SPACE):
     kind = Case(**fields).attention_kind
     wide = not space.production and stage in ("moe", "layer") and cfg.n_experts > WIDE_E
     batch = draw(batches(space, stage, kind, WIDE_E_BATCH if wide else None))
+    # a verify step (docs/k3-decode.md §14) in about half the cases: its T = Σ W_b tokens count
+    # against the stage's batch limit (the per-token states and rows are what costs)
+    widths = ()
+    if draw(st.booleans()):
+        top = space.batch_limit(stage, kind) if not wide else WIDE_E_BATCH
+        batch, widths = draw(verify_draws.widths_for(min(batch, top), space, top))
+        fields["widths"] = widths
     fields.update(batch=batch, value_dist=draw(st.sampled_from(VALUE_DISTS)),
                   weight_seed=draw(st.integers(0, 0 if wide else space.weight_seeds - 1)),
                   seed=draw(st.integers(0, 2**31 - 1)))
@@ -319,11 +327,19 @@ def cases(draw, stage: str, space: Space = CPU_SPACE):
     if stage == "moe":
         fields["routing"] = draw(st.sampled_from(ROUTING_MODES))
     if kind == "mla":
-        fields["cache_lens"] = draw(cache_lengths(batch, space))
+        fields["cache_lens"] = draw(cache_lengths(batch, space, widths))
+        if widths:
+            hi = space.cache_limit(batch, space.max_steps * max(widths))
+            fields["cache_lens"] = verify_draws.crossing_lens(draw, fields["cache_lens"], widths, space, hi)
+        fields["cache_format"] = draw(verify_draws.cache_formats())
+        if stage == "mla":
+            fields["scores"] = draw(verify_draws.score_modes())
     if kind == "kda":
         fields["n_slots"], fields["state_idx"] = draw(kda_slots(batch))
     if kind is not None:
         fields["steps"] = draw(st.one_of(st.just(1), st.integers(1, space.max_steps)))
+        if widths:
+            fields["accepted"] = draw(verify_draws.acceptance(widths, fields["steps"]))
     if space.ranks and stage == "moe":       # drawn last: a space without ranks draws as before
         fields.update(draw_ep(draw, fields, cfg, space.ranks))
     if space.schedules:                      # drawn last, and only on a GPU: other spaces as before
@@ -413,7 +429,8 @@ def _full_plan(stage: str, space: Space, rng: random.Random) -> list:
             n_slots, idx = _plan_slots(rng, batch, 2)
             out.append(Case(stage="kda", preset="full", batch=batch, n_slots=n_slots, state_idx=idx,
                             seed=rng.randrange(2**31)).validate())
-    return out
+    # verify steps at real dims: W 2 none accepted with the FP8 cache, T 9 ragged, T 33
+    return out + verify_plan(stage, space, rng, "full", which=(1, 3, 7))
 
 
 def _small_plan(stage: str, space: Space, rng: random.Random) -> list:
@@ -445,7 +462,50 @@ def _small_plan(stage: str, space: Space, rng: random.Random) -> list:
         if kind == "kda":
             fields["n_slots"], fields["state_idx"] = _plan_slots(rng, batch, i % 3)
         plan.append(Case(**fields).validate())
-    return plan
+    return plan + verify_plan(stage, space, rng, space.preset)
+
+
+# the verify corners a sweep visits in every stage (docs/k3-decode.md §14): (widths by batch,
+# accepted: "all" | "none" | "some", cache format); token counts 8/9, 16/17, 32/33, 64/65 among them
+VERIFY_PLAN = (
+    ((1, 1, 1), "all", "bf16"),                   # W 1: the verify path at decode's shape
+    ((2, 2), "none", "fp8"),                      # W 2, nothing accepted, the FP8 cache
+    ((8,), "some", "bf16"),                       # W 8 = T 8
+    ((8, 1), "all", "fp8"),                       # T 9, ragged
+    ((4, 4, 4, 4), "some", "fp8"),                # T 16
+    ((8, 8, 1), "none", "bf16"),                  # T 17
+    ((8,) * 4, "all", "bf16"),                    # T 32
+    ((3,) * 11, "some", "fp8"),                   # T 33
+    ((8,) * 8, "some", "bf16"),                   # T 64
+    ((8,) * 8 + (1,), "all", "fp8"),              # T 65
+)
+
+
+def verify_plan(stage: str, space: Space, rng: random.Random, preset_name: str, which=None) -> list:
+    """Verify cases of a sweep at `preset_name` (VERIFY_PLAN, or the entries `which` picks):
+    each MLA sequence's draft straddles the 64-row tile (L_b = 62); acceptance drawn from `rng`.
+    Cases past the space's batch limit for the stage (T counts) are left out."""
+    cfg = preset(preset_name)
+    out = []
+    layers = [i for i in _plan_layers(cfg) if cfg.is_moe_layer(i)]
+    for i, (widths, acc, fmt) in enumerate(VERIFY_PLAN if which is None else [VERIFY_PLAN[k] for k in which]):
+        fields = dict(stage=stage, preset=preset_name, batch=len(widths), widths=widths,
+                      seed=rng.randrange(2**31), value_dist=VALUE_DISTS[i % len(VALUE_DISTS)])
+        if stage == "layer":
+            fields["layer_idx"] = layers[i % len(layers)]
+        kind = Case(**fields).attention_kind
+        if sum(widths) > space.batch_limit(stage, kind):
+            continue
+        if kind == "mla":
+            fields["cache_lens"] = tuple(62 if w > 1 else rng.choice((0, 63)) for w in widths)
+            fields["cache_format"] = fmt
+        if kind == "kda":
+            fields["n_slots"], fields["state_idx"] = _plan_slots(rng, len(widths), 1)
+        if kind is not None:
+            fields["accepted"] = tuple(w if acc == "all" else 0 if acc == "none" else rng.randint(0, w)
+                                       for w in widths)
+        out.append(Case(**fields).validate())
+    return out
 
 
 def chunk_plan(stage: str, space: Space, seed: int, chunk: int, chunks: int) -> list:

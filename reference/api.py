@@ -24,7 +24,8 @@ import operator
 import torch
 
 from .config import ConfigError, K3Config, check_cache_lens
-from .kda import check_state_idx, kda
+from . import fp8_cache
+from .kda import check_state_idx, kda, kda_verify
 from .layer import layer
 from .materialize import weight_shapes
 from .mla import mla
@@ -38,12 +39,15 @@ OUT_DTYPES = {
     "mla": {"out": BF, "q_c": BF, "kv_c": BF, "k_pe": BF, "ql": BF, "attn_latent": BF, "attn_out": BF,
             "gated": BF, "kv_cache": BF},
     "kda": {"out": BF, "conv_out": BF, "decay": F32, "beta": F32, "core": F32, "normed": BF,
-            "conv_state": BF, "recurrent_state": F32},
+            "conv_state": BF, "recurrent_state": F32, "conv_states": BF, "recurrent_states": F32},
     "layer": {"delta": BF, "x_attn": BF, "attn_out": BF, "x_mlp": BF, "prefix": BF, "blocks": BF,
-              "kv_cache": BF, "conv_state": BF, "recurrent_state": F32},
+              "kv_cache": BF, "conv_state": BF, "recurrent_state": F32, "conv_states": BF,
+              "recurrent_states": F32},
 }
-STATE_NAMES = {"moe": (), "mla": ("kv_cache",), "kda": ("conv_state", "recurrent_state"),
-               "layer": ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state")}
+STATE_NAMES = {"moe": (), "mla": ("kv_cache",),
+               "kda": ("conv_state", "recurrent_state", "conv_states", "recurrent_states"),
+               "layer": ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state", "conv_states",
+                         "recurrent_states")}
 
 
 def _dtype_of(stage: str, name: str) -> torch.dtype:
@@ -82,14 +86,35 @@ def _numel(shape):
     return math.prod(shape)
 
 
+def _check_verify(inputs, T) -> int:
+    """The number of sequences B: T for a decode step; for a verify step (query_lens [B] given),
+    B, after checking the widths (each >= 1) sum to the T rows."""
+    w = inputs.get("query_lens")
+    if w is None:
+        return T
+    if not isinstance(w, torch.Tensor) or w.dim() != 1:
+        raise ValueError("input query_lens must be a [B] integer tensor")
+    if w.numel() and int(w.min()) < 1:
+        raise ValueError("query_lens must be >= 1 for every sequence")
+    if int(w.sum()) != T:
+        raise ValueError(f"query_lens sum to {int(w.sum())}, but the step has {T} token rows")
+    return w.numel()
+
+
 def _check_attention_inputs(cfg, kind, inputs, T):
+    B = _check_verify(inputs, T)
     if kind == "mla":
         cache = inputs.get("kv_cache")
         if not isinstance(cache, torch.Tensor) or cache.dim() != 3:
-            raise ValueError("input kv_cache must be a [T, Lcap, R+rope] tensor")
-        _expect(cache, (T, cache.shape[1], cfg.mla_cache_dim), "kv_cache")
-        _expect(inputs.get("cache_lens"), (T,), "cache_lens")
-        check_cache_lens(cfg, inputs["cache_lens"].tolist(), cache.shape[1])
+            raise ValueError("input kv_cache must be a [B, Lcap, R+rope] tensor")
+        fp8 = cache.dtype == torch.uint8
+        if fp8 and fp8_cache.check(cfg):
+            raise ValueError(fp8_cache.check(cfg))
+        _expect(cache, (B, cache.shape[1], fp8_cache.row_bytes(cfg) if fp8 else cfg.mla_cache_dim), "kv_cache")
+        _expect(inputs.get("cache_lens"), (B,), "cache_lens")
+        w = inputs.get("query_lens")
+        ends = inputs["cache_lens"] if w is None else inputs["cache_lens"] + w.to(torch.int64) - 1
+        check_cache_lens(cfg, ends.tolist(), cache.shape[1])
     else:
         conv, rec = inputs.get("conv_state"), inputs.get("recurrent_state")
         if not isinstance(conv, torch.Tensor) or conv.dim() != 3:
@@ -97,8 +122,16 @@ def _check_attention_inputs(cfg, kind, inputs, T):
         S = conv.shape[0]
         _expect(conv, (S, 3 * cfg.kda_proj, cfg.conv_width - 1), "conv_state")
         _expect(rec, (S, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_head_dim), "recurrent_state")
-        _expect(inputs.get("state_idx"), (T,), "state_idx")
+        _expect(inputs.get("state_idx"), (B,), "state_idx")
         check_state_idx(inputs["state_idx"], S)
+        if "query_lens" in inputs:
+            _expect(inputs.get("accepted"), (B,), "accepted")
+            acc, w = inputs["accepted"].to(torch.int64), inputs["query_lens"].to(torch.int64)
+            if bool(((acc < 0) | (acc > w)).any()):
+                raise ValueError("accepted must lie in [0, query_lens] for every sequence")
+            _expect(inputs.get("conv_states"), (T, 3 * cfg.kda_proj, cfg.conv_width - 1), "conv_states")
+            _expect(inputs.get("recurrent_states"), (T, cfg.kda_heads, cfg.kda_head_dim, cfg.kda_head_dim),
+                    "recurrent_states")
 
 
 def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exact") -> dict:
@@ -133,7 +166,11 @@ def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exac
         _check_attention_inputs(cfg, stage, inputs, T)
         x = num.load(inputs["x"])
         if stage == "mla":
-            res = mla(x, inputs["kv_cache"], inputs["cache_lens"], weights, cfg, num)
+            res = mla(x, inputs["kv_cache"], inputs["cache_lens"], weights, cfg, num, inputs.get("query_lens"))
+        elif "query_lens" in inputs:
+            res = kda_verify(x, inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"],
+                             inputs["query_lens"], inputs["accepted"], inputs["conv_states"],
+                             inputs["recurrent_states"], weights, cfg, num)
         else:
             res = kda(x, inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"], weights, cfg, num)
     else:
@@ -155,7 +192,8 @@ def run_stage(stage: str, cfg: K3Config, weights: dict, inputs: dict, mode="exac
     out = {}
     for name, t in res.items():
         dt = _dtype_of(stage, name)
-        out[name] = t if dt == F64 else num.out(t, dt)
+        # an FP8 cache stays the bytes it is (fp8_cache), in either mode
+        out[name] = t if dt == F64 or t.dtype == torch.uint8 else num.out(t, dt)
         if name in STATE_NAMES[stage] and name not in _KEPT_BY_CONSTRUCTION and not num.exact:
             out[name] = _keep_bits(out[name], inputs.get(name))
     return out

@@ -42,7 +42,9 @@ def check_state_idx(state_idx: torch.Tensor, n_slots: int) -> None:
 
 
 def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor,
-        state_idx: torch.Tensor, weights: dict, cfg, num: Numerics) -> dict:
+        state_idx: torch.Tensor, weights: dict, cfg, num: Numerics, state_magnitude=None) -> dict:
+    """`state_magnitude` (magnitudes only): the bound Σ|a||b| the incoming state already carries
+    (a verify step's earlier tokens, kda_verify); default |recurrent_state|."""
     T = x.shape[0]
     H, D, P = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj
     check_state_idx(state_idx, conv_state.shape[0])
@@ -80,7 +82,8 @@ def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor
     core = (S * qh.unsqueeze(-2)).sum(-1)                                  # o kept f32 (fused path)
     rec_new[slots] = S
     if num.magnitudes:
-        S_dec = recurrent_state.to(x.device)[slots].to(torch.float64).abs() * torch.exp(decay).unsqueeze(-2)
+        held = recurrent_state if state_magnitude is None else state_magnitude
+        S_dec = held.to(x.device)[slots].to(torch.float64).abs() * torch.exp(decay).unsqueeze(-2)
         mag_u = beta.abs().unsqueeze(-1) * (v.abs() + (S_dec * kh.abs().unsqueeze(-2)).sum(-1))
         mag_S = S_dec + mag_u.unsqueeze(-1) * kh.abs().unsqueeze(-2)
         mag_core = (mag_S * qh.abs().unsqueeze(-2)).sum(-1)
@@ -106,4 +109,68 @@ def kda(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor
         res.update({"abs.out": full(num.abs_linear(normed, weights["o_proj.weight"])),
                     "abs.core": full(mag_core), "abs.normed": full(normed.abs()),
                     "abs.recurrent_state": mag_rec, "abs.conv_state.new": mag_conv})
+    return res
+
+
+def kda_verify(x: torch.Tensor, conv_state: torch.Tensor, recurrent_state: torch.Tensor,
+               state_idx: torch.Tensor, query_lens: torch.Tensor, accepted: torch.Tensor,
+               conv_states: torch.Tensor, recurrent_states: torch.Tensor, weights: dict, cfg,
+               num: Numerics) -> dict:
+    """A verify step (docs/k3-decode.md §14.3): sequence b's W_b tokens (rows of x, sequence by
+    sequence) run the decode step one after another on slot state_idx[b], exactly W_b single-token
+    steps: token j's conv window and delta rule continue from token j-1's state. The state after
+    every token is kept in the per-token buffers conv_states [T, 3P, W-1] and recurrent_states
+    [T, H, D, D] (rows of null sequences untouched); the slot ends holding the state after token
+    accepted[b] - 1 (accepted 0: the state before the step), the one the next step continues from.
+    Returns `kda`'s outputs per token plus the four updated state tensors."""
+    T = x.shape[0]
+    w = query_lens.to(torch.int64).cpu()
+    acc = accepted.to(torch.int64).cpu()
+    idx = state_idx.to(torch.int64).cpu()
+    B = w.numel()
+    first = torch.cumsum(w, 0) - w
+    conv, rec = num.load(conv_state), num.load(recurrent_state)
+    conv_tok, rec_tok = num.load(conv_states), num.load(recurrent_states)
+    # the accumulation bound grows token by token: token j's state carries tokens 0..j-1's
+    mag_pool = recurrent_state.to(torch.float64).abs() if num.magnitudes else None
+    res: dict = {}
+    for j in range(int(w.max()) if B else 0):
+        active = (w > j).nonzero(as_tuple=True)[0]                    # sequences with a token j
+        toks = first[active] + j
+        xj = torch.zeros((B,) + x.shape[1:], dtype=x.dtype, device=x.device)
+        xj[active.to(x.device)] = x[toks.to(x.device)]
+        idx_j = torch.where(w > j, idx, torch.zeros_like(idx))
+        step = kda(xj, conv, rec, idx_j.to(state_idx.device), weights, cfg, num, mag_pool)
+        conv, rec = step.pop("conv_state"), step.pop("recurrent_state")
+        live = active[idx[active] > 0]
+        t_live, s_live = (first[live] + j).to(x.device), idx[live].to(x.device)
+        conv_tok[t_live] = conv[s_live].to(conv_tok.dtype)
+        rec_tok[t_live] = rec[s_live].to(rec_tok.dtype)
+        if num.magnitudes:
+            mag_rec, mag_conv = step.pop("abs.recurrent_state"), step.pop("abs.conv_state.new")
+            mag_pool[s_live] = mag_rec[s_live]
+            for name, src in (("abs.recurrent_states", mag_rec), ("abs.conv_states.new", mag_conv)):
+                if name not in res:
+                    res[name] = torch.zeros((T,) + src.shape[1:], dtype=src.dtype, device=x.device)
+                res[name][t_live] = src[s_live]
+        for name, t in step.items():
+            if name not in res:
+                res[name] = torch.zeros((T,) + t.shape[1:], dtype=t.dtype, device=x.device)
+            res[name][toks.to(x.device)] = t[active.to(x.device)]
+    # the slot continues from the state after the last accepted token
+    conv_new, rec_new = num.load(conv_state), num.load(recurrent_state)
+    keep = [b for b in range(B) if idx[b] > 0 and acc[b] > 0]
+    mag_conv_slot = torch.zeros(conv_new.shape[:2], dtype=torch.float64, device=x.device)
+    mag_rec_slot = torch.zeros_like(rec_new, dtype=torch.float64)
+    for b in keep:
+        t = int(first[b] + acc[b] - 1)
+        conv_new[idx[b]] = conv_tok[t]
+        rec_new[idx[b]] = rec_tok[t]
+        if num.magnitudes:
+            mag_conv_slot[idx[b]] = res["abs.conv_states.new"][t]
+            mag_rec_slot[idx[b]] = res["abs.recurrent_states"][t]
+    res.update({"conv_state": conv_new, "recurrent_state": rec_new, "conv_states": conv_tok,
+                "recurrent_states": rec_tok})
+    if num.magnitudes:
+        res.update({"abs.conv_state.new": mag_conv_slot, "abs.recurrent_state": mag_rec_slot})
     return res

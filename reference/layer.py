@@ -13,7 +13,7 @@ then attn.<mla|kda names> and mlp.<moe|dense names> (k3diff/stages.py).
 from __future__ import annotations
 
 from .attn_res import attn_res
-from .kda import kda
+from .kda import kda, kda_verify
 from .mla import mla
 from .moe import dense_mlp, latent_moe
 from .numerics import Numerics
@@ -44,11 +44,16 @@ def layer(inputs: dict, weights: dict, cfg, num: Numerics) -> dict:
     x_attn, prefix, blocks = attn_res(prefix, delta, blocks, weights["attn_res.norm"], weights["attn_res.proj"],
                                       weights["input_norm"], nb, wi, num, eps, eps)
     aw = sub(weights, "attn")
-    if cfg.is_kda_layer(i):
+    verify = inputs.get("query_lens")           # a verify step (docs/k3-decode.md §14.5): T = Σ W_b tokens
+    if cfg.is_kda_layer(i) and verify is not None:
+        att = kda_verify(x_attn, inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"], verify,
+                         inputs["accepted"], inputs["conv_states"], inputs["recurrent_states"], aw, cfg, num)
+        state = {k: att.pop(k) for k in ("conv_state", "recurrent_state", "conv_states", "recurrent_states")}
+    elif cfg.is_kda_layer(i):
         att = kda(x_attn, inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"], aw, cfg, num)
         state = {"conv_state": att.pop("conv_state"), "recurrent_state": att.pop("recurrent_state")}
     else:
-        att = mla(x_attn, inputs["kv_cache"], inputs["cache_lens"], aw, cfg, num)
+        att = mla(x_attn, inputs["kv_cache"], inputs["cache_lens"], aw, cfg, num, verify)
         state = {"kv_cache": att.pop("kv_cache")}
     a = att["out"]
     if write:
@@ -66,8 +71,8 @@ def layer(inputs: dict, weights: dict, cfg, num: Numerics) -> dict:
     res = {"delta": mlp["out"], "x_attn": x_attn, "attn_out": a, "x_mlp": x_mlp,
            "prefix": prefix, "blocks": blocks, **state}
     # the state magnitudes keep the state rules' names (abs.kv_cache.new, abs.recurrent_state, ...)
-    res.update({k: att.pop(k) for k in ("abs.kv_cache.new", "abs.conv_state.new", "abs.recurrent_state")
-                if k in att})
+    res.update({k: att.pop(k) for k in ("abs.kv_cache.new", "abs.conv_state.new", "abs.recurrent_state",
+                                         "abs.conv_states.new", "abs.recurrent_states") if k in att})
     res.update({_inner("attn", k): v for k, v in att.items() if k != "out"})
     res.update({_inner("mlp", k): v for k, v in mlp.items() if k != "out"})
     if num.magnitudes:   # the layer's tensors by their layer names; the AttnRes outputs are norms

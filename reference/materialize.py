@@ -48,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from . import mxfp4
+from . import fp8_cache, mxfp4
 from .config import ConfigError, K3Config, check_cache_lens
 
 VALUE_DISTS = {"plain": 1.0, "outliers": 1.0, "large": 30.0, "tiny": 1e-3}
@@ -321,14 +321,40 @@ def _kv_cache(cfg: K3Config, seed: int, lens: torch.Tensor, cap: int, scale: flo
     return nan_sentinels_where(cache, free)
 
 
+def _fp8_cache(cfg: K3Config, drawn: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    """The bf16 cache draw `drawn` [B, cap, R+rope] (free rows already NaN sentinels) as an FP8
+    cache (fp8_cache's layout): rows < L_b quantised as a kernel writes them (faithful rounding);
+    free rows NaN everywhere with payloads from the draw (e4m3 NaN codes 0x7F/0xFF by the value's
+    sign, f32 scale NaNs carrying the bf16 sentinel's bits, the bf16 sentinels as k_pe), so a read
+    poisons and a write shows bitwise."""
+    R, n = cfg.kv_lora_rank, fp8_cache.n_tiles(cfg)
+    free = torch.arange(drawn.shape[1], device=drawn.device).view(1, -1) >= lens.to(drawn.device).view(-1, 1)
+    kv = drawn[..., :R].float()
+    rows = fp8_cache.quantise(torch.where(free.unsqueeze(-1), 0.0, kv), drawn[..., R:], cfg, exact=False)
+    sent = drawn[..., :R].view(torch.int16)
+    nan8 = (((sent >> 8) & 0x80) | 0x7F).to(torch.uint8)
+    nan_scale = ((sent[..., :n].to(torch.int32) << 16) | 1).view(torch.float32).contiguous().view(torch.uint8)
+    f = free.unsqueeze(-1)
+    rows[..., :R] = torch.where(f, nan8, rows[..., :R])
+    rows[..., R:R + 4 * n] = torch.where(f, nan_scale.reshape(rows.shape[:-1] + (4 * n,)), rows[..., R:R + 4 * n])
+    return rows
+
+
 def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=None, state_idx=None,
                 n_slots: int | None = None, layer_idx: int | None = None, value_dist: str = "plain",
                 cache_capacity: int | None = None, device="cpu", caches: bool = True,
-                draw_on: str = "cpu") -> dict:
+                draw_on: str = "cpu", widths=None, accepted=None, cache_format: str = "bf16") -> dict:
     """The inputs of one decode step of `stage` for `batch` sequences (see module doc). caches=False
     leaves out the MLA cache and the KDA states (a later decode step carries its own); every other
     input is drawn from its own generator, so its bits do not depend on that choice. draw_on="device"
-    draws the caches and states with generators on `device` (module doc: not the CPU's bits)."""
+    draws the caches and states with generators on `device` (module doc: not the CPU's bits).
+
+    A verify step (docs/k3-decode.md §14.1): `widths` W_b per sequence give T = Σ W_b token rows
+    (x, prefix, delta, blocks) and the input query_lens [B]; a KDA attention also gets `accepted`
+    [B] (default: all) and the per-token state buffers conv_states / recurrent_states [T, ...],
+    filled with finite sentinels (a row the step must not write shows bitwise). cache_format
+    "fp8": the MLA cache as fp8_cache's uint8 rows. Without them the inputs are bit for bit those
+    of a decode step."""
     cfg.validate()
     if draw_on not in ("cpu", "device"):
         raise ValueError(f"draw_on must be 'cpu' or 'device', got {draw_on!r}")
@@ -337,7 +363,13 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         raise ConfigError(f"batch must be >= 0, got {batch}")
     if value_dist not in VALUE_DISTS:
         raise ConfigError(f"value_dist must be one of {', '.join(VALUE_DISTS)}, got {value_dist!r}")
-    T, d = batch, cfg.hidden
+    if cache_format not in ("bf16", "fp8"):
+        raise ConfigError(f"cache_format must be bf16 or fp8, got {cache_format!r}")
+    if widths is not None:
+        widths = [int(w) for w in widths]
+        if len(widths) != batch or any(w < 1 for w in widths):
+            raise ConfigError(f"widths must hold {batch} widths >= 1, got {widths}")
+    T, d = (batch if widths is None else sum(widths)), cfg.hidden
     n_out = max(1, d // 64)
     outliers = torch.randperm(d, generator=_gen(seed, "outlier_channels"))[:n_out]
     act = lambda name, shape, scale: _activations(shape, _gen(seed, "in", name), scale, value_dist, outliers)
@@ -365,31 +397,36 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
     if kind == "mla":
         if cache_lens is None:
             hi = min(64, cfg.max_cache_len - 1)
-            cache_lens = torch.randint(0, hi + 1, (T,), generator=_gen(seed, "in", "cache_lens"))
+            cache_lens = torch.randint(0, hi + 1, (batch,), generator=_gen(seed, "in", "cache_lens"))
         lens = torch.as_tensor(cache_lens, dtype=torch.int64).reshape(-1)
-        if lens.numel() != T:
-            raise ConfigError(f"cache_lens has {lens.numel()} entries for batch={T}")
-        need = int(lens.max()) + 1 if T else 1
+        if lens.numel() != batch:
+            raise ConfigError(f"cache_lens has {lens.numel()} entries for batch={batch}")
+        ends = lens if widths is None else lens + torch.tensor(widths, dtype=torch.int64) - 1
+        need = int(ends.max()) + 1 if batch else 1
         cap = cache_capacity if cache_capacity is not None else -(-need // 8) * 8
         if cap > cfg.max_cache_len:
             raise ConfigError(f"cache_capacity={cap} exceeds K3Config.max_cache_len={cfg.max_cache_len}")
-        check_cache_lens(cfg, lens.tolist(), cap)
+        check_cache_lens(cfg, ends.tolist(), cap)
         inp["cache_lens"] = lens
         # one draw for every row: rows < L_b hold the values, the rest the sentinels made from
         # the same (otherwise unused) draws, which costs no second pass of the generator
         if caches:
             inp["kv_cache"] = _kv_cache(cfg, seed, lens, cap, state_scale(value_dist), gdev,
                                         by_sequence=draw_on == "device")
+            if cache_format == "fp8":
+                if fp8_cache.check(cfg):
+                    raise ConfigError(fp8_cache.check(cfg))
+                inp["kv_cache"] = _fp8_cache(cfg, inp["kv_cache"], lens)
     elif kind == "kda":
         if state_idx is None:
             S = batch + 1 if n_slots is None else n_slots
             if S < batch + 1:
                 raise ConfigError(f"n_slots={S} cannot give {batch} rows distinct slots >= 1 (slot 0 is null)")
-            idx = torch.randperm(S - 1, generator=_gen(seed, "in", "state_idx"))[:T] + 1
+            idx = torch.randperm(S - 1, generator=_gen(seed, "in", "state_idx"))[:batch] + 1
         else:
             idx = torch.as_tensor(state_idx, dtype=torch.int64).reshape(-1)
-            if idx.numel() != T:
-                raise ConfigError(f"state_idx has {idx.numel()} entries for batch={T}")
+            if idx.numel() != batch:
+                raise ConfigError(f"state_idx has {idx.numel()} entries for batch={batch}")
             S = n_slots if n_slots is not None else max(batch, int(idx.max()) if T else 0) + 1
         live = [i for i in idx.tolist() if i > 0]
         if any(i >= S for i in live) or len(set(live)) != len(live):
@@ -402,4 +439,16 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
             inp["recurrent_state"] = _randn((S, H, D, D), _gen(seed, "in", "recurrent_state", device=gdev)
                                             ).mul_(0.5 * sc)
         inp["state_idx"] = idx
+        if widths is not None:
+            acc = widths if accepted is None else [int(a) for a in accepted]
+            if len(acc) != batch or any(not 0 <= a <= w for a, w in zip(acc, widths)):
+                raise ConfigError(f"accepted must hold {batch} counts in [0, width], got {acc}")
+            inp["accepted"] = torch.tensor(acc, dtype=torch.int64)
+            # the per-token state buffers: every step has its own (drawn also when caches=False)
+            inp["conv_states"] = finite_sentinels((T, P3, cfg.conv_width - 1), torch.bfloat16,
+                                                  _gen(seed, "in", "conv_states"))
+            inp["recurrent_states"] = finite_sentinels((T, H, D, D), torch.float32,
+                                                       _gen(seed, "in", "recurrent_states"))
+    if widths is not None and kind in ("mla", "kda"):
+        inp["query_lens"] = torch.tensor(widths, dtype=torch.int64)
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}

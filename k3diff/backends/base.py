@@ -10,6 +10,10 @@ A backend is any object with these attributes and methods (subclassing `Backend`
     supports(cfg, stage) -> str | None        (optional)
         None when the backend runs cases of these dims, else a one-line reason (a library kernel
         that takes only some head widths, say); such cases are reported as skipped, never passed.
+    supports(cfg, stage, features=frozenset()) -> str | None
+        The same, told what else the case needs: "verify" (W tokens per sequence) and/or
+        "fp8_cache" (docs/k3-decode.md §14-15; k3diff/features.py). A supports() without the
+        `features` argument is refused such cases: it predates them.
     provides(stage) -> set[str]
         Names from k3diff.stages.OUTPUTS[stage] this backend writes; the framework compares exactly
         these. It MUST include the stage's final output(s) (TensorSpec.final) for every stage in

@@ -16,7 +16,7 @@ import torch
 
 from k3diff.backends.base import Backend
 
-from .blocked_attn import prepare_kda, prepare_mla, run_kda, run_mla
+from .blocked_attn import prepare_kda, prepare_mla, run_kda, run_kda_verify, run_mla
 from .blocked_moe import _get, glu_mlp, prepare_dense, prepare_moe, run_moe
 from .blocked_ops import F32, bf16, exact_f32_matmul, exp, rms_scale
 
@@ -63,6 +63,10 @@ class TorchBlockedBackend(Backend):
                                      # cannot hold them; torch-blocked-graph (blocked_graph.py) can be captured
     stages = ("moe", "mla", "kda", "layer")
 
+    def supports(self, cfg, stage, features=frozenset()) -> str | None:
+        """Every dims and both verify steps and the FP8 cache (k3diff/features.py)."""
+        return None
+
     # ------------------------------------------------------------------ prepare
     def prepare(self, cfg, stage, weights):
         """Fuse/dequantise once; `weights` is only read (new tensors or read-only views)."""
@@ -99,10 +103,12 @@ class TorchBlockedBackend(Backend):
             elif stage == "moe":
                 res = run_moe(cfg, prepared["moe"], inputs["x"], inputs.get("forced_ids"))
             elif stage == "mla":
-                res = run_mla(cfg, prepared["mla"], inputs["x"], inputs["kv_cache"], inputs["cache_lens"])
+                res = self.run_mla_attention(cfg, prepared["mla"], inputs["x"], inputs["kv_cache"],
+                                             inputs["cache_lens"], **_verify_inputs(inputs, "mla"))
             elif stage == "kda":
-                res = run_kda(cfg, prepared["kda"], inputs["x"], inputs["conv_state"],
-                              inputs["recurrent_state"], inputs["state_idx"])
+                res = self.run_kda_attention(cfg, prepared["kda"], inputs["x"], inputs["conv_state"],
+                                             inputs["recurrent_state"], inputs["state_idx"],
+                                             **_verify_inputs(inputs, "kda"))
             elif stage == "layer":
                 res = self._layer(cfg, prepared, inputs)
             else:
@@ -122,10 +128,11 @@ class TorchBlockedBackend(Backend):
                           n=nb, write_idx=i // Bk if writes else -1, eps=eps, eps_out=eps)
         if cfg.is_kda_layer(i):
             a = self.run_kda_attention(cfg, self._need(p, "kda", i), x_attn, inputs["conv_state"],
-                                       inputs["recurrent_state"], inputs["state_idx"])["out"]
+                                       inputs["recurrent_state"], inputs["state_idx"],
+                                       **_verify_inputs(inputs, "kda"))["out"]
         else:
             a = self.run_mla_attention(cfg, self._need(p, "mla", i), x_attn, inputs["kv_cache"],
-                                       inputs["cache_lens"])["out"]
+                                       inputs["cache_lens"], **_verify_inputs(inputs, "mla"))["out"]
         if writes:
             prefix.copy_(a)            # prefix restarts at the attention output
             dlt = None
@@ -142,17 +149,31 @@ class TorchBlockedBackend(Backend):
 
     # the layer's attention, one hook per kind: a backend that composes this layer wiring with
     # another attention implementation (k3diff/backends/fla_kda.py, flashinfer_mla.py) overrides one
-    def run_kda_attention(self, cfg, p, x, conv_state, rec_state, state_idx) -> dict:
+    # A verify step (docs/k3-decode.md §14) adds keyword arguments (`_verify_inputs`); a decode
+    # step passes none, so an override that serves decode only keeps its old signature.
+    def run_kda_attention(self, cfg, p, x, conv_state, rec_state, state_idx, **verify) -> dict:
+        if verify:
+            return run_kda_verify(cfg, p, x, conv_state, rec_state, state_idx, **verify)
         return run_kda(cfg, p, x, conv_state, rec_state, state_idx)
 
-    def run_mla_attention(self, cfg, p, x, kv_cache, cache_lens) -> dict:
-        return run_mla(cfg, p, x, kv_cache, cache_lens)
+    def run_mla_attention(self, cfg, p, x, kv_cache, cache_lens, **verify) -> dict:
+        return run_mla(cfg, p, x, kv_cache, cache_lens, **verify)
 
     @staticmethod
     def _need(p: dict, part: str, i: int) -> dict:
         if part not in p:
             raise KeyError(f"torch-blocked: layer {i} needs {part} weights (attn.*/mlp.*), none were given")
         return p[part]
+
+
+def _verify_inputs(inputs: dict, kind: str) -> dict:
+    """A verify step's extra inputs for the attention hooks (none in a decode step)."""
+    if "query_lens" not in inputs:
+        return {}
+    if kind == "mla":
+        return {"query_lens": inputs["query_lens"]}
+    return {"query_lens": inputs["query_lens"], "accepted": inputs["accepted"],
+            "conv_states": inputs["conv_states"], "rec_states": inputs["recurrent_states"]}
 
 
 BACKEND = TorchBlockedBackend()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from . import blocked_fp8
 from .blocked_moe import _get
 from .blocked_ops import F32, KV_CHUNK, bf16, exp, gemm, rms_scale, rmsnorm_bf16, sigmoid
 
@@ -56,7 +57,23 @@ def _attend(Q: torch.Tensor, rows: torch.Tensor, n: torch.Tensor, R: int, scale:
     return acc / l.unsqueeze(-1)
 
 
-def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor) -> dict:
+def token_positions(cache_lens: torch.Tensor, query_lens, T: int, device):
+    """(sequence, cache row) of each token row: row L_b for a decode step; for a verify step
+    (docs/k3-decode.md §14.1) the rows are sequence by sequence, token j of b at row L_b + j."""
+    lens = cache_lens.to(device=device, dtype=torch.int64)
+    if query_lens is None:
+        return torch.arange(T, device=device), lens
+    w = query_lens.to(device=device, dtype=torch.int64)
+    seq = torch.repeat_interleave(torch.arange(w.numel(), device=device), w, output_size=T)
+    start = torch.zeros_like(w)
+    start[1:] = torch.cumsum(w, 0)[:-1]
+    return seq, lens[seq] + torch.arange(T, device=device) - start[seq]
+
+
+def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor,
+            query_lens=None, fp8_per_tensor: bool = False, see_next: bool = False) -> dict:
+    """A decode or verify step; kv_cache bf16 or the FP8 rows (uint8, blocked_fp8). The last two
+    flags plant bugs for k3diff.mutants (one scale per row; token j also seeing token j + 1)."""
     T = x.shape[0]
     H, nope, rope, v = cfg.mla_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
     ql_rank, R = cfg.q_lora_rank, cfg.kv_lora_rank
@@ -71,19 +88,29 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
     # absorbed query latent: ql[h] = bf16(q_nope[h] @ W_UK[h]) (batched over heads)
     ql = bf16(torch.bmm(q[:, :, :nope].transpose(0, 1).to(F32), p["w_uk"].to(F32))).transpose(0, 1)
 
-    # insert this step's entry at row L_b before attending
-    lens = cache_lens.to(torch.int64)
-    rows_idx = torch.arange(T, device=x.device)
-    kv_cache[rows_idx, lens] = torch.cat([kv_c, k_pe], dim=-1).to(kv_cache.dtype)
+    # insert this step's entries (row L_b + j for token j) before attending
+    seq, pos = token_positions(cache_lens, query_lens, T, x.device)
+    fp8 = kv_cache.dtype == torch.uint8
+    if fp8:
+        kv_cache[seq, pos] = blocked_fp8.write_rows(kv_c, k_pe, cfg, per_tensor=fp8_per_tensor)
+    else:
+        kv_cache[seq, pos] = torch.cat([kv_c, k_pe], dim=-1).to(kv_cache.dtype)
 
     scale = float(nope + rope) ** -0.5
     Q = torch.cat([ql, q[:, :, nope:]], dim=-1).to(F32)     # [T, H, R+rope]
     lat = torch.empty(T, H, R, dtype=torch.bfloat16, device=x.device)
-    n = lens + 1                                            # rows 0..L_b only
+    n = pos + 1                                             # rows 0..L_b + j only
+    if see_next and query_lens is not None:                 # planted bug: one row too many
+        last = torch.zeros_like(n, dtype=torch.bool)
+        last[torch.cumsum(query_lens.to(x.device, torch.int64), 0) - 1] = True
+        n = torch.where(last, n, n + 1)
     chunks = (n + KV_CHUNK - 1) // KV_CHUNK
     for c in sorted(set(chunks.tolist())):                  # one pass per chunk count
-        seqs = (chunks == c).nonzero().flatten()
-        lat[seqs] = bf16(_attend(Q[seqs], kv_cache[seqs, :c * KV_CHUNK], n[seqs], R, scale))
+        toks = (chunks == c).nonzero().flatten()
+        rows = kv_cache[seq[toks], :c * KV_CHUNK]
+        if fp8:
+            rows = blocked_fp8.read_rows(rows, cfg)
+        lat[toks] = bf16(_attend(Q[toks], rows, n[toks], R, scale))
 
     o = bf16(torch.bmm(lat.transpose(0, 1).to(F32), p["w_uv_t"].to(F32))).transpose(0, 1)  # [T,H,v]
     gated = bf16(o.reshape(T, H * v).to(F32) * sigmoid(gz.to(F32)))
@@ -93,6 +120,56 @@ def run_mla(cfg, p: dict, x: torch.Tensor, kv_cache: torch.Tensor, cache_lens: t
 
 
 # ================================================================ KDA
+def run_kda_verify(cfg, p: dict, x, conv_state, rec_state, state_idx, query_lens, accepted,
+                   conv_states, rec_states, accept_shift: int = 0, conv_shift_one: bool = False,
+                   step=None) -> dict:
+    """A verify step (docs/k3-decode.md §14.3): each sequence's tokens run the decode step in
+    order on its slot; the state after every token goes to its row of conv_states / rec_states;
+    the slot then holds the state after the last accepted token (unchanged if none). The last two
+    arguments plant bugs for k3diff.mutants: commit the state `accept_shift` tokens later, and
+    let the conv window move by one token over the whole step instead of W_b. `step`: the decode
+    step to run token position by token position (a library adapter passes its own; default
+    torch-blocked's `run_kda`)."""
+    step_fn = step or run_kda
+    T, dev = x.shape[0], x.device
+    w = query_lens.to(torch.int64).tolist()
+    idx = state_idx.to(torch.int64).tolist()
+    acc = accepted.to(torch.int64).tolist()
+    B = len(w)
+    start = [sum(w[:b]) for b in range(B)]
+    # the live slots as they came: what a sequence with nothing accepted goes back to
+    saved = {i: (conv_state[i].clone(), rec_state[i].clone()) for i in idx if i > 0}
+    res = {}
+    for j in range(max(w, default=0)):
+        on = [b for b in range(B) if w[b] > j]
+        xj = torch.zeros((B,) + tuple(x.shape[1:]), dtype=x.dtype, device=dev)
+        rows = torch.tensor([start[b] + j for b in on], device=dev)
+        xj[on] = x[rows]
+        sj = torch.tensor([idx[b] if w[b] > j else 0 for b in range(B)], device=dev)
+        one = step_fn(cfg, p, xj, conv_state, rec_state, sj)
+        for name, val in one.items():
+            if name not in res:
+                res[name] = torch.zeros((T,) + tuple(val.shape[1:]), dtype=val.dtype, device=dev)
+            res[name][rows] = val[on]
+        for b in on:
+            if idx[b] > 0:
+                conv_states[start[b] + j] = conv_state[idx[b]]
+                rec_states[start[b] + j] = rec_state[idx[b]]
+    for b in range(B):
+        if idx[b] <= 0:
+            continue
+        a = min(acc[b] + accept_shift, w[b])
+        if a == 0:
+            conv_state[idx[b]], rec_state[idx[b]] = saved[idx[b]]
+            continue
+        conv_state[idx[b]] = conv_states[start[b] + a - 1]
+        rec_state[idx[b]] = rec_states[start[b] + a - 1]
+        if conv_shift_one:       # the window as if one token had come: the history shifted by one
+            conv_state[idx[b], :, :-1] = saved[idx[b]][0][:, 1:]
+    return res
+
+
+
 def delta_rule(S: torch.Tensor, gk: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                beta: torch.Tensor):
     """One gated delta-rule step, state S[v][k] per head, all f32. Returns (S_new, readout)."""

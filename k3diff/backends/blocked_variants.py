@@ -263,3 +263,64 @@ def gemm_across_midpoints(original):
         near = (off.abs() <= MIDPOINT_ULPS) & torch.isfinite(out)
         return torch.where(near, moved.view(torch.float32), out)
     return gemm
+
+
+# ---------------------------------------------------------------- verify steps and the FP8 cache
+# (docs/k3-decode.md §14-15): correct schedules and numerics beside k3diff.mutants' verify bugs
+
+def mla_verify_token_by_token(original):
+    """A verify step as its token positions one after another: position j's decode-shaped call
+    (one token per sequence that has a token j) writes rows L_b + j and attends rows 0..L_b + j
+    (the rows after them are not written yet, and not read). Another schedule of the same math:
+    the projections and the attention run W times on fewer rows."""
+    def run_mla(cfg, p, x, kv_cache, cache_lens, query_lens=None, **flags):
+        if query_lens is None:
+            return original(cfg, p, x, kv_cache, cache_lens, **flags)
+        widths = query_lens.to(torch.int64).tolist()
+        starts = [sum(widths[:b]) for b in range(len(widths))]
+        res = {}
+        for j in range(max(widths)):
+            seqs = [b for b, w in enumerate(widths) if w > j]
+            rows = [starts[b] + j for b in seqs]
+            sub = kv_cache[seqs]                                  # a copy: written back below
+            part = original(cfg, p, x[rows], sub, cache_lens[seqs] + j, **flags)
+            kv_cache[seqs] = sub
+            for k, v in part.items():
+                if k not in res:
+                    res[k] = torch.empty((x.shape[0],) + tuple(v.shape[1:]), dtype=v.dtype, device=v.device)
+                res[k][rows] = v
+        return res
+    return run_mla
+
+
+def kda_commit_by_replay(original):
+    """The accepted state committed by running the accepted tokens again from the saved slot
+    (as a kernel that keeps no per-token copy would), instead of copying the per-token state."""
+    def run_kda_verify(cfg, p, x, conv_state, rec_state, state_idx, query_lens, accepted, conv_states,
+                       rec_states, **flags):
+        live = state_idx[state_idx > 0].to(torch.int64)
+        saved = (conv_state[live].clone(), rec_state[live].clone())
+        res = original(cfg, p, x, conv_state, rec_state, state_idx, query_lens, accepted, conv_states,
+                       rec_states, **flags)
+        conv_state[live], rec_state[live] = saved                # back to the step's start, then
+        scratch_c, scratch_r = conv_states.clone(), rec_states.clone()
+        original(cfg, p, x, conv_state, rec_state, state_idx, query_lens, accepted, scratch_c, scratch_r,
+                 **flags)                                         # ... the same tokens once more
+        return res
+    return run_kda_verify
+
+
+def fp8_read_f32(original):
+    """FP8 cache rows dequantised into f32 operands (e4m3 * scale kept in f32, not rounded to bf16:
+    a kernel that multiplies the scale into an f32 accumulation)."""
+    def read_rows(rows, cfg):
+        R = cfg.kv_lora_rank
+        t = 128 if R >= 256 and R % 128 == 0 else R // 2
+        lead = rows.shape[:-1]
+        flat = rows.reshape(-1, rows.shape[-1])
+        q = flat[:, :R].contiguous().view(torch.float8_e4m3fn).to(F32).view(-1, R // t, t)
+        scale = flat[:, R:R + 4 * (R // t)].contiguous().view(F32)
+        pe = flat[:, R + 4 * (R // t):].contiguous().view(torch.bfloat16).to(F32)
+        lat = (q * scale.unsqueeze(-1)).view(-1, R)
+        return torch.cat([lat, pe], dim=-1).view(*lead, -1)
+    return read_rows

@@ -47,6 +47,13 @@ Convention mapping (k3diff contract -> FLA), each one a helper below that the CP
   (B = n sequences, T = 1, no cu_seqlens). v is passed as f32 so the kernel's output o (allocated
   like v) stays f32 into the gated norm (K3's fused path; the `core` output is f32); q, k stay bf16
   (the kernel widens them to f32 before the norm).
+- Verify steps (docs/k3-decode.md §14). FLA's spec-decode path (fused_recurrent with per-token
+  ssm_state_indices and num_accepted_tokens, as vLLM drives it) is not wired: its argument
+  conventions in fla-core 0.6.0 could not be confirmed from its source without a GPU here. A
+  verify case runs the decode step above token position by token position (torch-blocked's
+  `run_kda_verify` with this `run_kda` as the step), so FLA's conv update, gate, delta rule and
+  norm are judged on every draft token's state chaining, and the adapter commits the accepted
+  state. The FP8 cache is MLA's: no KDA case asks for it.
 - Gated norm. rms_norm_gated over rows [n*H, D] with f32 x = o, bf16 gate g2, bf16 weight; its f32
   result is rounded once to bf16 (`normed`), as K3's single rounding.
 """
@@ -56,6 +63,8 @@ import os
 
 import torch
 
+from k3diff.backends.blocked import _verify_inputs
+from k3diff.backends.blocked_attn import run_kda_verify
 from k3diff.backends.library_adapter import LibraryAttentionBackend, missing_library
 
 F32, BF16 = torch.float32, torch.bfloat16
@@ -253,11 +262,18 @@ class FlaKdaBackend(LibraryAttentionBackend):
     def prepare_attention(self, cfg, weights):
         return prepare_kda(cfg, weights)
 
-    def run_kda_attention(self, cfg, p, x, conv_state, rec_state, state_idx) -> dict:
+    def supports(self, cfg, stage, features=frozenset()) -> str | None:
+        """Verify steps token by token through FLA's decode kernels (module doc)."""
+        return None
+
+    def run_kda_attention(self, cfg, p, x, conv_state, rec_state, state_idx, **verify) -> dict:
+        if verify:
+            return run_kda_verify(cfg, p, x, conv_state, rec_state, state_idx, step=run_kda, **verify)
         return run_kda(cfg, p, x, conv_state, rec_state, state_idx)
 
     def run_attention(self, cfg, p, inputs) -> dict:
-        return run_kda(cfg, p, inputs["x"], inputs["conv_state"], inputs["recurrent_state"], inputs["state_idx"])
+        return self.run_kda_attention(cfg, p, inputs["x"], inputs["conv_state"], inputs["recurrent_state"],
+                                      inputs["state_idx"], **_verify_inputs(inputs, "kda"))
 
 
 BACKEND = FlaKdaBackend()

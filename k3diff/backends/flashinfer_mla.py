@@ -34,6 +34,7 @@ import os
 
 import torch
 
+from k3diff.backends.blocked_attn import token_positions
 from k3diff.backends.library_adapter import LibraryAttentionBackend, missing_library
 
 F32, BF16 = torch.float32, torch.bfloat16
@@ -76,12 +77,15 @@ def paged_view(kv_cache: torch.Tensor, page_size: int) -> torch.Tensor:
     return kv_cache.view(T * lcap // page_size, page_size, C)
 
 
-def page_table(cache_lens: torch.Tensor, lcap: int, page_size: int = 1):
+def page_table(cache_lens: torch.Tensor, lcap: int, page_size: int = 1, query_lens=None):
     """CSR metadata over k3diff's contiguous cache viewed as pages (`paged_view`), after the new
     entry is written at row L_b: (qo_indptr, kv_indptr, kv_indices, kv_len_arr), int32, on the
-    device of cache_lens. Sequence b's pages are b*Lcap/page_size + 0..ceil((L_b+1)/page_size)-1."""
+    device of cache_lens. Sequence b's pages are b*Lcap/page_size + 0..ceil((L_b+1)/page_size)-1.
+    A verify step (query_lens W_b, docs/k3-decode.md §14.2): W_b queries per sequence (qo_indptr
+    their prefix sum) over L_b + W_b rows, planned causal (query j sees rows <= L_b + j)."""
     dev = cache_lens.device
-    lens = cache_lens.to(torch.int64) + 1
+    w = None if query_lens is None else query_lens.to(device=dev, dtype=torch.int64)
+    lens = cache_lens.to(torch.int64) + (1 if w is None else w)
     if bool((lens > lcap).any()):
         raise ValueError("a cache length + 1 exceeds the cache capacity")
     T = lens.numel()
@@ -93,7 +97,11 @@ def page_table(cache_lens: torch.Tensor, lcap: int, page_size: int = 1):
     seq_of = torch.repeat_interleave(torch.arange(T, device=dev), pages)           # [total]
     within = torch.arange(total, device=dev) - kv_indptr[:-1][seq_of]
     kv_indices = seq_of * per_seq + within
-    qo_indptr = torch.arange(T + 1, dtype=torch.int32, device=dev)
+    if w is None:
+        qo_indptr = torch.arange(T + 1, dtype=torch.int32, device=dev)
+    else:
+        qo_indptr = torch.zeros(T + 1, dtype=torch.int32, device=dev)
+        qo_indptr[1:] = torch.cumsum(w, 0).to(torch.int32)
     return qo_indptr, kv_indptr.to(torch.int32), kv_indices.to(torch.int32), lens.to(torch.int32)
 
 
@@ -133,7 +141,8 @@ class FlashInferAttention:
         self._wrappers = {}
         self.last_plan = None
 
-    def __call__(self, cfg, query: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor) -> torch.Tensor:
+    def __call__(self, cfg, query: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor,
+                 query_lens=None) -> torch.Tensor:
         Wrapper, Metadata = _flashinfer()
         backend = os.environ.get("K3DIFF_FLASHINFER_MLA_BACKEND", "fa2")
         key = (str(query.device), backend)
@@ -141,12 +150,13 @@ class FlashInferAttention:
             ws = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=query.device)
             self._wrappers[key] = Wrapper(ws, backend=backend)
         wrapper = self._wrappers[key]
-        T, lcap, C = kv_cache.shape
+        _, lcap, C = kv_cache.shape
+        T = query.shape[0]
         ps = pick_page_size(lcap, int(os.environ.get("K3DIFF_FLASHINFER_PAGE", "1")))
-        qo, kv_indptr, kv_indices, kv_len = page_table(cache_lens, lcap, ps)
+        qo, kv_indptr, kv_indices, kv_len = page_table(cache_lens, lcap, ps, query_lens)
         wrapper.plan(metadata=Metadata.csr(qo, kv_indptr, kv_indices, kv_len),
                      num_heads=cfg.mla_heads, head_dim_ckv=cfg.kv_lora_rank, head_dim_kpe=cfg.qk_rope_dim,
-                     page_size=ps, causal=False, sm_scale=float(cfg.qk_nope_dim + cfg.qk_rope_dim) ** -0.5,
+                     page_size=ps, causal=query_lens is not None, sm_scale=float(cfg.qk_nope_dim + cfg.qk_rope_dim) ** -0.5,
                      q_data_type=BF16, kv_data_type=BF16)
         self.last_plan = {"backend": getattr(wrapper, "_planned_backend_name", None), "page_size": ps}
         out = torch.empty(T, cfg.mla_heads, cfg.kv_lora_rank, dtype=BF16, device=query.device)
@@ -154,7 +164,7 @@ class FlashInferAttention:
         return res
 
 
-def run_mla(cfg, p: dict, x, kv_cache, cache_lens, attend) -> dict:
+def run_mla(cfg, p: dict, x, kv_cache, cache_lens, attend, query_lens=None) -> dict:
     T = x.shape[0]
     H, nope, rope, v = cfg.mla_heads, cfg.qk_nope_dim, cfg.qk_rope_dim, cfg.v_head_dim
     qr, R, eps = cfg.q_lora_rank, cfg.kv_lora_rank, cfg.rms_eps
@@ -165,11 +175,14 @@ def run_mla(cfg, p: dict, x, kv_cache, cache_lens, attend) -> dict:
     q = linear_bf16(q_c, p["q_b"]).view(T, H, nope + rope)
     gz = linear_bf16(x, p["g"])
     ql = torch.einsum("thp,hpr->thr", q[..., :nope].to(F32), p["w_uk"]).to(BF16)   # [T, H, R]
-    # cache write (torch), before the attention
-    rows = torch.arange(T, device=x.device)
-    kv_cache[rows, cache_lens.to(torch.int64)] = torch.cat([kv_c, k_pe], dim=-1).to(kv_cache.dtype)
+    # cache write (torch), before the attention: token j of sequence b at row L_b + j
+    seq, pos = token_positions(cache_lens, query_lens, T, x.device)
+    kv_cache[seq, pos] = torch.cat([kv_c, k_pe], dim=-1).to(kv_cache.dtype)
     query = torch.cat([ql, q[..., nope:]], dim=-1)          # [T, H, R + rope] bf16
-    lat = attend(cfg, query, kv_cache, cache_lens).to(BF16)
+    if query_lens is None:
+        lat = attend(cfg, query, kv_cache, cache_lens).to(BF16)
+    else:
+        lat = attend(cfg, query, kv_cache, cache_lens, query_lens).to(BF16)
     o = torch.einsum("thr,hrv->thv", lat.to(F32), p["w_uv_t"]).to(BF16)
     gated = (o.reshape(T, H * v).to(F32) * torch.sigmoid(gz.to(F32))).to(BF16)
     out = linear_bf16(gated, p["o"])
@@ -190,9 +203,14 @@ class FlashInferMlaBackend(LibraryAttentionBackend):
     stages = ("mla", "layer")
     attention, marker = "mla", "q_a.weight"
 
-    def supports(self, cfg, stage) -> str | None:
+    def supports(self, cfg, stage, features=frozenset()) -> str | None:
         """FlashInfer's MLA kernels take latent widths that are multiples of 128 and rope widths
-        that are multiples of 64 (K3: 512 and 64); other dims are not a case this library runs."""
+        that are multiples of 64 (K3: 512 and 64); other dims are not a case this library runs.
+        Verify steps run on its multi-query (qo_indptr) causal plan; the FP8 latent cache is
+        refused: its MLA wrapper reads bf16 or per-tensor-scaled FP8 caches, not the per-tile
+        fp8_ds_mla layout (docs/k3-decode.md §15)."""
+        if "fp8_cache" in features:
+            return "flashinfer MLA reads no fp8_ds_mla cache (per-tile scales, bf16 rope)"
         if stage in ("mla", "layer") and (cfg.kv_lora_rank % 128 or cfg.qk_rope_dim % 64):
             return (f"flashinfer MLA needs kv_lora_rank % 128 == 0 and qk_rope_dim % 64 == 0 "
                     f"(got {cfg.kv_lora_rank}, {cfg.qk_rope_dim})")
@@ -207,8 +225,9 @@ class FlashInferMlaBackend(LibraryAttentionBackend):
     def prepare_attention(self, cfg, weights):
         return prepare_mla(cfg, weights)
 
-    def run_mla_attention(self, cfg, p, x, kv_cache, cache_lens) -> dict:
-        return run_mla(cfg, p, x, kv_cache, cache_lens, self.attend)
+    def run_mla_attention(self, cfg, p, x, kv_cache, cache_lens, query_lens=None) -> dict:
+        return run_mla(cfg, p, x, kv_cache, cache_lens, self.attend, query_lens)
 
     def run_attention(self, cfg, p, inputs) -> dict:
-        return run_mla(cfg, p, inputs["x"], inputs["kv_cache"], inputs["cache_lens"], self.attend)
+        return run_mla(cfg, p, inputs["x"], inputs["kv_cache"], inputs["cache_lens"], self.attend,
+                       inputs.get("query_lens"))

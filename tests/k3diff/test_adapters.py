@@ -236,7 +236,8 @@ class FakeMlaWrapper:
              q_data_type, kv_data_type):
         self.m, self.H, self.R, self.rope, self.ps, self.scale = (metadata, num_heads, head_dim_ckv,
                                                                   head_dim_kpe, page_size, sm_scale)
-        assert not causal and q_data_type == BF and kv_data_type == BF
+        self.causal = causal
+        assert q_data_type == BF and kv_data_type == BF
         FakeMlaWrapper.plans.append(page_size)
 
     def run(self, *, query, kv_cache, out):
@@ -244,12 +245,17 @@ class FakeMlaWrapper:
         T = query.shape[0]
         assert query.shape == (T, self.H, self.R + self.rope) and query.dtype == BF
         assert kv_cache.dim() == 3 and kv_cache.shape[1:] == (self.ps, self.R + self.rope)
-        assert m.qo_indptr.tolist() == list(range(T + 1))
-        for b in range(T):
+        qo = m.qo_indptr.tolist()
+        assert qo[-1] == T and (self.causal or qo == list(range(T + 1)))
+        for b in range(len(qo) - 1):
             pages = m.kv_indices[int(m.kv_indptr[b]):int(m.kv_indptr[b + 1])].long()
-            rows = kv_cache[pages].reshape(-1, self.R + self.rope)[: int(m.kv_len_arr[b])].to(F32)
-            p = torch.softmax(self.scale * (query[b].to(F32) @ rows.t()), -1)
-            out[b] = (p @ rows[:, :self.R]).to(out.dtype)
+            n = int(m.kv_len_arr[b])
+            rows = kv_cache[pages].reshape(-1, self.R + self.rope)[:n].to(F32)
+            nq = qo[b + 1] - qo[b]
+            for i in range(nq):     # causal: aligned bottom right, query i sees n - nq + i + 1 rows
+                seen = rows[: n - nq + i + 1] if self.causal else rows
+                p = torch.softmax(self.scale * (query[qo[b] + i].to(F32) @ seen.t()), -1)
+                out[qo[b] + i] = (p @ seen[:, :self.R]).to(out.dtype)
         return out
 
 
@@ -261,10 +267,12 @@ class FakeMetadata:
                                kv_len_arr=kv_len_arr)
 
 
-def _judge_all(stage, backend, examples, seed, kind=None):
+def _judge_all(stage, backend, examples, seed, kind=None, bf16_cache=False):
     strategy = cases(stage, SMALL)
     if kind:
         strategy = strategy.filter(lambda c: c.attention_kind == kind)
+    if bf16_cache:          # a candidate that refuses the FP8 cache (it would be skipped)
+        strategy = strategy.filter(lambda c: c.cache_format == "bf16")
     seen = []
 
     def judge(case):
@@ -306,18 +314,18 @@ def test_fla_layer_uses_fla_kda(monkeypatch):
 def test_flashinfer_adapter_plumbing_vs_reference(monkeypatch, page):
     FakeMlaWrapper.plans.clear()
     # the stand-in wrapper has no width limit: the CPU dims (R = 32) exercise the plumbing
-    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage: None)
+    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage, features=frozenset(): None)
     monkeypatch.setattr(flashinfer_mla, "_flashinfer", lambda: (FakeMlaWrapper, FakeMetadata))
     monkeypatch.setenv("K3DIFF_FLASHINFER_PAGE", page)
-    _judge_all("mla", FlashInferMlaBackend(), examples=6, seed=11)
+    _judge_all("mla", FlashInferMlaBackend(), examples=6, seed=11, bf16_cache=True)
     assert FakeMlaWrapper.plans and set(FakeMlaWrapper.plans) <= {1, int(page)}
 
 
 def test_flashinfer_layer_uses_flashinfer(monkeypatch):
     FakeMlaWrapper.plans.clear()
-    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage: None)
+    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage, features=frozenset(): None)
     monkeypatch.setattr(flashinfer_mla, "_flashinfer", lambda: (FakeMlaWrapper, FakeMetadata))
-    _judge_all("layer", FlashInferMlaBackend(), examples=2, seed=5, kind="mla")
+    _judge_all("layer", FlashInferMlaBackend(), examples=2, seed=5, kind="mla", bf16_cache=True)
     assert FakeMlaWrapper.plans
 
 
@@ -328,8 +336,29 @@ def test_flashinfer_declares_its_width_limits():
     assert b.supports(preset("small"), "mla") is None                   # R 512, rope 64: runs
     reason = b.supports(preset("tiny"), "mla")
     assert reason and "kv_lora_rank" in reason
+    assert b.supports(preset("small"), "mla", features=frozenset({"verify"})) is None
+    assert "fp8_ds_mla" in b.supports(preset("small"), "mla", features=frozenset({"fp8_cache"}))
     v = check_case(Case(stage="mla", batch=1, cache_lens=(3,)), b, device="cpu")
     assert v.skipped and "does not run this case" in v.skipped
+
+
+@pytest.mark.parametrize("backend", [FlashInferMlaBackend, FlaKdaBackend])
+def test_adapters_judged_on_verify_cases(monkeypatch, backend):
+    """Verify steps through each adapter's wiring, the libraries emulated: FlashInfer's causal
+    multi-query plan, FLA's decode kernels token by token."""
+    from k3diff.case import Case
+
+    monkeypatch.setattr(FlashInferMlaBackend, "supports", lambda self, cfg, stage, features=frozenset(): None)
+    monkeypatch.setattr(flashinfer_mla, "_flashinfer", lambda: (FakeMlaWrapper, FakeMetadata))
+    monkeypatch.setattr(fla_kda, "_fla", FakeFla().table)
+    if backend is FlashInferMlaBackend:
+        case = Case(stage="mla", batch=3, cache_lens=(62, 0, 5), widths=(3, 1, 8), steps=2,
+                    accepted=(1, 1, 8, 3, 0, 2))
+    else:
+        case = Case(stage="kda", batch=3, n_slots=5, state_idx=(2, 0, 4), widths=(3, 2, 8), steps=2,
+                    accepted=(2, 1, 0, 3, 0, 8))
+    v = check_case(case.validate(), backend(), device="cpu")
+    assert v.ok and not v.skipped, v.failures()
 
 
 # ================================================================ the real libraries (GPU)

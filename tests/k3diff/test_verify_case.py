@@ -1,0 +1,130 @@
+"""Verify steps and the FP8 cache as case dimensions: seeds, validation, draws, coverage, and the
+candidates judged on them (docs/k3-decode.md §14-15)."""
+from __future__ import annotations
+
+import glob
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from k3diff.backends import load
+from k3diff.case import Case, CaseError
+from k3diff.coverage import coverage_fields, coverage_lines
+from k3diff.runner import check_case
+from k3diff.strategies import FULL_SPACE, boundary_plan, cases
+from k3diff.verify import next_step_inputs
+from k3diff.verify_dims import advance
+
+
+def test_old_seeds_keep_their_json_bit_for_bit():
+    for path in sorted(glob.glob("corpora/regressions/*.json")):
+        d = json.load(open(path))["case"]
+        assert Case.from_dict(d).to_dict() == d, path
+    assert "widths" not in Case(stage="mla", batch=1, cache_lens=(0,)).to_json()
+
+
+def test_verify_fields_round_trip_and_label():
+    c = Case(stage="mla", batch=2, cache_lens=(62, 3), widths=(3, 1), accepted=(2, 1, 0, 1), steps=2,
+             cache_format="fp8", scores="dominant").validate()
+    assert Case.from_dict(json.loads(c.to_json())) == c
+    assert "W=3,1 T=4" in c.label() and "cache=fp8" in c.label() and "scores=dominant" in c.label()
+
+
+@pytest.mark.parametrize("fields, why", [
+    (dict(stage="mla", batch=2, cache_lens=(1, 1), widths=(9, 1)), "widths must lie"),
+    (dict(stage="mla", batch=2, cache_lens=(1, 1), widths=(1,)), "widths has 1"),
+    (dict(stage="kda", batch=1, n_slots=2, state_idx=(1,), widths=(2,), accepted=(3,)), "accepted counts"),
+    (dict(stage="kda", batch=1, n_slots=2, state_idx=(1,), accepted=(1,)), "needs widths"),
+    (dict(stage="kda", batch=1, n_slots=2, state_idx=(1,), cache_format="fp8"), "needs an MLA"),
+    (dict(stage="mla", batch=1, cache_lens=(1,), cache_format="fp4"), "unknown cache format"),
+    (dict(stage="moe", batch=1, scores="equal"), "needs the mla stage"),
+])
+def test_bad_verify_fields_are_one_line(fields, why):
+    with pytest.raises(CaseError, match=why):
+        Case(**fields).validate()
+
+
+def test_the_next_step_writes_where_the_accepted_tokens_end():
+    c = Case(stage="mla", batch=2, cache_lens=(5, 0), widths=(3, 2), accepted=(1, 2, 0, 1, 3, 0),
+             steps=3).validate()
+    assert advance(c, 1) == (1, 2) and advance(c, 2) == (1, 3)
+    assert next_step_inputs(c, "cpu", 2)["cache_lens"].tolist() == [6, 3]
+    d = Case(stage="mla", batch=2, cache_lens=(5, 0), steps=3).validate()     # decode: one a step
+    assert next_step_inputs(d, "cpu", 2)["cache_lens"].tolist() == [7, 2]
+
+
+@pytest.mark.parametrize("stage", ["moe", "mla", "kda", "layer"])
+def test_the_fuzzer_draws_verify_cases_in_every_stage(stage):
+    seen = []
+
+    @settings(max_examples=40, database=None, suppress_health_check=list(HealthCheck), deadline=None)
+    @given(cases(stage))
+    def draw(case):
+        seen.append(case)
+
+    draw()
+    assert any(c.widths for c in seen) and any(not c.widths for c in seen)
+    if stage != "moe":
+        assert any(c.accepted for c in seen)
+    if stage == "mla":
+        assert any(c.cache_format == "fp8" for c in seen) and any(c.scores != "natural" for c in seen)
+    lines = coverage_lines([{"stage": stage, **coverage_fields(c)} for c in seen])
+    assert any(line.strip().startswith("verify") for line in lines)
+    assert any(line.strip().startswith("tokens") for line in lines)
+
+
+def test_the_sweep_has_verify_cases_at_real_dims_in_every_stage():
+    for stage in ("moe", "mla", "kda", "layer"):
+        plan = boundary_plan(stage, FULL_SPACE, 0)
+        full = [c for c in plan if c.widths and c.preset == "full"]
+        assert full, stage
+        tokens = {sum(c.widths) for c in plan if c.widths}
+        assert {8, 9, 16, 17, 32, 33, 64, 65} <= tokens or stage in ("kda", "layer"), (stage, tokens)
+        if stage in ("mla", "layer"):
+            assert any(c.cache_format == "fp8" for c in full)
+
+
+@pytest.mark.parametrize("case", [
+    Case(stage="mla", batch=3, cache_lens=(62, 0, 70), widths=(3, 1, 8), accepted=(1, 1, 8), cache_format="fp8"),
+    Case(stage="mla", batch=2, cache_lens=(63, 1), widths=(2, 2), accepted=(1, 2, 0, 2), steps=2),
+    Case(stage="mla", batch=2, cache_lens=(70, 5), widths=(2, 1), scores="underflow", cache_format="fp8"),
+    Case(stage="kda", batch=3, n_slots=5, state_idx=(2, 0, 4), widths=(3, 2, 1), accepted=(2, 1, 0, 3, 0, 1),
+         steps=2),
+    Case(stage="layer", layer_idx=1, batch=2, n_slots=4, state_idx=(1, 3), widths=(2, 3), accepted=(1, 0)),
+    Case(stage="layer", layer_idx=3, batch=2, cache_lens=(4, 9), widths=(2, 3), cache_format="fp8"),
+    Case(stage="moe", batch=3, widths=(3, 2, 4)),
+    Case(stage="moe", batch=2, widths=(3, 2), routing="forced"),     # forced ids for T = 5 tokens, not B
+], ids=lambda c: c.label())
+@pytest.mark.parametrize("backend", ["torch-blocked", "reference", "torch"])
+def test_candidates_pass_verify_and_fp8_cases(case, backend):
+    v = check_case(case.validate(), load(backend))
+    assert v.ok, [(r.tensor, r.note) for r in v.reports if not r.ok] or v.error
+    names = {r.tensor.split("@")[0] for r in v.reports}
+    if case.stage == "kda":
+        assert {"recurrent_states", "conv_states.history", "recurrent_state.continued"} <= names
+    if case.cache_format == "fp8" and case.stage == "mla":
+        assert "kv_cache.fp8_rounding" in names
+
+
+def test_the_megakernel_refuses_verify_and_fp8_and_the_summary_counts_it():
+    from k3diff.features import refusal
+    from k3diff.refusals import refusal_lines
+    from megakernel.backend import MegakernelBackend
+
+    mk = MegakernelBackend()
+    verify = Case(stage="kda", batch=1, n_slots=2, state_idx=(1,), widths=(2,)).validate()
+    fp8 = Case(stage="mla", batch=1, cache_lens=(3,), cache_format="fp8").validate()
+    assert "verify steps" in refusal(mk, verify)
+    assert "FP8 latent cache" in refusal(mk, fp8)
+    from k3diff.features import case_features
+    assert case_features(Case(stage="moe", batch=1, widths=(4,)).validate()) == frozenset()   # T tokens only
+
+    class Old:                       # a supports() written before verify steps existed
+        def supports(self, cfg, stage):
+            return None
+    assert "predates verify" in refusal(Old(), verify)
+    records = [{"stage": c.stage, "id": i, "label": c.label(), "skipped": f"backend 'mk' does not run this case: {refusal(mk, c)}"}
+               for i, c in enumerate((verify, fp8, verify))]
+    line, = refusal_lines(records)
+    assert line.startswith("refused 3 case(s)") and "2 kda: verify steps" in line

@@ -64,6 +64,7 @@ class BackendInfo:
     boundaries: tuple
     batch_invariant: bool
     distributed: bool = False      # runs on ranks (k3diff/distributed.py: --k3diff-ranks)
+    provides: tuple = ()           # ((stage, output names), ...) checked at load (backends.Loaded)
 
 
 def _info(spec: str, backend) -> BackendInfo:
@@ -80,7 +81,8 @@ def _info(spec: str, backend) -> BackendInfo:
                        version=None if version is None else str(version),
                        stages=tuple(getattr(backend, "stages", STAGES)), boundaries=boundaries,
                        batch_invariant=bool(getattr(backend, "batch_invariant", False)),
-                       distributed=bool(getattr(backend, "distributed", False)))
+                       distributed=bool(getattr(backend, "distributed", False)),
+                       provides=tuple(getattr(backend, "frozen_provides", {}).items()))
 
 
 # ------------------------------------------------------------------ the child

@@ -293,9 +293,9 @@ class ExitsZeroInRun(TorchBlockedBackend):
 
 
 class ForgesVerdict(TorchBlockedBackend):
-    """Writes a forged passing verdict onto the isolation socket (the child's own connection,
-    fd from its command line), then leaves: while the judge ran in the candidate's process the
-    parent took the forgery as the verdict of every case."""
+    """Writes a forged passing verdict (one tensor "ok") onto the isolation socket (the child's own
+    connection, fd from its command line), then leaves: while the judge ran in the candidate's
+    process the parent took the forgery as the case's verdict."""
     name = "crashing_candidates:ForgesVerdict"
     stages = ("moe",)
 
@@ -313,6 +313,7 @@ class ForgesVerdict(TorchBlockedBackend):
             Connection(int(sys.argv[1]), readable=False).send(("verdict", forged))
         except (IndexError, ValueError, OSError):
             pass                    # not in the isolated child: nothing to forge onto
+        time.sleep(1)               # the parent reads the forgery before it sees this process end
         os._exit(0)
 
 
@@ -327,12 +328,11 @@ class AlwaysOutOfMemory(TorchBlockedBackend):
 
 
 class ScalesLaterSteps(TorchBlockedBackend):
-    """Correct on a case's first decode step, its outputs scaled by 1.01 on every later one (a
-    later step is one whose incoming state is a state this candidate wrote): the whole-tensor rule
+    """MLA, correct on a case's first decode step, its output scaled by 1.01 on every later one (a
+    later step is one whose incoming cache is a cache this candidate wrote): the whole-tensor rule
     judged step 0 only, and the case passed."""
     name = "crashing_candidates:ScalesLaterSteps"
-    stages = ("mla", "kda")
-    STATE = {"mla": "kv_cache", "kda": "recurrent_state"}
+    stages = ("mla",)
 
     def __init__(self):
         super().__init__()
@@ -342,9 +342,16 @@ class ScalesLaterSteps(TorchBlockedBackend):
         return (tuple(t.shape), t.float().sum().item(), t.float().abs().sum().item())
 
     def run(self, stage, cfg, prepared, inputs, out):
-        state = inputs[self.STATE[stage]]
+        state = inputs["kv_cache"]
         later = self._key(state) in self.written
         super().run(stage, cfg, prepared, inputs, out)
         self.written = (self.written + [self._key(state)])[-8:]
         if later:
             out["out"].mul_(1.01)
+
+
+class MoeOnly(TorchBlockedBackend):
+    """Correct, and implements moe alone: a run that asks it for kda judged nothing, and read as a
+    pass because the nothing-judged rule looked only at the stages the candidate claims."""
+    name = "crashing_candidates:MoeOnly"
+    stages = ("moe",)

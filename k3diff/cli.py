@@ -3,7 +3,7 @@
 Exit status: the table in k3diff/exit_codes.py, the same numbers as `pytest --k3diff`, each with one
 line on stderr. 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 4 the command
 was wrong (an unknown option, a bad value); 6 nothing was judged: the candidate refused (`stages`,
-`supports()`) every case; 7 k3diff could not write its output (stdout closed: broken pipe; disk
+`supports()`) every case of a stage asked for; 7 k3diff could not write its output (stdout closed: broken pipe; disk
 full); 8 the backend cannot be used (unknown, or it crashes, hangs or raises while it loads); 9 a
 seed that cannot be read; 11 not on this machine (no such device, a case too big for its GPU); 130
 interrupted (Ctrl-C), 143 on SIGTERM: the candidate's processes are killed first. `replay DIR`
@@ -278,16 +278,23 @@ def _hunt(args) -> int:
     device = pick_device(args.device)
     checker, backend = open_candidate(args.backend, device=device, isolate=args.isolate == "on",
                                       timeout=args.timeout, inflight_dir=args.save)
-    stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
-    space, judged = choose_space(device, args.preset, backend), {"judged": 0}
+    stages = list(dict.fromkeys(args.stage or getattr(backend, "stages", ("moe", "mla", "kda", "layer"))))
+    space, judged = choose_space(device, args.preset, backend), {st: 0 for st in stages}
+
+    def check(case):                    # cases judged per stage: every stage asked must judge one
+        verdict = checker.check(case)
+        judged[case.stage] += not verdict.skipped
+        return verdict
+
     try:
-        verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), checker.check,
-                                                            examples=args.examples, seed=args.seed, counts=judged)
+        verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), check,
+                                                            examples=args.examples, seed=args.seed)
     finally:
         checker.close()
-    if verdict is None and not judged["judged"]:
-        print(f"k3diff: nothing judged: {args.backend} refused all {count} cases of {', '.join(stages)} "
-              "(stages/supports()); that is not a pass", file=sys.stderr)
+    unjudged = [st for st in stages if not judged[st]]
+    if verdict is None and unjudged:
+        print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: {args.backend} refused every case "
+              f"of it ({count} drawn in all; stages/supports()); that is not a pass", file=sys.stderr)
         return EXIT["nothing judged"]
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")

@@ -66,6 +66,13 @@ def test_the_parent_records_the_load_time_provides(tmp_path):
     assert set(info) == {"moe", "mla", "kda", "layer"} and "out" in info["moe"]
 
 
+def test_hunt_judges_every_stage_it_is_asked_for(capsys):
+    status = cli.main(["hunt", "--backend", "crashing_candidates:MoeOnly", "--stage", "moe", "--stage", "kda",
+                       "--examples", "2", "--isolate", "off"])
+    err = capsys.readouterr().err
+    assert status == ex.NOTHING_JUDGED and "nothing judged for stage kda" in err and len(err.splitlines()) == 1, err
+
+
 # ---------------------------------------------------------------- blame: seeds and the command line
 
 def test_an_ep_seed_has_the_option_s_rank_limit(tmp_path):

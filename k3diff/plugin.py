@@ -597,7 +597,9 @@ def pytest_sessionfinish(session, exitstatus):
     if session.exitstatus == exit_codes.FAIL and status:
         session.exitstatus = status
     unjudged = _unjudged_stages(config)
-    if unjudged:
+    # only where no bad input set the status: a case too large for this machine is skipped too,
+    # and it is the machine's line (exit 11), not the candidate refusing every case
+    if unjudged and session.exitstatus in (exit_codes.PASS, exit_codes.FAIL):
         print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: the candidate refused every case "
               "(stages, supports()); that is not a pass", file=sys.stderr)
     if getattr(config, "_k3diff_report_lost", None):

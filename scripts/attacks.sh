@@ -171,17 +171,19 @@ record = {"k3diff_seed_format": 1, "case": {"stage": "moe", "version": 1, "batch
 for path in sys.argv[1:]:
     json.dump(record, open(path, "w"))
 PY
-# the nightly's shards, as the nightly runs them (seed 5, two shards), and the ways a shard earns nothing
-SH=(--k3diff-isolate off -k "test_seed and moe")
-shard "$W/ok" 1 --k3diff-seed 5 --k3diff-shard 1/2 "${SH[@]}"
-shard "$W/ok" 2 --k3diff-seed 5 --k3diff-shard 2/2 "${SH[@]}"
+# the nightly's shards (seed 5; one seed file each, so a shard is a few seconds), and the ways a
+# shard earns nothing: its backend does not load, it judges nothing, it reads a bad seed, it is
+# there twice, it ran another seed
+SH=(--k3diff-isolate off --k3diff-seed 5)
+shard "$W/ok" 1 "${SH[@]}" --k3diff-replay "$W/one.json" -k one.json
+shard "$W/ok" 2 "${SH[@]}" --k3diff-replay "$W/b3.json" -k b3.json
 for bad in load nothing seed dup other; do mkdir -p "$W/n-$bad/a"; cp "$W/ok/results-1.jsonl" "$W/n-$bad/a/"; done
-shard "$W/n-load/b" 2 --k3diff-seed 5 --k3diff-shard 2/2 --k3diff-backend raise_at_import:X
-shard "$W/n-nothing/b" 2 --k3diff-seed 5 --k3diff-shard 2/2 --k3diff-backend crashing_candidates:MoeOnly --k3diff-isolate off -k "fuzz and kda"
-shard "$W/n-seed/b" 2 --k3diff-seed 5 --k3diff-shard 2/2 --k3diff-isolate off --k3diff-replay "$W/notjson.json" -k notjson
+shard "$W/n-load/b" 2 "${SH[@]}" --k3diff-backend raise_at_import:X
+shard "$W/n-nothing/b" 2 "${SH[@]}" --k3diff-backend crashing_candidates:RefusesEverything --k3diff-replay "$W/b3.json" -k b3.json
+shard "$W/n-seed/b" 2 "${SH[@]}" --k3diff-replay "$W/notjson.json" -k notjson
 mkdir -p "$W/n-dup/b" "$W/n-dup/c"; cp "$W/ok/results-2.jsonl" "$W/n-dup/b/"; cp "$W/ok/results-2.jsonl" "$W/n-dup/c/"
-shard "$W/n-other/b" 2 --k3diff-seed 6 --k3diff-shard 2/2 "${SH[@]}"
-shard "$W/new" 1 --k3diff-backend crashing_candidates:WrongThenExit --k3diff-replay "$W/one.json" -k one --k3diff-isolate off
+shard "$W/n-other/b" 2 --k3diff-isolate off --k3diff-seed 6 --k3diff-replay "$W/b3.json" -k b3.json
+shard "$W/new" 1 "${SH[@]}" --k3diff-backend crashing_candidates:WrongThenExit --k3diff-replay "$W/b3.json" -k b3.json
 NR=(python "$ROOT/scripts/nightly_report.py")
 
 echo

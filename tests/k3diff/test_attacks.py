@@ -1,5 +1,5 @@
-"""Issue 29: nothing can fake a pass. Each attack a candidate or a seed file made (the issue's
-"Why"), as the test that failed before its fix. In-process where the attack allows it (these run in
+"""Nothing can fake a pass. Each attack a candidate, a seed file or a shard made (the rows of
+scripts/attacks.sh), as the test that failed before its fix. In-process where the attack allows it (these run in
 CI on 2 cores); a subprocess only where the process boundary is the point (signals, orphans, exit
 codes of the CLI or pytest)."""
 import json

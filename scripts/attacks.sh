@@ -124,7 +124,7 @@ note_where() {   # k3diff replay of a hanging candidate: where its in-flight not
   rm -f "$W/pids"; mkdir -p "$W/tmp"
   (cd "$W" && TMPDIR=$W/tmp K3DIFF_TEST_PIDFILE=$W/pids exec "$@") >/dev/null 2>&1 & local pid=$!
   for _ in $(seq 600); do [ -s "$W/pids" ] && break; sleep 0.2; done
-  local found; found=$(cd "$W" && find . -name '.inflight-*' | paste -sd' ')
+  local found; found=$(cd "$W" && find . -name ".inflight-$pid.json" | paste -sd' ')     # this run's own
   kill -TERM "$pid"; wait "$pid"
   echo "in-flight note at: ${found:-nowhere}"
 }

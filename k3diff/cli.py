@@ -3,7 +3,7 @@
 Exit status: the table in k3diff/exit_codes.py, the same numbers as `pytest --k3diff`, each with one
 line on stderr. 0 pass; 1 the candidate fails (a failing, crashing or hanging case); 4 the command
 was wrong (an unknown option, a bad value); 6 nothing was judged: the candidate refused (`stages`,
-`supports()`) every case; 7 k3diff could not write its output (stdout closed: broken pipe; disk
+`supports()`) every case of a stage asked for; 7 k3diff could not write its output (stdout closed: broken pipe; disk
 full); 8 the backend cannot be used (unknown, or it crashes, hangs or raises while it loads); 9 a
 seed that cannot be read; 11 not on this machine (no such device, a case too big for its GPU); 130
 interrupted (Ctrl-C), 143 on SIGTERM: the candidate's processes are killed first. `replay DIR`
@@ -49,6 +49,15 @@ def positive_seconds(text: str) -> float:
     return value
 
 
+def stage_name(text: str) -> str:
+    """A stage k3diff knows: a typo is the command's fault (exit 4), not a bad seed (9)."""
+    from k3diff.stages import STAGES        # here, not at import: `k3diff report` never imports torch
+
+    if text not in STAGES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(STAGES)}, got {text!r}")
+    return text
+
+
 def at_least_one(text: str) -> int:
     try:
         value = int(text)
@@ -77,7 +86,8 @@ def _parser():
     sub.add_parser("budgets", help="print the error-budget table")
     h = sub.add_parser("hunt", help="fuzz a backend until the first failure: examples and seconds to catch")
     h.add_argument("--backend", required=True)
-    h.add_argument("--stage", action="append", default=None, help="stage(s) to fuzz (default: all it has)")
+    h.add_argument("--stage", action="append", type=stage_name, default=None,
+                   help="stage(s) to fuzz (default: all it has)")
     h.add_argument("--examples", type=at_least_one, default=40, help="examples per stage")
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--device", default=None)
@@ -90,7 +100,7 @@ def _parser():
     m.add_argument("--only", default=None, metavar="NAME[,NAME]", help="these planted bugs only (names: the table's first column)")
     m.add_argument("--controls", default="all", metavar="all|none|NAME[,NAME]",
                    help="the false-alarm controls (correct variants, k3diff/false_alarms.py) to run after the bugs")
-    m.add_argument("--control-examples", type=int, default=10, help="examples per stage for each control")
+    m.add_argument("--control-examples", type=at_least_one, default=10, help="examples per stage for each control")
     m.add_argument("--device", default="cpu", help="cpu, or cuda: the GPU space and the CUDA-only controls (TF32)")
     # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
     from k3diff.report import add_arguments
@@ -108,11 +118,17 @@ def _sanitize_args(sub):
 
 def _isolation_args(p):
     from k3diff.isolation import DEFAULT_TIMEOUT
+    from k3diff.options import DEFAULT_SAVE
 
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                    help=f"per-case limit in seconds; past it the case is a hang (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--isolate", choices=["on", "off"], default="on",
                    help="judge in a child process so a crash or hang cannot take k3diff down (default on)")
+    # the in-flight note of the case being judged (k3diff.isolation) goes where pytest's does, never
+    # into the shared temporary folder, where another user can plant a link at its name
+    p.add_argument("--save", default=DEFAULT_SAVE, metavar="DIR",
+                   help=f"folder of the in-flight note `.inflight-<pid>.json` of the case being judged "
+                        f"(default {DEFAULT_SAVE}, as pytest's --k3diff-save)")
 
 
 def _replay(args) -> int:
@@ -132,7 +148,7 @@ def _replay(args) -> int:
             raise CorpusError(f"{args.file}: no seed files (*.json) under this folder")
         status, judged, bad = 0, 0, []
         for path in paths:
-            print(f"== {path}", file=sys.stderr if args.json else sys.stdout, flush=True)
+            print(f"== {printable(str(path))}", file=sys.stderr if args.json else sys.stdout, flush=True)
             try:
                 one = _replay_one(args, path, checkers, verdicts)
             except (CorpusError, BackendError) as exc:
@@ -181,7 +197,8 @@ def _replay_one(args, path, checkers, collect=None) -> int | None:
     device = pick_device(args.device)
     if name not in checkers:
         try:
-            checkers[name] = open_candidate(name, device=device, isolate=args.isolate == "on", timeout=args.timeout)
+            checkers[name] = open_candidate(name, device=device, isolate=args.isolate == "on", timeout=args.timeout,
+                                            inflight_dir=args.save)
         except BackendError as exc:
             checkers[name] = (None, exc)       # once: the other seeds of this backend say the same line
     checker, backend = checkers[name]
@@ -203,32 +220,62 @@ def _replay_one(args, path, checkers, collect=None) -> int | None:
             print("  " + verdict.routing.line())
         for note in verdict.notes:
             print("  note: " + note)
-    for line in compare_with_record(verdict, record, name, backend):
-        print(line, file=sys.stderr if args.json else sys.stdout)    # --json: stdout is the JSON alone
+    for line in compare_with_record(verdict, record, name, backend):      # names from the seed file: escaped
+        print(printable(line), file=sys.stderr if args.json else sys.stdout)    # --json: stdout is the JSON alone
     if verdict.skipped:
         return None
     return EXIT["pass"] if verdict.ok else EXIT["fail"]
 
 
 def _show(args) -> int:
+    """The case of a seed file. Every field is the file's text (data from anywhere): each line is
+    printed with its control characters escaped (no terminal escape sequence reaches the screen),
+    and the replay command is built here from the file's name, quoted for a shell; the file's own
+    "replay" string (any shell text) is never printed."""
+    from k3diff import backends
     from k3diff.corpus import load
 
     case, record = load(args.file)
-    print(case.label())
     cfg = case.config()
-    print(f"stage {case.stage}; preset {case.preset}; overrides {dict(case.overrides) or 'none'}")
-    print(f"batch {case.batch}; steps {case.steps}; seed {case.seed}; weight seed {case.weight_seed}")
+    lines = [case.label(),
+             f"stage {case.stage}; preset {case.preset}; overrides {dict(case.overrides) or 'none'}",
+             f"batch {case.batch}; steps {case.steps}; seed {case.seed}; weight seed {case.weight_seed}"]
     if case.cache_lens:
-        print(f"cache lengths {list(case.cache_lens)}")
+        lines.append(f"cache lengths {list(case.cache_lens)}")
     if case.state_idx:
-        print(f"state slots {list(case.state_idx)} of {case.n_slots} (<= 0: padding row)")
-    print(f"dims: d={cfg.hidden} E={cfg.n_experts} k={cfg.top_k} r={cfg.latent_dim} I={cfg.moe_intermediate} "
-          f"mla_heads={cfg.mla_heads} kda_heads={cfg.kda_heads}x{cfg.kda_head_dim}")
+        lines.append(f"state slots {list(case.state_idx)} of {case.n_slots} (<= 0: padding row)")
+    lines.append(f"dims: d={cfg.hidden} E={cfg.n_experts} k={cfg.top_k} r={cfg.latent_dim} I={cfg.moe_intermediate} "
+                 f"mla_heads={cfg.mla_heads} kda_heads={cfg.kda_heads}x{cfg.kda_head_dim}")
+    named = record.get("backend")
     if record.get("verdict"):
-        print(f"recorded with backend {record.get('backend')}: "
-              f"{'pass' if record['verdict'].get('ok') else 'FAIL'}")
-    print(f"replay: {record.get('replay')}")
+        lines.append(f"recorded with backend {named}: {'pass' if record['verdict'].get('ok') else 'FAIL'}")
+    command = ["k3diff", "replay", str(args.file)]
+    if backends.is_registered(named):
+        command += ["--backend", named]
+    elif named is not None:         # a seed does not choose the code a replay runs (k3diff replay)
+        lines.append(f"the seed names backend {named}, not registered here: a replay runs it only when you "
+                     "give it with --backend")
+    for line in lines:
+        print(printable(line))
+    print("replay: " + " ".join(shell_word(w) for w in command))
     return 0
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (control characters, C1, bidi
+    overrides: not str.isprintable) as a Python escape, so a file cannot drive the terminal."""
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 0x100 else
+                   f"\\u{ord(c):04x}" if ord(c) < 0x10000 else f"\\U{ord(c):08x}" for c in text)
+
+
+def shell_word(word: str) -> str:
+    """One shell word that pastes back as `word`: shlex.quote, or where `word` holds a character
+    that cannot be shown (a control character in a file name) bash's $'...' with it escaped."""
+    import shlex
+
+    if word.isprintable():
+        return shlex.quote(word)
+    return "$'" + printable(word.replace("\\", "\\\\").replace("'", "\\'")) + "'"
 
 
 def _hunt(args) -> int:
@@ -238,17 +285,24 @@ def _hunt(args) -> int:
 
     device = pick_device(args.device)
     checker, backend = open_candidate(args.backend, device=device, isolate=args.isolate == "on",
-                                      timeout=args.timeout)
-    stages = args.stage or list(getattr(backend, "stages", ("moe", "mla", "kda", "layer")))
-    space, judged = choose_space(device, args.preset, backend), {"judged": 0}
+                                      timeout=args.timeout, inflight_dir=args.save)
+    stages = list(dict.fromkeys(args.stage or getattr(backend, "stages", ("moe", "mla", "kda", "layer"))))
+    space, judged = choose_space(device, args.preset, backend), {st: 0 for st in stages}
+
+    def check(case):                    # cases judged per stage: every stage asked must judge one
+        verdict = checker.check(case)
+        judged[case.stage] += not verdict.skipped
+        return verdict
+
     try:
-        verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), checker.check,
-                                                            examples=args.examples, seed=args.seed, counts=judged)
+        verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), check,
+                                                            examples=args.examples, seed=args.seed)
     finally:
         checker.close()
-    if verdict is None and not judged["judged"]:
-        print(f"k3diff: nothing judged: {args.backend} refused all {count} cases of {', '.join(stages)} "
-              "(stages/supports()); that is not a pass", file=sys.stderr)
+    unjudged = [st for st in stages if not judged[st]]
+    if verdict is None and unjudged:
+        print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: {args.backend} refused every case "
+              f"of it ({count} drawn in all; stages/supports()); that is not a pass", file=sys.stderr)
         return EXIT["nothing judged"]
     if verdict is None:
         print(f"no failure in {count} examples ({seconds:.1f} s) over {', '.join(stages)} on {device}")
@@ -269,8 +323,9 @@ def _print_rerun(args):
 
 def _mutants(args) -> int:
     from k3diff.mutants import BY_NAME, for_device, hunt, table
-    from k3diff.session import UsageProblem
+    from k3diff.session import UsageProblem, pick_device
 
+    pick_device(args.device)            # a bad --device: one line (exit 4, or 11 without the GPU)
     chosen = for_device(args.device)
     if args.only is not None:
         names = [n for n in args.only.split(",") if n]
@@ -351,6 +406,10 @@ def _quiet_stdout():
 
 def _run(args) -> int:
     if args.command == "report":        # -- report: reads JSON files; imports neither torch nor a backend
+        if bool(args.results) == bool(args.compare):     # the command's fault: exit 4, as every other
+            print("k3diff report: give results files (k3diff report RESULTS...) or --compare BASE NEW, "
+                  "one of the two", file=sys.stderr)
+            return ex.USAGE
         from k3diff.extras import check
         from k3diff.usage import MachineProblem
         try:

@@ -56,12 +56,37 @@ def save(case: Case, verdict_dict: dict, directory: str | Path, backend: str, *,
         "environment": environment if environment is not None else {},
         "replay": replay_command(path, backend),
     }
-    # atomic: parallel workers never leave half a file; the temporary name is this process's, as
-    # runs on one machine with the same seed (a GPU each) can save the same case's seed at once
-    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    write_new(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
     return path
+
+
+def write_new(path: Path, text: str) -> None:
+    """`text` as the file `path`, atomically, safe in a folder others can write: the temporary
+    file is created anew (O_CREAT | O_EXCL | O_NOFOLLOW: a link planted at its name is refused,
+    never followed) under a name of its own (pid and random: runs and xdist workers saving the
+    same case's seed at once each land), then renamed over `path` (a rename replaces a link at
+    `path` itself, never writes through it). Parallel writers never leave half a file."""
+    import secrets
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    for attempt in range(8):
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o644)
+            break
+        except FileExistsError:         # someone's file at this random name: draw another
+            if attempt == 7:
+                raise
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 MAX_SEED_BYTES = 1 << 20     # a seed is a few KB; a bigger file is not one (or /dev/zero)

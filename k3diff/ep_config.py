@@ -103,8 +103,10 @@ def validate(case, n_experts: int) -> str | None:
         return f"ep_ranks must be an integer, got {N!r}"
     if N == 0:
         return None if not owners and not placement else "ep_owners/ep_placement given without ep_ranks"
-    if not 1 <= N <= 1024:
-        return f"ep_ranks must lie in 1..1024, got {N}"
+    if not 1 <= N <= MAX_RANKS:
+        # the option's own limit (distributed.apply_ranks): a seed with more ranks could never run,
+        # and replayed it failed a correct candidate ("at most 8 on one host") instead of the seed
+        return f"ep_ranks must lie in 1..{MAX_RANKS} (the most --k3diff-ranks allows: one host), got {N}"
     if placement not in PLACEMENTS:
         return f"unknown ep_placement {placement!r} (known: {', '.join(PLACEMENTS)})"
     if len(owners) != n_experts:

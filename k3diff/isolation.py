@@ -65,6 +65,7 @@ class BackendInfo:
     batch_invariant: bool
     distributed: bool = False      # runs on ranks (k3diff/distributed.py: --k3diff-ranks)
     schedules: tuple = ()          # schedules it allows besides eager (k3diff/schedule.py: declared)
+    provides: tuple = ()           # ((stage, output names), ...) checked at load (backends.Loaded)
 
 
 def _info(spec: str, backend) -> BackendInfo:
@@ -82,7 +83,8 @@ def _info(spec: str, backend) -> BackendInfo:
                        stages=tuple(getattr(backend, "stages", STAGES)), boundaries=boundaries,
                        batch_invariant=bool(getattr(backend, "batch_invariant", False)),
                        distributed=bool(getattr(backend, "distributed", False)),
-                       schedules=_schedules(spec, backend))
+                       schedules=_schedules(spec, backend),
+                       provides=tuple(getattr(backend, "frozen_provides", {}).items()))
 
 
 def _schedules(spec: str, backend) -> tuple:

@@ -41,6 +41,8 @@ from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, 
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
 _REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
+# a stage an item was run for (the nothing-judged rule); dropped before JUnit (summary.junit_properties)
+_ASKED_KEY = "k3diff_asked"
 EXIT_NOTHING_JUDGED = exit_codes.NOTHING_JUDGED      # past pytest's own 0-5
 EXIT_REPORT_LOST = exit_codes.OUTPUT_LOST
 # pytest's way to end a run with a status of one's own before any test; named ERROR so that its one
@@ -223,6 +225,7 @@ def pytest_configure(config):
     config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
     config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
     config._k3diff_bad_inputs, config._k3diff_failed_reports = [], 0
+    config._k3diff_asked = []
     config._k3diff = config._k3diff_report = config._k3diff_progress = None
     config._k3diff_started = None
     if config._k3diff_shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
@@ -515,12 +518,14 @@ class _ItemRun:
         pytest.fail(str(exc), pytrace=False)
 
     def fuzz(self, stage, chunk):
+        self.item.user_properties.append((_ASKED_KEY, stage))
         verdict = self._guard(lambda: self.session.fuzz(stage, chunk, self._on_case))
         if verdict is not None:
             self._fail_with_seed(verdict)
         self._machine_limits()
 
     def fuzz_invariance(self, stage):
+        self.item.user_properties.append((_ASKED_KEY, stage))
         on_case = lambda case, verdict: self._on_case(case, verdict, f"{stage}-inv")  # noqa: E731
         verdict = self._guard(lambda: self.session.fuzz_invariance(stage, on_case))
         if verdict is not None:
@@ -607,7 +612,7 @@ class _Collector:
         if report.when != "call":
             return
         sinks = {BAD_INPUT_KEY: self.config._k3diff_bad_inputs, _REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
-                 _MUTANT_KEY: self.config._k3diff_mutants}
+                 _MUTANT_KEY: self.config._k3diff_mutants, _ASKED_KEY: self.config._k3diff_asked}
         from_worker = getattr(report, "node", None) is not None
         for key, value in report.user_properties:
             if key in sinks:
@@ -620,15 +625,16 @@ class _Collector:
 
 
 def _unjudged_stages(config) -> list:
-    """Stages the candidate claims of which every case it met was refused: nothing was judged."""
-    from k3diff.stages import STAGES
-
-    session = config._k3diff
-    claimed = set(getattr(session.backend, "stages", STAGES) or ())     # no `stages`: it claims them all
+    """Stages the run asked for (a test item of the stage was run, or a case of it drawn or
+    replayed) of which no case was judged: every one refused (`stages`, supports()), or none met.
+    Every stage asked counts, not only those the candidate claims: a candidate that implements
+    none of them judged nothing, and that is not a pass."""
     by_stage = defaultdict(list)
+    for stage in getattr(config, "_k3diff_asked", ()):
+        by_stage[stage]
     for r in config._k3diff_results:
         by_stage[str(r["stage"]).split("-")[0]].append(r)
-    return sorted(st for st, rs in by_stage.items() if st in claimed and all(r["skipped"] for r in rs))
+    return sorted(st for st, rs in by_stage.items() if all(r["skipped"] for r in rs))
 
 
 def _bad_input_status(config):
@@ -655,9 +661,11 @@ def pytest_sessionfinish(session, exitstatus):
     if session.exitstatus == exit_codes.FAIL and status:
         session.exitstatus = status
     unjudged = _unjudged_stages(config)
-    if unjudged:
+    # only where no bad input set the status: a case too large for this machine is skipped too,
+    # and it is the machine's line (exit 11), not the candidate refusing every case
+    if unjudged and session.exitstatus in (exit_codes.PASS, exit_codes.FAIL):
         print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: the candidate refused every case "
-              "(supports()); that is not a pass", file=sys.stderr)
+              "(stages, supports()); that is not a pass", file=sys.stderr)
     if getattr(config, "_k3diff_report_lost", None):
         print(config._k3diff_report_lost, file=sys.stderr)
     if session.exitstatus == 0 and unjudged:
@@ -717,7 +725,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line("next: the run failed (see the errors above); no seed was recorded for it")
     elif _unjudged_stages(config):
         tr.write_line(f"next: nothing was judged for stage {', '.join(_unjudged_stages(config))}; the candidate "
-                      "refused every case (supports())")
+                      "refused every case (stages, supports()): drop the stage (-k) or fix the candidate")
     elif results:
         tr.write_line(f"next: all cases passed; this run again: `{rerun}`; a bigger budget: "
                       f"{opt.PROFILE} nightly -n auto")

@@ -1,4 +1,10 @@
-"""A Verdict: everything k3diff concluded about one case, in the form a seed file records."""
+"""A Verdict: everything k3diff concluded about one case, in the form a seed file records.
+
+A pass needs judged evidence: a verdict over zero tensors (a candidate that provided nothing to
+compare, or whose outputs were never judged) is a failure with its own reason, never `all([])`.
+A skipped verdict (the case does not apply to this backend) judged nothing by definition and is
+neither a pass nor a failure: the nothing-judged rule of the run counts it (k3diff.plugin).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,6 +13,9 @@ from k3diff.budgets import pct
 from k3diff.case import Case
 from k3diff.divergence import TensorReport
 from k3diff.routing import RoutingReport
+
+NOTHING_JUDGED = ("nothing judged: the candidate provided no tensor to compare with the reference "
+                  "(provides() empty, or changed since load); a pass needs judged evidence")
 
 
 @dataclass
@@ -25,8 +34,13 @@ class Verdict:
     routed: dict | None = None                         # expert-id ranges routed to (k3diff.coverage)
 
     @property
+    def nothing_judged(self) -> bool:
+        """Judged, yet no tensor was compared: not a pass (a skipped case was not judged at all)."""
+        return not self.skipped and not self.error and not self.reports
+
+    @property
     def ok(self) -> bool:
-        if self.error:
+        if self.error or self.nothing_judged:
             return False
         if self.routing is not None and not self.routing.ok:
             return False
@@ -34,6 +48,8 @@ class Verdict:
 
     def failures(self) -> list[str]:
         out = [f"ERROR {self.error}"] if self.error else []
+        if self.nothing_judged:
+            out.append(NOTHING_JUDGED)
         if self.routing is not None and not self.routing.ok:
             out.append(self.routing.line())
         out += [r.line() for r in self.reports if not r.ok]

@@ -53,22 +53,29 @@ def _instantiate(obj, label: str):
     return backend
 
 
-def check_contract(backend, label: str) -> None:
-    """The strict contract (base.py): every stage a backend claims must provide its final outputs,
-    else it would 'pass' every case with nothing compared. BackendError (one line) otherwise."""
+def check_contract(backend, label: str) -> dict:
+    """The strict contract (base.py): a backend claims at least one stage, and every stage it claims
+    provides its final outputs, else it would 'pass' every case with nothing compared. Returns the
+    load-time answer of provides() per claimed stage (frozen: `Loaded`); BackendError (one line)
+    otherwise."""
     from k3diff.stages import OUTPUTS, STAGES
 
     stages = getattr(backend, "stages", STAGES)
     if not isinstance(stages, (tuple, list, frozenset, set)) or not all(isinstance(s, str) for s in stages):
         raise BackendError(f"backend {label!r}: `stages` must be a tuple of stage names ({', '.join(STAGES)}), "
                            f"got {type(stages).__name__}")
+    if not stages:
+        # every case would be skipped and the run read green with nothing judged
+        raise BackendError(f"backend {label!r} claims no stage (`stages` is empty): nothing to judge; "
+                           f"stages are {', '.join(STAGES)}")
     unknown = [s for s in stages if s not in OUTPUTS]
     if unknown:
         raise BackendError(f"backend {label!r} claims unknown stage(s) {', '.join(map(repr, unknown))}; "
                            f"stages are {', '.join(STAGES)}")
+    answers = {}
     for stage in stages:
         try:
-            provided = set(backend.provides(stage))
+            provided = frozenset(backend.provides(stage))
         except BaseException as exc:  # noqa: BLE001
             raise BackendError(f"backend {label!r}: provides({stage!r}) raised {_one_line(exc)}") from None
         finals = [spec.name for spec in OUTPUTS[stage] if spec.final]
@@ -81,6 +88,53 @@ def check_contract(backend, label: str) -> None:
         if extra:
             raise BackendError(f"backend {label!r}: provides({stage!r}) names unknown output(s) "
                                f"{', '.join(map(repr, extra))} (k3diff.stages.OUTPUTS)")
+        answers[stage] = provided
+    return answers
+
+
+class Loaded:
+    """A backend that passed the contract at load, with `stages` and `provides()` frozen at the
+    answers checked then: a provides() that changes later (to nothing, or without the final
+    output) would leave a case with nothing to judge. Each call still asks the backend, and an
+    answer that differs from the load-time one raises BackendError, which the judgement turns into
+    a failing verdict (k3diff.judge), never a verdict over nothing. Everything else is the
+    backend's own (attributes read and written through)."""
+
+    def __init__(self, backend, label: str, provided: dict):
+        object.__setattr__(self, "_backend", backend)
+        object.__setattr__(self, "_label", label)
+        object.__setattr__(self, "_provided", dict(provided))
+
+    @property
+    def stages(self) -> tuple:
+        return tuple(self._provided)
+
+    @property
+    def frozen_provides(self) -> dict:
+        """{stage: sorted output names} as checked at load (recorded in k3diff.isolation.BackendInfo)."""
+        return {stage: tuple(sorted(names)) for stage, names in self._provided.items()}
+
+    def provides(self, stage: str) -> set:
+        if stage not in self._provided:     # a stage it does not claim: never judged
+            return set(self._backend.provides(stage))
+        now = set(self._backend.provides(stage))
+        if now != self._provided[stage]:
+            raise BackendError(f"backend {self._label!r}: contract: provides({stage!r}) changed since the "
+                               f"load-time check (was {sorted(self._provided[stage])}, now {sorted(now)})")
+        return set(self._provided[stage])
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_backend", "_label", "_provided"):
+            raise AttributeError(name)
+        if name == "name" and not hasattr(self._backend, "name"):
+            return type(self._backend).__name__         # what a nameless backend was called before
+        return getattr(self._backend, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._backend, name, value)
+
+    def __repr__(self):
+        return f"Loaded({self._backend!r})"
 
 
 def load(spec: str):
@@ -102,7 +156,8 @@ def load(spec: str):
 def load_available(name: str | None):
     """The backend `name` (None: the default), loaded, able to run here and keeping the contract
     (base.py); else BackendError with one line saying why. Whatever the backend's code does while
-    it loads (raise, exit, raise KeyboardInterrupt) is that line, never a traceback or an exit."""
+    it loads (raise, exit, raise KeyboardInterrupt) is that line, never a traceback or an exit.
+    The backend comes wrapped (`Loaded`): its stages and provides() fixed at what was checked."""
     name = name or default_name()
     backend = load(name)
     try:
@@ -111,8 +166,7 @@ def load_available(name: str | None):
         raise BackendError(f"backend {name!r}: available() raised {_one_line(exc)}") from None
     if reason is not None:
         raise BackendError(f"backend {name!r} cannot run here: {reason}")
-    check_contract(backend, name)
-    return backend
+    return Loaded(backend, name, check_contract(backend, name))
 
 
 def default_name() -> str:
@@ -126,5 +180,5 @@ def default_name() -> str:
     return "torch-blocked"
 
 
-__all__ = ["Backend", "BackendError", "check_contract", "is_registered", "load", "load_available", "names",
+__all__ = ["Backend", "BackendError", "Loaded", "check_contract", "is_registered", "load", "load_available", "names",
            "default_name"]

@@ -18,8 +18,9 @@ A backend is any object with these attributes and methods (subclassing `Backend`
         Names from k3diff.stages.OUTPUTS[stage] this backend writes; the framework compares exactly
         these. It MUST include the stage's final output(s) (TensorSpec.final) for every stage in
         `stages`, and name nothing else: else the backend is refused at load with one line
-        (BackendError: `k3diff` exit 2, pytest UsageError), rather than passing every case with
-        nothing compared.
+        (BackendError: exit 8 from `k3diff` and pytest), rather than passing every case with
+        nothing compared. The answer is fixed at load (k3diff.backends.Loaded): one that changes
+        later fails the case ("contract: provides(...) changed"), never a verdict over nothing.
     prepare(cfg, stage, weights) -> object
         Packing/compilation, once per weight set. `weights` must not be modified.
     run(stage, cfg, prepared, inputs, out) -> None
@@ -29,7 +30,8 @@ A backend is any object with these attributes and methods (subclassing `Backend`
         checks that every `out` entry is still the buffer it allocated, with the dtype and shape of
         k3diff.stages (a backend that rebinds `out[name]` to a new tensor, e.g. a float64 result
         where bf16 is required, fails the case with a "contract:" report line).
-    stages: tuple[str, ...]   (optional; default all four) the stages it implements.
+    stages: tuple[str, ...]   (optional; default all four) the stages it implements; at least one
+                              (an empty tuple is refused at load, exit 8: it would judge nothing).
     version: str              (optional) recorded in seed files; replay warns when it differs.
 
 Optional:

@@ -256,3 +256,102 @@ class SpawnsAndHangs(TorchBlockedBackend):
 class NoStageList(TorchBlockedBackend):
     """`stages = None`: INTERNALERROR where one line was due."""
     stages = None
+
+
+# ---- a pass needs judged evidence, and a verdict blames the right party: each candidate below
+# made a run read green, or blamed the machine for the candidate's own fault (scripts/attacks.sh)
+
+class NoStages(TorchBlockedBackend):
+    """Implements no stage: every case skipped read "12 passed, 7 skipped", exit 0. Refused at
+    load (exit 8)."""
+    name = "crashing_candidates:NoStages"
+    stages = ()
+
+
+class ProvidesNothingLater(TorchBlockedBackend):
+    """Answers provides() honestly at the load-time check, then with nothing: zero tensors to
+    judge, and a verdict over nothing was `ok`."""
+    name = "crashing_candidates:ProvidesNothingLater"
+    stages = ("moe",)
+
+    def __init__(self):
+        super().__init__()
+        self.asked = 0
+
+    def provides(self, stage):
+        self.asked += 1
+        return super().provides(stage) if self.asked == 1 else set()
+
+
+class ExitsZeroInRun(TorchBlockedBackend):
+    """os._exit(0) inside run(): with isolation off the whole run ended silently with status 0."""
+    name = "crashing_candidates:ExitsZeroInRun"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        os._exit(0)
+
+
+class ForgesVerdict(TorchBlockedBackend):
+    """Writes a forged passing verdict (one tensor "ok") onto the isolation socket (the child's own
+    connection, fd from its command line), then leaves: while the judge ran in the candidate's
+    process the parent took the forgery as the case's verdict."""
+    name = "crashing_candidates:ForgesVerdict"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import sys
+        from multiprocessing.connection import Connection
+
+        from k3diff.case import Case
+        from k3diff.divergence import TensorReport
+        from k3diff.verdict import Verdict
+
+        forged = Verdict(Case("moe", batch=int(inputs["x"].shape[0])), self.name,
+                         reports=[TensorReport("moe", "out", True, bound=1.0)])
+        try:
+            Connection(int(sys.argv[1]), readable=False).send(("verdict", forged))
+        except (IndexError, ValueError, OSError):
+            pass                    # not in the isolated child: nothing to forge onto
+        time.sleep(1)               # the parent reads the forgery before it sees this process end
+        os._exit(0)
+
+
+class AlwaysOutOfMemory(TorchBlockedBackend):
+    """Raises torch.OutOfMemoryError on every case, however small (KB): the candidate's own fault,
+    once blamed on the machine ("case too large", exit 11, no seed)."""
+    name = "crashing_candidates:AlwaysOutOfMemory"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 KiB.")
+
+
+class ScalesLaterSteps(TorchBlockedBackend):
+    """MLA, correct on a case's first decode step, its output scaled by 1.01 on every later one (a
+    later step is one whose incoming cache is a cache this candidate wrote): the whole-tensor rule
+    judged step 0 only, and the case passed."""
+    name = "crashing_candidates:ScalesLaterSteps"
+    stages = ("mla",)
+
+    def __init__(self):
+        super().__init__()
+        self.written: list = []
+
+    def _key(self, t):
+        return (tuple(t.shape), t.float().sum().item(), t.float().abs().sum().item())
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        state = inputs["kv_cache"]
+        later = self._key(state) in self.written
+        super().run(stage, cfg, prepared, inputs, out)
+        self.written = (self.written + [self._key(state)])[-8:]
+        if later:
+            out["out"].mul_(1.01)
+
+
+class MoeOnly(TorchBlockedBackend):
+    """Correct, and implements moe alone: a run that asks it for kda judged nothing, and read as a
+    pass because the nothing-judged rule looked only at the stages the candidate claims."""
+    name = "crashing_candidates:MoeOnly"
+    stages = ("moe",)

@@ -1,5 +1,5 @@
-"""Issue 29: nothing can fake a pass. Each attack a candidate or a seed file made (the issue's
-"Why"), as the test that failed before its fix. In-process where the attack allows it (these run in
+"""Nothing can fake a pass. Each attack a candidate, a seed file or a shard made (the rows of
+scripts/attacks.sh), as the test that failed before its fix. In-process where the attack allows it (these run in
 CI on 2 cores); a subprocess only where the process boundary is the point (signals, orphans, exit
 codes of the CLI or pytest)."""
 import json
@@ -325,3 +325,191 @@ def test_the_suite_from_another_folder_finds_the_shipped_corpus_and_writes_nothi
     assert f"{shipped} tests collected" in done.stdout or f"{shipped}/" in done.stdout, done.stdout + done.stderr
     left = [p.name for p in tmp_path.iterdir() if p.name != ".benchmarks"]     # that one is pytest-benchmark's
     assert left == [], left
+
+
+# ================================================================ a pass needs judged evidence, and
+# a verdict blames the right party: one test per row of scripts/attacks.sh's second table. The
+# rules this branch of the code keeps (backends, verdict, plugin's nothing-judged rule, ep_config,
+# corpus, cli) run plainly; the rules kept elsewhere (the judge in the parent process, the guard
+# of a run with isolation off, OOM blame, the in-flight note, timeout caps, the nightly merge,
+# --compare, the whole-tensor rule at later steps) are marked `elsewhere(rule)`: each asserts the
+# behaviour its rule demands, and is an expected failure (strict) until RULES_ELSEWHERE_MERGED is
+# set: then every one must pass.
+RULES_ELSEWHERE_MERGED = False
+
+
+def elsewhere(rule: str):
+    return pytest.mark.xfail(not RULES_ELSEWHERE_MERGED, strict=True,
+                             reason=f"kept by another part of the code, merged separately: {rule}")
+
+
+def _pytest_run(project, *args):
+    project.makepyfile(test_suite="from k3diff.suite import test_fuzz, test_seed  # noqa\n")
+    return project.runpytest_subprocess("--k3diff", "--k3diff-save", "seeds", "-p", "no:cacheprovider",
+                                        "-p", "no:randomly", *args)
+
+
+def test_a_candidate_with_no_stage_is_exit_8_under_pytest_and_the_cli(project, capsys):
+    # rule: a candidate with no stage is a one-line error at load (exit 8)
+    result = _pytest_run(project, "--k3diff-backend", "crashing_candidates:NoStages")
+    assert result.ret == ex.BACKEND and "claims no stage" in result.stderr.str(), result.stdout.str()
+    capsys.readouterr()                 # pytester echoes the run's output here
+    assert cli.main(["hunt", "--backend", "crashing_candidates:NoStages", "--isolate", "off"]) == ex.BACKEND
+    err = capsys.readouterr().err
+    assert "claims no stage" in err and len(err.splitlines()) == 1, err
+
+
+def test_a_stage_asked_for_that_the_candidate_lacks_is_nothing_judged(project):
+    # rule: the nothing-judged rule counts every stage the run asked for, not only those claimed
+    result = _pytest_run(project, "--k3diff-backend", "crashing_candidates:MoeOnly", "--k3diff-isolate", "off",
+                         "-k", "fuzz and kda")
+    assert result.ret == ex.NOTHING_JUDGED, result.stdout.str()
+    assert "nothing judged for stage kda" in result.stderr.str()
+    assert "all cases passed" not in result.stdout.str()
+
+
+def test_provides_that_changes_after_load_fails_with_a_seed(project):
+    # rule: provides() frozen at load; a verdict over zero tensors is not a pass (the isolated child)
+    result = _pytest_run(project, "--k3diff-backend", "crashing_candidates:ProvidesNothingLater", "-k", "fuzz and moe",
+                         "--k3diff-seed", "1")
+    out = result.stdout.str()
+    assert result.ret == ex.FAIL and "provides('moe') changed since the load-time check" in out, out
+    assert list((project.path / "seeds").glob("moe-*.json")), out
+
+
+def test_an_ep_seed_with_more_ranks_than_the_option_allows_is_a_bad_seed(tmp_path, capsys):
+    # rule: EP seeds validated against the option's limit (ep_config.MAX_RANKS): exit 9, never a FAIL
+    from k3diff.ep_config import MAX_RANKS
+
+    n = MAX_RANKS + 1
+    case = {"stage": "moe", "version": 1, "batch": 2, "ep_ranks": n, "ep_placement": "contiguous",
+            "ep_owners": [e % n for e in range(Case("moe").config().n_experts)]}
+    status = cli.main(["replay", str(_seed(tmp_path, case=case)), "--backend", "torch-blocked-ep", "--isolate", "off"])
+    err = capsys.readouterr().err
+    assert status == ex.SEED and f"ep_ranks must lie in 1..{MAX_RANKS}" in err and len(err.splitlines()) == 1, err
+
+
+@elsewhere("judgement outside the candidate's reach: nothing the candidate's process writes is a verdict")
+def test_a_verdict_forged_on_the_isolation_socket_is_not_a_pass(tmp_path):
+    done = _cli(tmp_path, "replay", str(_seed(tmp_path)), "--backend", "crashing_candidates:ForgesVerdict")
+    assert done.returncode == ex.FAIL, done.stdout + done.stderr
+
+
+@elsewhere("with isolation off, a run that ends before its summary is never exit 0")
+def test_os_exit_0_with_isolation_off_is_never_exit_0(project, tmp_path):
+    (project.path / "exit0_at_import.py").write_text("import os\nos._exit(0)\n")
+    runs = [_pytest_run(project, "--k3diff-backend", "crashing_candidates:ExitsZeroInRun", "--k3diff-isolate", "off",
+                        "-k", "fuzz and moe").ret,
+            _pytest_run(project, "--k3diff-backend", "exit0_at_import:X", "--k3diff-isolate", "off").ret,
+            _cli(project.path, "replay", str(_seed(tmp_path)), "--backend", "crashing_candidates:ExitsZeroInRun",
+                 "--isolate", "off").returncode,
+            _cli(project.path, "hunt", "--backend", "crashing_candidates:ExitsZeroInRun", "--isolate", "off",
+                 "--examples", "2").returncode]
+    assert 0 not in runs, runs
+
+
+@elsewhere("blame: a candidate's own OOM on a case far below the machine's memory is its failure, with a seed")
+def test_out_of_memory_on_a_tiny_case_is_the_candidate_s_failure():
+    verdict = InProcessChecker(cc.AlwaysOutOfMemory(), device="cpu").check(GOOD)      # raised CaseTooLarge
+    assert not verdict.ok and "OutOfMemoryError" in (verdict.error or ""), verdict.headline()
+
+
+@elsewhere("whole-tensor judgement at every step of a multi-step case")
+def test_later_steps_scaled_by_1_01_fail():
+    import dataclasses
+
+    seed = json.loads((ROOT / "corpora" / "regressions" / "mla-e78e72e58bba.json").read_text())
+    case = dataclasses.replace(Case.from_dict(seed["case"]), steps=2)
+    assert InProcessChecker(cc.ScalesLaterSteps(), device="cpu").check(dataclasses.replace(case, steps=1)).ok
+    verdict = InProcessChecker(cc.ScalesLaterSteps(), device="cpu").check(case)
+    assert not verdict.ok, verdict.headline()
+
+
+@elsewhere("timeouts capped to what select accepts: one line and exit 4 beyond")
+def test_huge_timeouts_are_one_line_and_exit_4(project, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["replay", str(_seed(tmp_path)), "--timeout", "1e10"])
+    assert info.value.code == ex.USAGE and len(capsys.readouterr().err.splitlines()) == 1
+    result = _pytest_run(project, "--k3diff-timeout", "1e300", "-k", "fuzz and moe")
+    assert result.ret == ex.USAGE and "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+@elsewhere("writes into shared folders: the in-flight note never follows a planted link")
+def test_the_in_flight_note_never_follows_a_planted_link(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    checker = IsolatedChecker("torch-blocked", device="cpu", inflight_dir=notes)
+    for planted in (checker.inflight_path, checker.inflight_path.with_suffix(".tmp")):
+        planted.symlink_to(victim)
+    try:
+        checker.check(GOOD)
+    finally:
+        checker.close()
+    assert victim.read_text() == "precious"
+
+
+# ---------------------------------------------------------------- the nightly merge and --compare
+
+def _shard(path, seed, cases, exitstatus=0, shard=None):
+    """A results file as a shard writes it (k3diff.results: the run line, cases, the end record)."""
+    from k3diff.results import RESULTS_FORMAT
+
+    header = {"kind": "run", "format": RESULTS_FORMAT, "seed": seed, "profile": "quick", "backend": "torch-blocked",
+              "shard": shard, "started_unix": 1.8e9, "environment": {}}
+    end = {"kind": "end", "seconds": 1.0, "exitstatus": exitstatus, "cases": len(cases), "failing": 0}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in [header, *cases, end]))
+    return path
+
+
+def _case_records(seeds, ok=True):
+    from k3diff.divergence import TensorReport
+    from k3diff.results import record
+    from k3diff.verdict import Verdict
+
+    return [record(Case("moe", batch=1, seed=s), Verdict(Case("moe", batch=1, seed=s), "torch-blocked",
+                                                         reports=[TensorReport("moe", "out", ok, bound=1.0)]))
+            for s in seeds]
+
+
+def _nightly(shards, expected, out):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("nightly_report", ROOT / "scripts" / "nightly_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main([str(shards), "--expected", expected, "--out", str(out)])
+
+
+@elsewhere("the nightly merge reads each shard's exit status and end record")
+@pytest.mark.parametrize("attack", ["did not load (exit 8, 0 bytes)", "judged nothing (exit 6)",
+                                    "read a bad seed (exit 9)", "duplicated", "of another seed"])
+def test_the_nightly_merge_fails_a_shard_that_earned_nothing(tmp_path, capsys, attack):
+    shards = tmp_path / "shards"
+    _shard(shards / "a" / "results-1.jsonl", 5, _case_records([1, 2]), shard="1/2")
+    second = shards / "b" / "results-2.jsonl"
+    if attack.startswith("did not load"):
+        second.parent.mkdir(parents=True)
+        second.write_text("")
+    elif attack.startswith("judged nothing"):
+        _shard(second, 5, [], exitstatus=ex.NOTHING_JUDGED, shard="2/2")
+    elif attack.startswith("read a bad seed"):
+        _shard(second, 5, _case_records([3]), exitstatus=ex.SEED, shard="2/2")
+    elif attack == "duplicated":
+        _shard(second, 5, _case_records([3]), shard="2/2")
+        _shard(shards / "c" / "results-2.jsonl", 5, _case_records([4]), shard="2/2")
+    else:
+        _shard(second, 6, _case_records([3]), shard="2/2")
+    status = _nightly(shards, "1,2", tmp_path / "out")
+    out = capsys.readouterr().out
+    assert status != 0 and "nightly: pass" not in out, (status, out)
+
+
+@elsewhere("--compare fails when NEW has failures BASE did not run, and says how many cases matched")
+def test_a_compare_of_disjoint_runs_is_not_a_pass(tmp_path, capsys):
+    base = _shard(tmp_path / "base.jsonl", 5, _case_records([1, 2]))
+    new = _shard(tmp_path / "new.jsonl", 5, _case_records([3], ok=False))
+    status = cli.main(["report", "--compare", str(base), str(new), "-o", str(tmp_path / "cmp.html")])
+    assert status != 0, capsys.readouterr().out

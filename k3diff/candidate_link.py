@@ -10,6 +10,7 @@ sends back is tensors and facts; the verdict is computed where it cannot reach.
 """
 from __future__ import annotations
 
+import time
 import weakref
 from collections import OrderedDict
 
@@ -72,9 +73,13 @@ class CandidateHost:
         weights = self._weights[token]
         key = (token, case.stage)
         bind_case(self.backend, case)               # a distributed candidate runs the case's layout
+        start = time.perf_counter()
         if key not in self._prepared:
             self._prepared[key] = self.backend.prepare(cfg, case.stage, weights)
-        return run_candidate(self.backend, case.stage, cfg, self._prepared[key], calls, set(provides))
+        prepared_s = time.perf_counter() - start    # for the phase clock only: where the time went
+        facts = run_candidate(self.backend, case.stage, cfg, self._prepared[key], calls, set(provides))
+        facts["prepare_s"] = prepared_s
+        return facts
 
 
 class WeightTokens:

@@ -341,6 +341,12 @@ def _run(args) -> int:
     from k3diff.session import UsageProblem
     from k3diff.sizing import CaseTooLarge
 
+    if getattr(args, "isolate", None) == "off":
+        import tempfile
+
+        from k3diff.early_exit import guard    # before the backend loads: an early exit is never green
+
+        guard(tempfile.gettempdir())
     try:
         if args.command == "replay":
             return _replay(args)

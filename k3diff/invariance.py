@@ -59,6 +59,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
     clock.lap("materialize")
+    clock.move("materialize", "prepare", 0.0)
     provides = set(answer["provides"])
     p = position % case.batch
     controls = Controls(run_twice=False)
@@ -69,6 +70,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
         clock.lap("judge")
         calls, facts = link.run(case, cfg, weights, calls, provides)
         clock.lap("candidate")
+        clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
         return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
                            controls=controls, verdict=verdict, weights_changed=weight_guard.changed(guard, weights))
 

@@ -556,7 +556,7 @@ class IsolatedChecker:
             msg = decode(self._read(start + self._left))
         except TimeoutError:
             self._kill()
-            raise CandidateFailed(f"{HANG} no answer within {self.timeout:g} s of the candidate's own time "
+            raise CandidateFailed(f"{HANG} no verdict within {self.timeout:g} s of the candidate's own time "
                                   "(--k3diff-timeout); the candidate process was killed") from None
         except (EOFError, OSError):
             code = self._reap()
@@ -642,7 +642,10 @@ def _facts(facts, malformed) -> dict:
                                                and isinstance(r[1], str) and isinstance(r[2], str)
                                                for r in replaced)):
         raise malformed("facts")
-    return {"replaced": replaced}
+    seconds = facts.get("prepare_s")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < 1e9:
+        raise malformed("facts")
+    return {"replaced": replaced, "prepare_s": float(seconds)}
 
 
 class InProcessChecker:
@@ -655,7 +658,7 @@ class InProcessChecker:
 
         self.backend, self.device = backend, device
         self.link = LocalLink(backend)
-        self.inflight_dir = Path(inflight_dir) if inflight_dir else None
+        self.inflight_dir = Path(inflight_dir) if inflight_dir else Path(tempfile.gettempdir())
 
     @property
     def inflight_path(self) -> Path | None:

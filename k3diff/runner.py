@@ -61,6 +61,7 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
     clock.lap("materialize")
+    clock.move("materialize", "prepare", 0.0)      # every case names the phase, prepared before or not
     provides = set(answer["provides"])
     # the exact run also carries each accumulated output's Σ|a||b| (the error rule's floor)
     oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode, magnitudes=True)  # noqa: E731
@@ -118,6 +119,7 @@ def _candidate_call(link, case, cfg, weights, inputs, provides, answer, controls
     guard = weight_guard.remember(weights) if controls.check_inputs else {}
     calls, facts = link.run(case, cfg, weights, calls, provides)
     clock.lap("candidate")
+    clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
     changed = weight_guard.changed(guard, weights) if guard else []
     return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
                        controls=controls, verdict=verdict, weights_changed=changed)
@@ -136,6 +138,13 @@ class PhaseClock:
         self._own = OwnWork() if case is not None else None
         self._case = case
         self._t = time.perf_counter()
+
+    def move(self, src: str, dst: str, seconds: float) -> None:
+        """Seconds a lap counted under `src` that belong to `dst` (the candidate's prepare() runs
+        inside its first call: the candidate's time all the same)."""
+        seconds = max(0.0, min(seconds, self._into.get(src, 0.0)))
+        self._into[src] = self._into.get(src, 0.0) - seconds
+        self._into[dst] = self._into.get(dst, 0.0) + seconds
 
     def lap(self, phase: str) -> None:
         self._sync()

@@ -256,3 +256,55 @@ class SpawnsAndHangs(TorchBlockedBackend):
 class NoStageList(TorchBlockedBackend):
     """`stages = None`: INTERNALERROR where one line was due."""
     stages = None
+
+
+class ForgesVerdict(TorchBlockedBackend):
+    """Writes a forged passing verdict straight onto the isolation socket (the isolated child's
+    argv[1]), in the framing k3diff's child used to answer with, and leaves its outputs unwritten:
+    with the judgement in the candidate's process it passed every case with zero tensors judged."""
+    name = "crashing_candidates:ForgesVerdict"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import sys
+        from multiprocessing.connection import Connection
+
+        from k3diff.case import Case
+        from k3diff.verdict import Verdict
+
+        Connection(os.dup(int(sys.argv[1]))).send(("verdict", Verdict(Case("moe", batch=inputs["x"].shape[0]),
+                                                                      self.name)))
+
+
+class PatchesJudge(TorchBlockedBackend):
+    """Patches k3diff's judging code in its own process so that every comparison passes, then
+    writes zeros: wherever the judge shares the candidate's process, it passed."""
+    name = "crashing_candidates:PatchesJudge"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import k3diff.controls
+        import k3diff.runner
+
+        k3diff.runner._output_reports = lambda *a, **k: []
+        k3diff.runner.state_reports = lambda *a, **k: []
+        k3diff.controls.compare_many = lambda items: []
+        for t in out.values():
+            t.zero_()
+
+
+class ExitsCleanly(_OnBatch):
+    """os._exit(0) on one batch size: exit status 0, no exception, no atexit hook."""
+    name = "crashing_candidates:ExitsCleanly"
+
+    def misbehave(self):
+        os._exit(0)
+
+
+class OutOfMemoryAlways(_OnBatch):
+    """Out of memory on one batch size, every time, on a KB-sized case: the candidate's own
+    allocation, not the machine's limit (k3diff.sizing.own_out_of_memory)."""
+    name = "crashing_candidates:OutOfMemoryAlways"
+
+    def misbehave(self):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 59.00 GiB.")

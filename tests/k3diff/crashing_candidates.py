@@ -284,8 +284,10 @@ class PatchesJudge(TorchBlockedBackend):
 
     def run(self, stage, cfg, prepared, inputs, out):
         import k3diff.controls
+        import k3diff.routing
         import k3diff.runner
 
+        k3diff.routing.judge_moe_routing = lambda run_ref, per, ref, base, *a, **k: (ref, base)
         k3diff.runner._output_reports = lambda *a, **k: []
         k3diff.runner.state_reports = lambda *a, **k: []
         k3diff.controls.compare_many = lambda items: []

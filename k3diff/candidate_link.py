@@ -14,7 +14,7 @@ import time
 import weakref
 from collections import OrderedDict
 
-from k3diff import caches
+from k3diff import caches, weight_guard
 from k3diff.controls import run_candidate
 from k3diff.fatal import CRASH, CandidateFailed, describe
 
@@ -38,9 +38,13 @@ def failure_of(exc: BaseException, during: str) -> CandidateFailed:
 class CandidateHost:
     """The candidate's side: its backend, its weight sets by token, its prepared copies."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, *, guard_weights: bool = False):
         self.backend = backend
         self.name = str(getattr(backend, "name", type(backend).__name__))
+        # a process of its own holds its own copy of the smaller weights (k3diff.transfer): it says
+        # whether the candidate wrote to them, as it says which output it rebound (a fact that can
+        # only fail a case); in k3diff's process the judging side guards the tensors themselves
+        self.guard_weights = guard_weights
         self._weights: dict = {}
         self._prepared: dict = {}
 
@@ -77,8 +81,10 @@ class CandidateHost:
         if key not in self._prepared:
             self._prepared[key] = self.backend.prepare(cfg, case.stage, weights)
         prepared_s = time.perf_counter() - start    # for the phase clock only: where the time went
+        guard = weight_guard.remember(weights) if self.guard_weights else {}
         facts = run_candidate(self.backend, case.stage, cfg, self._prepared[key], calls, set(provides))
         facts["prepare_s"] = prepared_s
+        facts["weights_changed"] = weight_guard.changed(guard, weights) if guard else []
         return facts
 
 

@@ -72,7 +72,8 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
         clock.lap("candidate")
         clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
         return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
-                           controls=controls, verdict=verdict, weights_changed=weight_guard.changed(guard, weights))
+                           controls=controls, verdict=verdict,
+                           weights_changed=weight_guard.changed(guard, weights) + list(facts.get("weights_changed", ())))
 
     try:
         batched = call({k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()})

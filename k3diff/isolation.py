@@ -184,7 +184,7 @@ def _child_entry(fd: int, parent_pid: int) -> None:
               f"backend {spec!r} failed to load: {type(exc).__name__}: {exc}".splitlines()[0][:300])
         return
     reply("ready", info)
-    host = CandidateHost(backend)
+    host = CandidateHost(backend, guard_weights=True)
     while True:
         try:
             msg = from_parent(_recv_frame(sock))
@@ -645,7 +645,10 @@ def _facts(facts, malformed) -> dict:
     seconds = facts.get("prepare_s")
     if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < 1e9:
         raise malformed("facts")
-    return {"replaced": replaced, "prepare_s": float(seconds)}
+    changed = facts.get("weights_changed")
+    if not (isinstance(changed, list) and all(isinstance(n, str) for n in changed)):
+        raise malformed("facts")
+    return {"replaced": replaced, "prepare_s": float(seconds), "weights_changed": changed}
 
 
 class InProcessChecker:

@@ -121,6 +121,7 @@ def _candidate_call(link, case, cfg, weights, inputs, provides, answer, controls
     clock.lap("candidate")
     clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
     changed = weight_guard.changed(guard, weights) if guard else []
+    changed += [n for n in facts.get("weights_changed", ()) if n not in changed]
     return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
                        controls=controls, verdict=verdict, weights_changed=changed)
 

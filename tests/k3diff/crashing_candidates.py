@@ -310,3 +310,18 @@ class OutOfMemoryAlways(_OnBatch):
 
     def misbehave(self):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 59.00 GiB.")
+
+
+class ScribblesOnWeights(TorchBlockedBackend):
+    """Runs correctly, then adds 1 to a weight it was given: in its own process it holds its own copy
+    of the small weights, which k3diff's guard cannot see; its process must report the write."""
+    name = "crashing_candidates:ScribblesOnWeights"
+    stages = ("moe",)
+
+    def prepare(self, cfg, stage, weights):
+        self._weights = weights
+        return super().prepare(cfg, stage, weights)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        super().run(stage, cfg, prepared, inputs, out)
+        self._weights["router.bias"].add_(1)

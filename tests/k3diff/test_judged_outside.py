@@ -189,3 +189,12 @@ def test_a_candidates_out_of_memory_on_a_tiny_case_is_its_failure_with_a_seed(pr
     assert "refused every case" not in out, out
     seeds = list((project.path / "seeds").glob("*.json"))
     assert seeds and json.loads(seeds[0].read_text())["case"]["batch"] == 3
+
+
+def test_a_weight_written_in_the_candidates_process_fails_the_case(tmp_path):
+    checker = _checker("ScribblesOnWeights", tmp_path)
+    try:
+        verdict = checker.check(GOOD)
+        assert not verdict.ok and any("weight router.bias" in f for f in verdict.failures()), verdict.failures()
+    finally:
+        checker.close()

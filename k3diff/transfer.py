@@ -1,9 +1,9 @@
 """What crosses the socket between k3diff and the candidate's process, in each direction.
 
 Parent to child (`to_child`): pickled, with torch's sharing reductions where they save a copy: a
-CUDA tensor goes as an IPC handle (the child maps the parent's memory: weights are never held
-twice on the GPU), a large CPU tensor (>= SHARE_BYTES) through shared memory, anything smaller by
-value. The child trusts its parent, so it may unpickle.
+large tensor (>= SHARE_BYTES: the expert weights at production dims) goes as a CUDA IPC handle or
+through shared memory (the child maps the parent's memory: weights are never held twice), anything
+smaller by value, on its device. The child trusts its parent, so it may unpickle.
 
 Child to parent (`encode` / `decode`): never a pickle. Unpickling what the candidate's process
 wrote would run whatever it chose in the judging process, so a reply is a JSON header (plain
@@ -47,11 +47,11 @@ def to_child(obj) -> bytes:
 
     class _Pickler(ForkingPickler):
         def reducer_override(self, o):
-            if isinstance(o, torch.Tensor) and (o.is_cuda or o.untyped_storage().nbytes() >= SHARE_BYTES):
+            if not isinstance(o, torch.Tensor):
+                return NotImplemented
+            if o.untyped_storage().nbytes() >= SHARE_BYTES:
                 return reduce_tensor(o)
-            if isinstance(o, torch.Tensor):
-                return _by_value, (o.dtype, tuple(o.shape), _raw(o))
-            return NotImplemented
+            return _by_value, (o.dtype, tuple(o.shape), _raw(o.cpu()), str(o.device))
 
     previous = tmp.get_sharing_strategy()
     tmp.set_sharing_strategy("file_system")  # no descriptor to pass: the child opens the segment by name
@@ -76,10 +76,11 @@ def _raw(t: torch.Tensor) -> bytes:
     return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
-def _by_value(dtype, shape, raw: bytes) -> torch.Tensor:
+def _by_value(dtype, shape, raw: bytes, device: str = "cpu") -> torch.Tensor:
     if not raw:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+        return torch.empty(shape, dtype=dtype, device=device)
+    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    return t if device == "cpu" else t.to(device)
 
 
 # ---------------------------------------------------------------- child -> parent

@@ -302,6 +302,12 @@ def _mutant_space(device):
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    if argv is None and getattr(args, "isolate", None) == "off":
+        import tempfile
+
+        from k3diff.early_exit import guard    # the command itself (not a caller's main([...])): before the backend loads
+
+        guard(tempfile.gettempdir())
     try:
         status = _run(args)
         sys.stdout.flush()
@@ -341,12 +347,6 @@ def _run(args) -> int:
     from k3diff.session import UsageProblem
     from k3diff.sizing import CaseTooLarge
 
-    if getattr(args, "isolate", None) == "off":
-        import tempfile
-
-        from k3diff.early_exit import guard    # before the backend loads: an early exit is never green
-
-        guard(tempfile.gettempdir())
     try:
         if args.command == "replay":
             return _replay(args)

@@ -48,6 +48,14 @@ def guard(inflight_dir) -> None:
     _wait(pid, r, Path(inflight_dir))
 
 
+def guard_command_line(inflight_dir, args: tuple) -> None:
+    """`guard` for a pytest run started from the command line; not for pytest.main() called inside
+    another process (pytester's in-process runs, a script): forking that process would make its
+    caller the waiter."""
+    if tuple(args) == tuple(sys.argv[1:]):
+        guard(inflight_dir)
+
+
 def _mark_end(fd: int) -> None:
     try:
         os.write(fd, END)

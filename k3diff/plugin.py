@@ -149,9 +149,9 @@ def _make_session(config):
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
     if config.getoption(opt.ISOLATE) == "off" and not hasattr(config, "workerinput"):
-        from k3diff.early_exit import guard    # before the backend loads: an early exit is never green
+        from k3diff.early_exit import guard_command_line   # before the backend loads: an early exit is never green
 
-        guard(config.getoption(opt.SAVE))
+        guard_command_line(config.getoption(opt.SAVE), tuple(config.invocation_params.args))
     try:
         worker = getattr(config, "workerinput", {}).get("workerid")
         if worker is None:                  # the controller probed it before its workers started

@@ -17,6 +17,7 @@ from collections import OrderedDict
 from k3diff import caches, weight_guard
 from k3diff.controls import run_candidate
 from k3diff.fatal import CRASH, CandidateFailed, describe
+from k3diff.transfer import shared
 
 KEEP_SETS = 8           # weight sets (and their prepared copies) a candidate process keeps
 
@@ -81,7 +82,7 @@ class CandidateHost:
         if key not in self._prepared:
             self._prepared[key] = self.backend.prepare(cfg, case.stage, weights)
         prepared_s = time.perf_counter() - start    # for the phase clock only: where the time went
-        guard = weight_guard.remember(weights) if self.guard_weights else {}
+        guard = weight_guard.remember({k: v for k, v in weights.items() if not shared(v)}) if self.guard_weights else {}
         facts = run_candidate(self.backend, case.stage, cfg, self._prepared[key], calls, set(provides))
         facts["prepare_s"] = prepared_s
         facts["weights_changed"] = weight_guard.changed(guard, weights) if guard else []
@@ -139,6 +140,10 @@ class LocalLink:
 
     def begin_case(self) -> None:
         pass
+
+    def writable(self, weights: dict) -> dict:
+        """The weights the candidate can write to: in this process, all of them."""
+        return weights
 
     def ask(self, case) -> dict:
         try:

@@ -66,14 +66,15 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
 
     def call(call_inputs):
         pristine, calls = make_calls(case.stage, cfg, call_inputs, provides, device, controls)
-        guard = weight_guard.remember(weights)
+        writable = link.writable(weights)
+        guard = weight_guard.remember(writable)
         clock.lap("judge")
         calls, facts = link.run(case, cfg, weights, calls, provides)
         clock.lap("candidate")
         clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
         return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
                            controls=controls, verdict=verdict,
-                           weights_changed=weight_guard.changed(guard, weights) + list(facts.get("weights_changed", ())))
+                           weights_changed=weight_guard.changed(guard, writable) + list(facts.get("weights_changed", ())))
 
     try:
         batched = call({k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()})

@@ -523,6 +523,13 @@ class IsolatedChecker:
         """The candidate's time for this case starts full (k3diff.judge, per attempt)."""
         self._left = self.timeout
 
+    def writable(self, weights: dict) -> dict:
+        """The weights the child can write to: the shared ones (k3diff.transfer); it guards its
+        own copies of the rest and reports a write as a fact."""
+        from k3diff.transfer import shared
+
+        return {k: v for k, v in weights.items() if shared(v)}
+
     def ask(self, case) -> dict:
         msg = self._round(("ask", case))
         answer = msg[1] if len(msg) == 2 and msg[0] == "answer" else None

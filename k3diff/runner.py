@@ -116,11 +116,12 @@ def _candidate_call(link, case, cfg, weights, inputs, provides, answer, controls
     them, k3diff judges the controls here (k3diff.controls). The weights are guarded here too."""
     pristine, calls = make_calls(case.stage, cfg, inputs, provides, device, controls)
     clock.lap("judge")
-    guard = weight_guard.remember(weights) if controls.check_inputs else {}
+    writable = link.writable(weights)
+    guard = weight_guard.remember(writable) if controls.check_inputs else {}
     calls, facts = link.run(case, cfg, weights, calls, provides)
     clock.lap("candidate")
     clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
-    changed = weight_guard.changed(guard, weights) if guard else []
+    changed = weight_guard.changed(guard, writable) if guard else []
     changed += [n for n in facts.get("weights_changed", ()) if n not in changed]
     return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
                        controls=controls, verdict=verdict, weights_changed=changed)

@@ -49,7 +49,7 @@ def to_child(obj) -> bytes:
         def reducer_override(self, o):
             if not isinstance(o, torch.Tensor):
                 return NotImplemented
-            if o.untyped_storage().nbytes() >= SHARE_BYTES:
+            if shared(o):
                 return reduce_tensor(o)
             return _by_value, (o.dtype, tuple(o.shape), _raw(o.cpu()), str(o.device))
 
@@ -61,6 +61,11 @@ def to_child(obj) -> bytes:
         return buf.getvalue()
     finally:
         tmp.set_sharing_strategy(previous)
+
+
+def shared(t) -> bool:
+    """Whether `to_child` shares this tensor (the child writes k3diff's own memory) or copies it."""
+    return isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() >= SHARE_BYTES
 
 
 def from_parent(data: bytes):

@@ -38,7 +38,7 @@ def judge_limit() -> float:
     return checked_seconds(value, "K3DIFF_JUDGE_TIMEOUT")
 
 
-def checked_seconds(value, what: str = "--k3diff-timeout") -> float:
+def checked_seconds(value, what: str = "the per-case timeout (--k3diff-timeout, CLI --timeout)") -> float:
     """A time limit as a wait can use it: > 0 and finite, capped at MAX_WAIT; UsageProblem (one
     line, exit 4) for one that is not a limit or absurdly large."""
     try:

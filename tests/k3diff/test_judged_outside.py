@@ -144,7 +144,7 @@ def test_a_timeout_select_cannot_take_is_one_line(project, value):
     text = result.stdout.str() + result.stderr.str()
     assert result.ret == ex.USAGE, text
     assert "Traceback" not in text and "INTERNALERROR" not in text, text
-    assert f"--k3diff-timeout {float(value):g} s is more than" in text
+    assert f"--timeout) {float(value):g} s is more than" in text
 
 
 def test_a_large_timeout_is_capped_not_an_overflow(tmp_path):

@@ -164,6 +164,9 @@ def _child_entry(fd: int, parent_pid: int) -> None:
         return
     import torch
 
+    from k3diff.host_memory import keep_freed_memory
+
+    keep_freed_memory()         # the candidate's buffers are made and dropped per case here too
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda:"):

@@ -375,6 +375,12 @@ def _mutant_space(device):
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)       # the `rerun:` line (k3diff/rerun.py)
+    if argv is None and getattr(args, "isolate", None) == "off":
+        import tempfile
+
+        from k3diff.early_exit import guard    # the command itself (not a caller's main([...])): before the backend loads
+
+        guard(getattr(args, "save", None) or tempfile.gettempdir())
     try:
         status = _run(args)
         sys.stdout.flush()

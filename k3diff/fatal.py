@@ -27,3 +27,19 @@ def signal_name(code: int | None, running: str = "no exit status") -> str:
         except ValueError:
             return f"signal {-code}"
     return f"exit status {code}"
+
+
+def describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}({exc})" if str(exc) else type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+class CandidateFailed(Exception):
+    """A candidate call that gave no outputs to judge: `error` is the verdict's error line (an
+    ordinary exception in run(), or a `crash:` / `hang:`); `oom` when it ran out of memory (judged
+    by the case's size, k3diff.judge); `crash` False for an ordinary exception in run(), which
+    fails the case without ending its process."""
+
+    def __init__(self, error: str, *, oom: bool = False, crash: bool = True):
+        super().__init__(error)
+        self.error, self.oom, self.crash = error, oom, crash

@@ -12,15 +12,16 @@ import time
 
 import torch
 
-from k3diff import budgets, features, neighbours, routing
+from k3diff import budgets, neighbours, routing, weight_guard
 from k3diff.backends.oracle import run_reference
+from k3diff.candidate_link import link_for
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
-from k3diff.controls import Controls, run_candidate
-from k3diff.distributed import bind_case
+from k3diff.controls import Controls, judge_calls, make_calls
 from k3diff.divergence import TensorReport
+from k3diff.fatal import CandidateFailed
 from k3diff.materialize import materialize
-from k3diff.runner import PhaseClock, prepared_for
+from k3diff.runner import PhaseClock
 from k3diff.sizing import check_fits
 from k3diff.stages import output_specs
 from k3diff.verdict import Verdict
@@ -38,42 +39,56 @@ def _row(inputs: dict, p: int) -> dict:
 
 
 def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu") -> Verdict:
+    """`candidate` a backend object or a link to one (k3diff.candidate_link): the candidate's side
+    only fills buffers, everything below is judged here."""
+    link = link_for(candidate)
     start = time.perf_counter()
-    name = getattr(candidate, "name", type(candidate).__name__)
-    verdict = Verdict(case, name)
-    if case.stage not in getattr(candidate, "stages", (case.stage,)):
-        verdict.skipped = f"backend {name!r} does not implement stage {case.stage!r}"
-        return verdict
+    verdict = Verdict(case, link.name)
     # a token alone vs inside a batch is a decode step's question: a drawn verify case is judged
     # here as the decode step of its sequences (check_case judges its verify step)
     case = dataclasses.replace(case, widths=(), accepted=(), scores="natural")
-    # the same refusal check_case honours: a case the candidate says it cannot run is not judged
-    unsupported = features.refusal(candidate, case)
-    if unsupported:
-        verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
-        return verdict
     if case.routing == "ties" or case.routing == "near_tie":
         case = dataclasses.replace(case, routing="natural")
-    clock = PhaseClock(device, verdict.phases)
+    clock = PhaseClock(device, verdict.phases, case)
+    # the same refusal check_case honours: a case the candidate says it cannot run is not judged
+    answer = link.ask(case)
+    clock.lap("candidate")
+    if answer["skip"]:
+        verdict.skipped = answer["skip"]
+        return verdict
     # sized like check_case: the caches give room back first (an H100 ran out drawing a bf16
-    # full-dims W2 beside the MXFP4 draw still cached, call 80), a case that cannot fit is the
+    # full-dims W2 beside the MXFP4 draw still cached), a case that cannot fit is the
     # machine's one line (exit 11), never a crash blamed on the candidate
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
     clock.lap("materialize")
-    bind_case(candidate, case)                  # a distributed candidate runs the case's layout
-    prepared = prepared_for(candidate, cfg, case.stage, weights)
-    provides = set(candidate.provides(case.stage))
+    clock.move("materialize", "prepare", 0.0)
+    provides = set(answer["provides"])
     p = position % case.batch
     controls = Controls(run_twice=False)
-    clock.lap("prepare")
-    batched = run_candidate(candidate, case.stage, cfg, prepared, weights,
-                            {k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()},
-                            provides, controls, verdict)
-    alone_inputs = _row(inputs, p)
-    alone = run_candidate(candidate, case.stage, cfg, prepared, weights, alone_inputs, provides, controls, verdict)
-    clock.lap("candidate")
-    strict = bool(getattr(candidate, "batch_invariant", False))
+
+    def call(call_inputs):
+        pristine, calls = make_calls(case.stage, cfg, call_inputs, provides, device, controls)
+        writable = link.writable(weights)
+        guard = weight_guard.remember(writable)
+        clock.lap("judge")
+        calls, facts = link.run(case, cfg, weights, calls, provides)
+        clock.lap("candidate")
+        clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
+        return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
+                           controls=controls, verdict=verdict,
+                           weights_changed=weight_guard.changed(guard, writable) + list(facts.get("weights_changed", ())))
+
+    try:
+        batched = call({k: (v.clone() if torch.is_tensor(v) else v) for k, v in inputs.items()})
+        alone = call(_row(inputs, p))
+    except CandidateFailed as failed:
+        if failed.crash:
+            raise
+        verdict.error = failed.error
+        verdict.seconds = time.perf_counter() - start
+        return verdict
+    strict = link.batch_invariant
     # a backend that declares batch invariance is judged bitwise, alone against batched: the
     # reference would be computed for nothing (the batched result meets it in check_case)
     if not strict:
@@ -100,8 +115,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
                                      "(backend does not declare batch invariance)")
     verdict.reports += compare_many(items)
     if strict:      # its own check: the other rows' content, at the same batch (k3diff/neighbours.py)
-        verdict.reports += neighbours.reports(candidate, case.stage, cfg, prepared, weights, inputs, provides, p,
-                                              batched, verdict)
+        verdict.reports += neighbours.reports(call, case.stage, inputs, provides, p, batched)
     if "topk_ids" in provides and "topk_ids" in alone:
         if strict:
             same = torch.equal(torch.sort(alone["topk_ids"], -1).values,

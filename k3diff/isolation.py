@@ -1,4 +1,5 @@
-"""Crash and hang isolation: the candidate lives in a child process, from its first import on.
+"""Crash and hang isolation: the candidate lives in a child process, from its first import on;
+the judgement never does.
 
 A fused kernel that reads out of bounds does not raise: it kills the process (segfault, abort), or
 leaves the CUDA context unusable for every later call ("illegal memory access", a device-side
@@ -10,11 +11,22 @@ never imports it and knows it only by the facts the child sends back (`BackendIn
   - loading: the interpreter and torch get STARTUP_TIMEOUT; the backend's own import, construction,
     `available()` and contract get the case timeout. A crash, a hang or an error there is one
     BackendError line (pytest exit 4, `k3diff` exit 2), never a dead or hung parent;
-  - before each call the in-flight case is written atomically to `<dir>/.inflight-<pid>.json`, so
-    even a run killed from outside leaves the case that was running;
+  - before each call the in-flight case is written atomically to `<dir>/.inflight-<pid>.json`
+    (a fresh temporary file, then a rename: never through a link planted at either name), so even
+    a run killed from outside leaves the case that was running;
   - the child dies, or reports a sticky device error (a CUDA error text, or a failing
     `torch.cuda.synchronize()` after the call) -> verdict "crash:"; the next case gets a fresh child;
-  - no verdict within `timeout` seconds -> verdict "hang:".
+  - the candidate's own calls (supports/provides, prepare, run) past `timeout` seconds in one
+    case -> verdict "hang:". k3diff's own work (the draw, the reference, the judgement) is not
+    counted there: it has its own limit, whose expiry is the machine's (k3diff.time_limits).
+
+The child only runs the candidate. This process draws the case, makes every buffer, runs the
+reference and judges (k3diff.runner, through `IsolatedChecker` as the candidate's link): the child
+gets the weights once per set (shared, not copied, where large or on the GPU: k3diff.transfer),
+fills the output buffers it is sent, and answers with tensors and facts in a format that cannot
+carry code or a verdict. A reply that is malformed, or a message nobody asked for, is a `crash:`.
+So a candidate that writes a forged verdict onto the socket, or patches k3diff's judge in its own
+process, judges nothing.
 
 Nothing is left behind: the child leads its own session (so its process group holds it, whatever
 it forks, and a terminal's Ctrl-C reaches only the parent); the whole group is killed on a hang, a
@@ -33,6 +45,7 @@ import re
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,8 +55,9 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3diff.fatal import CRASH, HANG, signal_name
+from k3diff.fatal import CRASH, HANG, CandidateFailed, signal_name
 from k3diff.judge import judge
+from k3diff.time_limits import MAX_WAIT, checked_seconds
 
 DEFAULT_TIMEOUT = 600.0     # generous: the first call of a kernel may compile it
 STARTUP_TIMEOUT = 600.0     # a fresh interpreter importing torch (k3diff's own code, not the backend)
@@ -51,6 +65,8 @@ STICKY = re.compile(r"illegal memory access|device-side assert|CUDA error|unspec
                     r"misaligned address|illegal instruction|CUDA_ERROR", re.IGNORECASE)
 _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
          "from k3diff.isolation import _child_entry; _child_entry(int(sys.argv[1]), int(sys.argv[3]))")
+_FRAME = struct.Struct("<Q")
+MAX_REPLY = 1 << 40         # a length header beyond this is not a reply
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,8 @@ class BackendInfo:
     provides: tuple = ()           # ((stage, output names), ...) checked at load (backends.Loaded)
 
 
-def _info(spec: str, backend) -> BackendInfo:
+def _info(spec: str, backend) -> dict:
+    """The child's description of its backend, as plain data (the parent rebuilds BackendInfo)."""
     from k3diff.backends import BackendError
     from k3diff.stages import STAGES
     from k3diff.strategies import normalize_boundaries
@@ -78,13 +95,14 @@ def _info(spec: str, backend) -> BackendInfo:
     except ValueError as exc:
         raise BackendError(f"backend {spec!r}: {exc}") from None
     version = getattr(backend, "version", None)
-    return BackendInfo(spec=spec, name=str(getattr(backend, "name", spec)),
-                       version=None if version is None else str(version),
-                       stages=tuple(getattr(backend, "stages", STAGES)), boundaries=boundaries,
-                       batch_invariant=bool(getattr(backend, "batch_invariant", False)),
-                       distributed=bool(getattr(backend, "distributed", False)),
-                       schedules=_schedules(spec, backend),
-                       provides=tuple(getattr(backend, "frozen_provides", {}).items()))
+    return {"spec": spec, "name": str(getattr(backend, "name", spec)),
+            "version": None if version is None else str(version),
+            "stages": [str(x) for x in getattr(backend, "stages", STAGES)],
+            "boundaries": {name: list(sizes) for name, sizes in boundaries},
+            "batch_invariant": bool(getattr(backend, "batch_invariant", False)),
+            "distributed": bool(getattr(backend, "distributed", False)),
+            "schedules": list(_schedules(spec, backend)),
+            "provides": {str(k): [str(n) for n in v] for k, v in getattr(backend, "frozen_provides", {}).items()}}
 
 
 def _schedules(spec: str, backend) -> tuple:
@@ -95,6 +113,49 @@ def _schedules(spec: str, backend) -> tuple:
         return declared(backend)
     except ValueError as exc:
         raise BackendError(f"backend {spec!r}: {exc}") from None
+
+
+def _info_from(d) -> BackendInfo:
+    from k3diff.schedule import problem
+    from k3diff.strategies import normalize_boundaries
+    from k3diff.transfer import Malformed
+
+    try:
+        schedules = tuple(str(x) for x in d.get("schedules", ()))
+        if any(problem(x) for x in schedules):
+            raise ValueError("a schedule k3diff does not know")
+        info = BackendInfo(spec=str(d["spec"]), name=str(d["name"]),
+                           version=None if d["version"] is None else str(d["version"]),
+                           stages=tuple(str(x) for x in d["stages"]),
+                           boundaries=normalize_boundaries(d["boundaries"]),
+                           batch_invariant=d["batch_invariant"] is True, distributed=d["distributed"] is True,
+                           schedules=schedules,
+                           provides=tuple((str(k), tuple(str(n) for n in v)) for k, v in d.get("provides", {}).items()))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise Malformed(f"backend description: {exc}") from None
+    return info
+
+
+# ------------------------------------------------------------------ framing
+
+def _send_frame(sock, data: bytes) -> None:
+    sock.sendall(_FRAME.pack(len(data)) + data)
+
+
+def _recv_exact(sock, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = sock.recv(min(n - got, 1 << 24))
+        if not chunk:
+            raise EOFError
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _recv_frame(sock) -> bytes:
+    (n,) = _FRAME.unpack(_recv_exact(sock, _FRAME.size))
+    return _recv_exact(sock, n)
 
 
 # ------------------------------------------------------------------ the child
@@ -112,16 +173,20 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _child_entry(fd: int, parent_pid: int) -> None:
-    from multiprocessing.connection import Connection
+    from k3diff.transfer import encode, from_parent
 
     _die_with_parent(parent_pid)
-    conn = Connection(fd)
+    sock = socket.socket(fileno=fd)
+    reply = lambda *msg: _send_frame(sock, encode(list(msg)))  # noqa: E731
     try:
-        threads, device, spec, gpu_share = conn.recv()
+        threads, device, spec, gpu_share = from_parent(_recv_frame(sock))
     except (EOFError, OSError):
         return
     import torch
 
+    from k3diff.host_memory import keep_freed_memory
+
+    keep_freed_memory()         # the candidate's buffers are made and dropped per case here too
     if threads:
         torch.set_num_threads(threads)
     if device.startswith("cuda:"):
@@ -129,36 +194,72 @@ def _child_entry(fd: int, parent_pid: int) -> None:
 
         torch.cuda.set_device(int(device.split(":")[1]))
         cap_gpu(int(device.split(":")[1]), gpu_share)     # a worker sharing its GPU: the child too
-    conn.send(("booted", None))
+    reply("booted")
     from k3diff import backends
+    from k3diff.candidate_link import CandidateHost
 
     try:
         spec = spec or backends.default_name()
         backend = backends.load_available(spec)
         info = _info(spec, backend)
     except BaseException as exc:  # noqa: BLE001 - BackendError and anything the module threw: one line
-        conn.send(("refused", str(exc) if isinstance(exc, backends.BackendError) else
-                   f"backend {spec!r} failed to load: {type(exc).__name__}: {exc}".splitlines()[0][:300]))
+        reply("refused", str(exc) if isinstance(exc, backends.BackendError) else
+              f"backend {spec!r} failed to load: {type(exc).__name__}: {exc}".splitlines()[0][:300])
         return
-    conn.send(("ready", info))
+    reply("ready", info)
+    host = CandidateHost(backend, guard_weights=True)
     while True:
         try:
-            msg = conn.recv()
+            msg = from_parent(_recv_frame(sock))
         except (EOFError, OSError):
             return
         if msg is None:
             return
-        kind, case, position = msg
-        try:
-            verdict = judge(kind, case, position, backend, device, own_sigint=False)
-        except BaseException as exc:  # noqa: BLE001 - CaseTooLarge and CaseError: re-raised by the parent
-            conn.send(("raise", _picklable(exc)))
-            continue
-        sticky = verdict.error if verdict.error and STICKY.search(verdict.error) else _sync_error(device)
-        if sticky:
-            conn.send(("sticky", sticky.removeprefix(CRASH).strip()))
+        answer = _serve(host, msg, device)
+        if answer[0] == "sticky":
+            reply(*answer)
             os._exit(70)       # the context is unusable: the parent starts a fresh child
-        conn.send(("verdict", verdict))
+        reply(*answer)
+
+
+def _serve(host, msg, device) -> list:
+    """One request of the parent, answered with plain data: ["answer", ...] to an "ask", ["done",
+    calls, facts] to a "run", ["raised", failure] when the candidate raised, ["sticky", text]."""
+    from k3diff.candidate_link import failure_of
+
+    op, token, case = msg[0], None, None
+    during = "ask"
+    try:
+        if op == "ask":
+            return ["answer", host.ask(msg[1])]
+        _, case, cfg, token, weights, drop, calls, provides = msg
+        if drop:
+            host.forget(drop)
+            _give_back(device)
+        during = "prepare" if (token, case.stage) not in host._prepared else "run"
+        facts = host.run(case, cfg, token, weights, calls, provides)
+        sticky = _sync_error(device)
+        if sticky:
+            return ["sticky", sticky]
+        return ["done", [{"inputs": c["inputs"], "out": c["out"]} for c in calls], facts]
+    except BaseException as exc:  # noqa: BLE001 - whatever the candidate raised is reported, not judged here
+        if op == "run" and case is not None and (token, case.stage) in host._prepared:
+            during = "run"
+        failed = failure_of(exc, during)
+        sticky = failed.error if STICKY.search(failed.error) else _sync_error(device)
+        if sticky:
+            return ["sticky", sticky.removeprefix(CRASH).strip()]
+        return ["raised", {"error": failed.error, "oom": failed.oom, "crash": failed.crash}]
+
+
+def _give_back(device: str) -> None:
+    import gc
+
+    gc.collect()
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def _sync_error(device: str) -> str | None:
@@ -173,14 +274,31 @@ def _sync_error(device: str) -> str | None:
     return None
 
 
-def _picklable(exc: BaseException) -> BaseException:
-    import pickle
-
+def write_inflight(path: Path, record: dict) -> None:
+    """The in-flight note, atomically and never through a planted link: a fresh temporary file
+    (mkstemp: O_EXCL, its own random name) renamed over `path` (a rename replaces a link at the
+    name, it does not follow it). Any failure is silent: never lose the case over this note."""
+    tmp = None
     try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(record, sort_keys=True))
+        os.replace(tmp, path)
+        tmp = None
+    except OSError:
+        pass        # the output paths were checked at start
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def inflight_record(case, kind, position, backend_name, device) -> dict:
+    return {"case": case.to_dict(), "kind": kind, "position": position, "backend": backend_name,
+            "device": device, "started": time.time()}
 
 
 # ------------------------------------------------------------------ the parent
@@ -232,20 +350,28 @@ def _share_of(device: str) -> float:
 
 
 class IsolatedChecker:
-    """Judges cases in a child process; `check(case)` and `check_invariance(case, position)` return
-    a Verdict like `check_case` does, with crash/hang verdicts where the child could not answer.
-    `start()` loads the backend there and returns its BackendInfo (BackendError if it cannot)."""
+    """Judges cases with the candidate in a child process; `check(case)` and
+    `check_invariance(case, position)` return a Verdict like `check_case` does, with crash/hang
+    verdicts where the child could not answer. `start()` loads the backend there and returns its
+    BackendInfo (BackendError if it cannot). It is also the candidate's link for k3diff.runner
+    (`ask`, `run`): the judging happens here, in this process."""
+    is_candidate_link = True
+    remote = True
 
     def __init__(self, spec: str | None, backend_name: str | None = None, *, device: str,
                  timeout: float | None = None, inflight_dir=None, threads: int | None = None):
+        from k3diff.candidate_link import WeightTokens
+
         self.spec, self.device = spec, device
         self.backend_name = backend_name or spec
-        self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+        self.timeout = checked_seconds(DEFAULT_TIMEOUT if timeout is None else timeout)
         self.inflight_dir = Path(inflight_dir) if inflight_dir else Path(tempfile.gettempdir())
         self.threads = threads
         self.info: BackendInfo | None = None
-        self._proc = self._conn = None
+        self._proc = self._sock = None
         self._pidfd = None
+        self._left = self.timeout
+        self.tokens = WeightTokens()
         self.started = 0                    # children started (1 + crashes/hangs)
         _LIVE.add(self)
 
@@ -258,15 +384,22 @@ class IsolatedChecker:
         """The candidate's process group (its pid: it leads its own session); None when none runs."""
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def name(self) -> str:
+        return self.info.name if self.info else str(self.backend_name)
+
+    @property
+    def batch_invariant(self) -> bool:
+        return bool(self.info and self.info.batch_invariant)
+
     def start(self) -> BackendInfo:
         if self._proc is None:
             self._start()
         return self.info
 
     def _start(self):
-        from multiprocessing.connection import Connection
-
         from k3diff.backends.base import BackendError
+        from k3diff.transfer import Malformed, decode, to_child
 
         _watch_signals()
         mine, theirs = socket.socketpair()
@@ -276,7 +409,8 @@ class IsolatedChecker:
                                     start_new_session=True)
         finally:
             theirs.close()
-        self._proc, self._conn = proc, Connection(mine.detach())
+        self._proc, self._sock = proc, mine
+        self.tokens.reset()
         try:
             self._pidfd = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):
@@ -284,36 +418,73 @@ class IsolatedChecker:
         self.started += 1
         label = self.spec or "the default backend"
         try:
-            self._conn.send((self.threads, self.device, self.spec, _share_of(self.device)))
+            _send_frame(self._sock, to_child((self.threads, self.device, self.spec, _share_of(self.device))))
+            payload = None
             for phase, limit in (("start python and torch", STARTUP_TIMEOUT), ("load the backend", self.timeout)):
-                got = self._wait(limit)
-                if got == "timeout":
+                try:
+                    msg = decode(self._read(time.monotonic() + limit))
+                except TimeoutError:
                     self._kill()
                     raise BackendError(f"backend {label!r}: the candidate process did not {phase} within "
-                                       f"{limit:g} s (killed)")
-                if got == "died":
-                    raise EOFError
-                tag, payload = self._conn.recv()
-                if tag == "refused":
+                                       f"{limit:g} s (killed)") from None
+                if not (isinstance(msg, list) and msg and msg[0] in ("booted", "refused", "ready")):
+                    raise Malformed("not a loading message")
+                if msg[0] == "refused":
                     self._kill()
-                    raise BackendError(payload)
-            self.info = payload
-            self.backend_name = self.backend_name or payload.spec
+                    raise BackendError(str(msg[1])[:400])
+                payload = msg[1] if len(msg) > 1 else None
+            self.info = _info_from(payload)
+            self.backend_name = self.backend_name or self.info.spec
         except (EOFError, OSError):
             code = self._reap()
             raise BackendError(f"backend {label!r}: the candidate process died while loading the backend "
                                f"({signal_name(code)})") from None
+        except Malformed as exc:
+            self._kill()
+            raise BackendError(f"backend {label!r}: the candidate process sent a message k3diff cannot read "
+                               f"while loading ({exc}); killed") from None
         except BaseException:
             self._kill()
             raise
 
-    def _wait(self, timeout: float) -> str:
-        """"answer" (the child wrote, or closed its end), "died", or "timeout"."""
-        fds = [self._conn.fileno()] + ([self._pidfd] if self._pidfd is not None else [])
-        ready, _, _ = select.select(fds, [], [], timeout)
-        if self._conn.fileno() in ready:
-            return "answer"
-        return "died" if ready else "timeout"
+    def _read(self, deadline: float) -> bytes:
+        """One reply frame by `deadline` (TimeoutError), EOFError if the child died or closed."""
+        header = self._read_exact(_FRAME.size, deadline)
+        (n,) = _FRAME.unpack(header)
+        if n > MAX_REPLY:
+            from k3diff.transfer import Malformed
+
+            raise Malformed(f"a reply of {n} bytes")
+        return self._read_exact(n, deadline)
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        chunks, got = [], 0
+        fds = [self._sock.fileno()] + ([self._pidfd] if self._pidfd is not None else [])
+        while got < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            ready, _, _ = select.select(fds, [], [], min(left, MAX_WAIT))
+            if self._sock.fileno() in ready:
+                chunk = self._sock.recv(min(n - got, 1 << 24))
+                if not chunk:
+                    raise EOFError
+                chunks.append(chunk)
+                got += len(chunk)
+            elif ready:
+                # dead: whatever it wrote before dying is still readable; then EOF
+                self._sock.setblocking(False)
+                try:
+                    chunk = self._sock.recv(min(n - got, 1 << 24))
+                except BlockingIOError:
+                    chunk = b""
+                finally:
+                    self._sock.setblocking(True)
+                if not chunk:
+                    raise EOFError
+                chunks.append(chunk)
+                got += len(chunk)
+        return b"".join(chunks)
 
     def _reap(self, grace: float = 5.0) -> int | None:
         """The dead (or dying) child's exit status; its group killed (what it forked included)."""
@@ -339,11 +510,11 @@ class IsolatedChecker:
                 pass
 
     def _kill(self):
-        proc, conn, pidfd = self._proc, self._conn, self._pidfd
+        proc, sock, pidfd = self._proc, self._sock, self._pidfd
         self._kill_group()
-        self._proc = self._conn = self._pidfd = None
-        if conn is not None:
-            conn.close()
+        self._proc = self._sock = self._pidfd = None
+        if sock is not None:
+            sock.close()
         if pidfd is not None:
             os.close(pidfd)
         if proc is not None:
@@ -355,9 +526,11 @@ class IsolatedChecker:
     def close(self):
         """A polite stop (the child may flush), then the group killed all the same: whatever the
         candidate forked dies with it."""
-        if self._conn is not None:
+        if self._sock is not None:
             try:
-                self._conn.send(None)
+                from k3diff.transfer import to_child
+
+                _send_frame(self._sock, to_child(None))
                 self._proc.wait(2)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -367,16 +540,85 @@ class IsolatedChecker:
         except OSError:
             pass
 
-    def _write_inflight(self, case, kind, position):
-        record = {"case": case.to_dict(), "kind": kind, "position": position, "backend": self.backend_name,
-                  "device": self.device, "started": time.time()}
+    # ------------------------------------------------------- the link k3diff.runner judges through
+
+    def begin_case(self) -> None:
+        """The candidate's time for this case starts full (k3diff.judge, per attempt)."""
+        self._left = self.timeout
+
+    def writable(self, weights: dict) -> dict:
+        """The weights the child can write to: the shared ones (k3diff.transfer); it guards its
+        own copies of the rest and reports a write as a fact."""
+        from k3diff.transfer import shared
+
+        return {k: v for k, v in weights.items() if shared(v)}
+
+    def ask(self, case) -> dict:
+        msg = self._round(("ask", case))
+        answer = msg[1] if len(msg) == 2 and msg[0] == "answer" else None
+        if not (isinstance(answer, dict) and set(answer) == {"skip", "provides", "deterministic"}
+                and (answer["skip"] is None or isinstance(answer["skip"], str))
+                and isinstance(answer["provides"], list) and all(isinstance(p, str) for p in answer["provides"])
+                and isinstance(answer["deterministic"], bool)):
+            raise self._malformed("not an answer to `ask`")
+        return answer
+
+    def run(self, case, cfg, weights, calls, provides) -> tuple[list, dict]:
+        token, new = self.tokens.token(weights)
+        msg = self._round(("run", case, cfg, token, weights if new else None, self.tokens.take_dropped(),
+                           calls, sorted(provides)))
+        if not (len(msg) == 3 and msg[0] == "done"):
+            raise self._malformed("not an answer to `run`")
+        return _same_layout(calls, msg[1], self._malformed), _facts(msg[2], self._malformed)
+
+    def _round(self, request) -> list:
+        """Send one request, read its one reply within the candidate's time left in this case."""
+        from k3diff.transfer import Malformed, decode, to_child
+
+        if self._proc is None:
+            self._start()
+        data = to_child(request)
+        start = time.monotonic()
         try:
-            self.inflight_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.inflight_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(record, sort_keys=True))
-            os.replace(tmp, self.inflight_path)
-        except OSError:
-            pass        # the output paths were checked at start; never lose the case over this note
+            if select.select([self._sock.fileno()], [], [], 0)[0]:
+                raise Malformed("it wrote a message k3diff did not ask for")
+            _send_frame(self._sock, data)
+            msg = decode(self._read(start + self._left))
+        except TimeoutError:
+            self._kill()
+            raise CandidateFailed(f"{HANG} no verdict within {self.timeout:g} s of the candidate's own time "
+                                  "(--k3diff-timeout); the candidate process was killed") from None
+        except (EOFError, OSError):
+            code = self._reap()
+            raise CandidateFailed(f"{CRASH} the candidate process died ({signal_name(code)})") from None
+        except Malformed as exc:
+            raise self._malformed(str(exc)) from None
+        except BaseException:       # our own Ctrl-C mid-case: the candidate goes with the run
+            self._kill()
+            raise
+        finally:
+            self._left -= time.monotonic() - start
+        if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
+            raise self._malformed("not a reply")
+        if msg[0] == "sticky" and len(msg) == 2:
+            self._reap()
+            raise CandidateFailed(f"{CRASH} sticky device error: {str(msg[1])[:300]}")
+        if msg[0] == "raised" and len(msg) == 2:
+            r = msg[1]
+            if not (isinstance(r, dict) and isinstance(r.get("error"), str) and isinstance(r.get("oom"), bool)
+                    and isinstance(r.get("crash"), bool)):
+                raise self._malformed("not a failure report")
+            if r["crash"] and not r["oom"]:
+                self._kill()            # it raised past its verdict: a fresh child for the next case
+            raise CandidateFailed(r["error"][:400], oom=r["oom"], crash=r["crash"] or r["oom"])
+        return msg
+
+    def _malformed(self, why: str) -> CandidateFailed:
+        self._kill()
+        return CandidateFailed(f"{CRASH} the candidate process sent a reply k3diff cannot read ({why}); "
+                               "it was killed")
+
+    # ------------------------------------------------------- the checks
 
     def check(self, case):
         return self._call(case, "case", None)
@@ -385,43 +627,10 @@ class IsolatedChecker:
         return self._call(case, "invariance", position)
 
     def _call(self, case, kind, position):
-        from k3diff.verdict import Verdict
-
         if self._proc is None:
             self._start()
-        self._write_inflight(case, kind, position)
-        start = time.perf_counter()
-        verdict = Verdict(case, self.info.name if self.info else self.backend_name)
-        try:
-            self._conn.send((kind, case, position))
-            got = self._wait(self.timeout)
-            if got == "timeout":
-                self._kill()
-                verdict.error = (f"{HANG} no verdict within {self.timeout:g} s (--k3diff-timeout); "
-                                 "the candidate process was killed")
-                verdict.seconds = time.perf_counter() - start
-                return verdict
-            if got == "died":
-                raise EOFError
-            tag, payload = self._conn.recv()
-        except (EOFError, OSError):
-            code = self._reap()
-            verdict.error = f"{CRASH} the candidate process died ({signal_name(code)})"
-            verdict.seconds = time.perf_counter() - start
-            return verdict
-        except BaseException:       # our own Ctrl-C mid-case: the candidate goes with the run
-            self._kill()
-            raise
-        if tag == "raise":
-            raise payload
-        if tag == "sticky":
-            self._reap()
-            verdict.error = f"{CRASH} sticky device error: {payload}"
-            verdict.seconds = time.perf_counter() - start
-            return verdict
-        if payload.error and payload.error.startswith(CRASH):
-            self._kill()            # it raised past its verdict: a fresh child for the next case
-        return payload
+        write_inflight(self.inflight_path, inflight_record(case, kind, position, self.backend_name, self.device))
+        return judge(kind, case, position, self, self.device)
 
     def __del__(self):  # pragma: no cover - best effort at interpreter exit
         try:
@@ -430,17 +639,84 @@ class IsolatedChecker:
             pass
 
 
-class InProcessChecker:
-    """The same interface, in this process (`--k3diff-isolate off`, mutant hunts)."""
+def _same_layout(sent: list, got, malformed) -> list:
+    """The child's calls as k3diff reads them: its tensors where k3diff sent tensors, each of the
+    same dtype and shape, moved to the device k3diff's was on; k3diff's own values elsewhere."""
+    import torch
 
-    def __init__(self, backend, *, device: str):
+    if not (isinstance(got, list) and len(got) == len(sent)):
+        raise malformed("calls")
+    out = []
+    for mine, theirs in zip(sent, got):
+        call = {}
+        for part in ("inputs", "out"):
+            back = theirs.get(part) if isinstance(theirs, dict) else None
+            if not isinstance(back, dict):
+                raise malformed(part)
+            call[part] = {}
+            for name, t in mine[part].items():
+                b = back.get(name)
+                if not torch.is_tensor(t):
+                    call[part][name] = t
+                    continue
+                if not (torch.is_tensor(b) and b.dtype == t.dtype and tuple(b.shape) == tuple(t.shape)):
+                    raise malformed(f"{part}[{name!r}]")
+                call[part][name] = b.to(t.device)
+        out.append(call)
+    return out
+
+
+def _facts(facts, malformed) -> dict:
+    replaced = facts.get("replaced") if isinstance(facts, dict) else None
+    if not (isinstance(replaced, list) and all(isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)
+                                               and isinstance(r[1], str) and isinstance(r[2], str)
+                                               for r in replaced)):
+        raise malformed("facts")
+    seconds = facts.get("prepare_s")
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < 1e9:
+        raise malformed("facts")
+    changed = facts.get("weights_changed")
+    if not (isinstance(changed, list) and all(isinstance(n, str) for n in changed)):
+        raise malformed("facts")
+    sched = facts.get("schedule", {})       # k3diff.schedule.fill: plain lines only
+    if not (isinstance(sched, dict) and set(sched) <= {"error", "skip"} and all(isinstance(v, str) for v in sched.values())):
+        raise malformed("facts")
+    out = {"replaced": replaced, "prepare_s": float(seconds), "weights_changed": changed}
+    return dict(out, schedule=sched) if "schedule" in facts else out
+
+
+class InProcessChecker:
+    """The same interface, in this process (`--k3diff-isolate off`, mutant hunts). It writes the
+    in-flight note too, so a run that this candidate ends (os._exit, a segfault) leaves its case
+    (k3diff.early_exit names it)."""
+
+    def __init__(self, backend, *, device: str, inflight_dir=None):
+        from k3diff.candidate_link import LocalLink
+
         self.backend, self.device = backend, device
+        self.link = LocalLink(backend)
+        self.inflight_dir = Path(inflight_dir) if inflight_dir else Path(tempfile.gettempdir())
+
+    @property
+    def inflight_path(self) -> Path | None:
+        return None if self.inflight_dir is None else self.inflight_dir / f".inflight-{os.getpid()}.json"
+
+    def _note(self, case, kind, position):
+        if self.inflight_path is not None:
+            name = str(getattr(self.backend, "name", type(self.backend).__name__))
+            write_inflight(self.inflight_path, inflight_record(case, kind, position, name, self.device))
 
     def check(self, case):
-        return judge("case", case, None, self.backend, self.device)
+        self._note(case, "case", None)
+        return judge("case", case, None, self.link, self.device)
 
     def check_invariance(self, case, position):
-        return judge("invariance", case, position, self.backend, self.device)
+        self._note(case, "invariance", position)
+        return judge("invariance", case, position, self.link, self.device)
 
     def close(self):
-        pass
+        if self.inflight_path is not None:
+            try:
+                self.inflight_path.unlink()
+            except OSError:
+                pass

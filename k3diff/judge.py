@@ -12,11 +12,17 @@ The only exceptions that pass through are k3diff's own statements about the case
 CaseError): they are not the candidate's doing. In this process a KeyboardInterrupt from a real
 Ctrl-C (SIGINT arrived while judging) is the user's and is re-raised.
 
-Out of device memory is the machine's, not a verdict: the weights drawn, the float64 reference and
-the candidate share one GPU, and sizing.check_fits can only estimate the candidate's part (on an
-H100, 80 GB, full-dims bf16 layer cases ran out in a nightly shard, call 84, where an H200 holds
-them). The case is judged once more with every cache given back; out of memory again, it is
-CaseTooLarge: one line, exit 11, no seed saved against the candidate.
+Out of device memory: the weights drawn, the float64 reference and the candidate share one GPU,
+and sizing.check_fits can only estimate the candidate's part (on an H100, 80 GB, full-dims bf16
+layer cases ran out in a nightly shard where an H200 holds them). The case is judged once more with
+every cache given back; out of memory again, it is CaseTooLarge (one line, exit 11, no seed saved
+against the candidate), unless the candidate raised it on a case whose whole estimate is far below
+the memory free (k3diff.sizing.own_out_of_memory): then it is the candidate's failure, with a seed.
+k3diff's own out of memory (the reference, the draw) is always the machine's.
+
+The verdict is made in this process even when the candidate runs in a child: the child sends
+outputs, never a verdict (k3diff.isolation), so an exception raised here while judging a remote
+candidate is k3diff's own and is not turned into a verdict against the candidate.
 """
 from __future__ import annotations
 
@@ -24,12 +30,7 @@ import contextlib
 import signal
 import threading
 
-from k3diff.fatal import CRASH
-
-
-def describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}({exc})" if str(exc) else type(exc).__name__
-    return text.splitlines()[0][:300]
+from k3diff.fatal import CRASH, CandidateFailed, describe  # noqa: F401 - describe: named from here too
 
 
 @contextlib.contextmanager
@@ -60,43 +61,59 @@ def _sigint_seen(flag: list):
         signal.signal(signal.SIGINT, previous)
 
 
-def judge(kind: str, case, position, backend, device: str, *, own_sigint: bool = True):
+def judge(kind: str, case, position, candidate, device: str, *, own_sigint: bool = True):
     """The verdict of one check (`kind` "case" or "invariance"); never raises for the candidate.
-    `own_sigint` False in the isolated child: no user can reach it with Ctrl-C (own session), so
-    any KeyboardInterrupt there is the candidate's."""
+    `candidate` a backend object (judged in this process) or a link to the candidate's process
+    (k3diff.isolation.RemoteLink): either way the judgement is made here. `own_sigint` False
+    where no user can reach the process with Ctrl-C, so any KeyboardInterrupt is the candidate's."""
+    from k3diff.candidate_link import link_for
     from k3diff.case import CaseError
-    from k3diff.sizing import CaseTooLarge
+    from k3diff.sizing import CaseTooLarge, own_out_of_memory
     from k3diff.verdict import Verdict
 
+    link = link_for(candidate)
     seen: list = []
     for attempt in (1, 2):
-        oom = False
+        oom = None
+        link.begin_case()
         try:
             with _sigint_seen(seen) if own_sigint else contextlib.nullcontext():
                 if kind == "invariance":
                     from k3diff.invariance import check_batch_invariance
 
-                    return check_batch_invariance(case, backend, position, device=device)
+                    return check_batch_invariance(case, link, position, device=device)
                 from k3diff.runner import check_case
 
-                return check_case(case, backend, device=device)
+                return check_case(case, link, device=device)
         except (CaseTooLarge, CaseError):
             raise
+        except CandidateFailed as failed:
+            if not failed.oom:
+                verdict = Verdict(case, link.name)
+                verdict.error = failed.error
+                return verdict
+            oom = failed
         except BaseException as exc:  # noqa: BLE001 - the point: nothing the candidate does skips the verdict
             if isinstance(exc, KeyboardInterrupt) and seen:
                 raise
             if not out_of_memory(exc):
-                verdict = Verdict(case, getattr(backend, "name", type(backend).__name__))
+                if getattr(link, "remote", False):
+                    raise           # the candidate runs elsewhere: an error here is k3diff's own, not a verdict
+                verdict = Verdict(case, link.name)
                 verdict.error = f"{CRASH} the candidate raised {describe(exc)} before its verdict"
                 return verdict
-            oom = True
-        if oom:
-            # out of the except block: the exception being handled holds the failed attempt's
-            # frames and their tensors until the block ends, so memory given back inside it stays
-            give_memory_back()
-            if attempt == 2:
-                raise CaseTooLarge(f"case too large for {device}: out of memory twice, the second time with "
-                                   f"every cache given back ({case.label()})")
+            oom = exc           # this process's own (the reference, the draw): the machine's
+        # out of the except block: the exception being handled holds the failed attempt's
+        # frames and their tensors until the block ends, so memory given back inside it stays
+        give_memory_back()
+        if attempt == 2:
+            own = own_out_of_memory(case, device) if isinstance(oom, CandidateFailed) else None
+            if own:
+                verdict = Verdict(case, link.name)
+                verdict.error = f"{own}: {oom.error.removeprefix(CRASH).strip()}"
+                return verdict
+            raise CaseTooLarge(f"case too large for {device}: out of memory twice, the second time with "
+                               f"every cache given back ({case.label()})")
 
 
 def out_of_memory(exc: BaseException) -> bool:

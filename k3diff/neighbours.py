@@ -17,7 +17,6 @@ import torch
 
 from k3diff.budgets import Budget
 from k3diff.comparisons import compare_many
-from k3diff.controls import Controls, run_candidate
 from k3diff.divergence import TensorReport
 from k3diff.stages import output_specs
 
@@ -53,15 +52,13 @@ def others_changed(inputs: dict, p: int) -> dict:
     return out
 
 
-def reports(candidate, stage, cfg, prepared, weights, inputs: dict, provides, p: int, batched: dict,
-            verdict) -> list:
-    """Row p of the batch run (`batched`, run_candidate's result on `inputs`) against row p of a
-    run with the other rows changed, bitwise."""
+def reports(run, stage, inputs: dict, provides, p: int, batched: dict) -> list:
+    """Row p of the batch run (`batched`, `run(inputs)`'s result: k3diff.invariance's candidate
+    call, judged on this side) against row p of a run with the other rows changed, bitwise."""
     batch = next(v.shape[0] for k, v in inputs.items() if k in ("x", "prefix") and torch.is_tensor(v))
     if batch < 2:
         return []
-    again = run_candidate(candidate, stage, cfg, prepared, weights, others_changed(inputs, p), provides,
-                          Controls(run_twice=False), verdict)
+    again = run(others_changed(inputs, p))
     items = [(stage, spec.name + SUFFIX, again[spec.name][p:p + 1], batched[spec.name][p:p + 1], None, _EXACT)
              for spec in output_specs(stage, provides)
              if spec.name != "topk_ids" and spec.name in again and spec.name in batched]

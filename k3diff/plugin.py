@@ -151,6 +151,10 @@ def _make_session(config):
     timeout = config.getoption(opt.TIMEOUT)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
+    if config.getoption(opt.ISOLATE) == "off" and not hasattr(config, "workerinput"):
+        from k3diff.early_exit import guard_command_line   # before the backend loads: an early exit is never green
+
+        guard_command_line(config.getoption(opt.SAVE), tuple(config.invocation_params.args))
     try:
         worker = getattr(config, "workerinput", {}).get("workerid")
         if worker is None:                  # the controller probed it before its workers started
@@ -634,7 +638,10 @@ def _unjudged_stages(config) -> list:
         by_stage[stage]
     for r in config._k3diff_results:
         by_stage[str(r["stage"]).split("-")[0]].append(r)
-    return sorted(st for st, rs in by_stage.items() if all(r["skipped"] for r in rs))
+    # refused by the candidate (k3diff.runner: "backend ... does not ..."); a case the machine
+    # could not hold or judge in time is the machine's, reported with its own line and exit 11
+    refused = lambda r: bool(r["skipped"]) and str(r["skipped"]).startswith("backend ")  # noqa: E731
+    return sorted(st for st, rs in by_stage.items() if all(refused(r) for r in rs))
 
 
 def _bad_input_status(config):

@@ -4,7 +4,9 @@ For a case (docs/design.md):
   1. materialise weights and inputs from the case (`k3diff.materialize`);
   2. the float64 reference and the faithful-bf16 baseline produce their outputs and states;
   3. the candidate runs under the controls (`k3diff.controls`): poisoned outputs, inputs checked
-     unmodified, run twice for determinism with stale buffers the second time;
+     unmodified, run twice for determinism with stale buffers the second time. It runs behind a
+     link (`k3diff.candidate_link`): in its own process when isolated, where it only fills the
+     buffers made here; every step below happens in this process, out of its reach;
   4. routing is judged by the routing rule (`k3diff.routing`), which may replay the reference
      with the candidate's ids after a near-tie flip;
   5. every output is judged by the error rule (`k3diff.divergence`, budgets in `k3diff.budgets`)
@@ -17,64 +19,50 @@ import time
 
 import torch
 
-from k3diff import caches, features, routing, schedule, verify
+from k3diff import routing, schedule, verify, weight_guard
 from k3diff.backends.oracle import run_reference
 from k3diff.budgets import STEP_TAG, budget_for
+from k3diff.candidate_link import link_for
 from k3diff.case import Case
 from k3diff.comparisons import compare_many
-from k3diff.controls import Controls, run_candidate
+from k3diff.controls import Controls, judge_calls, make_calls
 from k3diff.coverage import routed_ranges
-from k3diff.distributed import bind_case
+from k3diff.fatal import CandidateFailed
 from k3diff.host_memory import keep_freed_memory
 from k3diff.materialize import materialize
 from k3diff.sizing import check_fits
 from k3diff.stages import output_specs
 from k3diff.state_rules import state_reports
+from k3diff.time_limits import OwnWork
 from k3diff.verdict import Verdict
 
 # carried across decode steps, each in its input dtype of the stage contract (k3diff.stages): the
 # exact reference's float64 state is rounded there, as a real cache or state would be
 PERSISTENT = {"kv_cache": torch.bfloat16, "conv_state": torch.bfloat16, "recurrent_state": torch.float32}
 
-_PREPARED: dict = {}
-caches.register("prepared candidates", _PREPARED.clear)   # worthless once their weights are evicted
-
-
-def prepared_for(backend, cfg, stage, weights):
-    """prepare() once per (backend, weight set); routing-mode copies are new weight sets. Entries
-    hold the backend and the tensors themselves, so the ids in the key cannot be reused by other
-    objects while the entry lives."""
-    key = (id(backend), stage, tuple((k, id(v)) for k, v in sorted(weights.items())))
-    if key not in _PREPARED:
-        if len(_PREPARED) > 8:
-            _PREPARED.clear()
-        _PREPARED[key] = (backend, dict(weights), backend.prepare(cfg, stage, weights))
-    return _PREPARED[key][2]
-
 
 def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls | None = None) -> Verdict:
-    """Judge `candidate` on `case`. Never raises for a candidate's failure: it is in the verdict."""
+    """Judge `candidate` (a backend object, or a link to one in its own process: k3diff.isolation)
+    on `case`. Never raises for a candidate's failure: it is in the verdict (a candidate's process
+    that died, hung or ran out of memory raises CandidateFailed for k3diff.judge)."""
+    link = link_for(candidate)
     controls = controls or Controls()
-    name = getattr(candidate, "name", type(candidate).__name__)
-    verdict = Verdict(case, name)
+    verdict = Verdict(case, link.name)
     stage = case.stage
-    if stage not in getattr(candidate, "stages", (stage,)):
-        verdict.skipped = f"backend {name!r} does not implement stage {stage!r}"
-        return verdict
-    unsupported = features.refusal(candidate, case)      # dims, and verify / FP8 (k3diff/features.py)
-    if unsupported:
-        verdict.skipped = f"backend {name!r} does not run this case: {unsupported}"
-        return verdict
+    cfg = case.config()
     start = time.perf_counter()
-    clock = PhaseClock(device, verdict.phases)
+    clock = PhaseClock(device, verdict.phases, case)
+    answer = link.ask(case)
+    clock.lap("candidate")
+    if answer["skip"]:
+        verdict.skipped = answer["skip"]
+        return verdict
     keep_freed_memory()             # once per process: the next case reuses this one's host memory
     check_fits(case, device)
     cfg, weights, inputs = materialize(case, device)
     clock.lap("materialize")
-    bind_case(candidate, case)                  # a distributed candidate runs the case's layout
-    prepared = prepared_for(candidate, cfg, stage, weights)
-    clock.lap("prepare")
-    provides = set(candidate.provides(stage))
+    clock.move("materialize", "prepare", 0.0)      # every case names the phase, prepared before or not
+    provides = set(answer["provides"])
     # the exact run also carries each accumulated output's Σ|a||b| (the error rule's floor)
     oracle = lambda inputs, mode: run_reference(stage, cfg, weights, inputs, mode, magnitudes=True)  # noqa: E731
     state = {"ref": {}, "base": {}, "cand": {}}
@@ -96,23 +84,22 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
             base = oracle(per["base"], "faithful")
         clock.lap("reference")
         try:
-            cand = run_candidate(candidate, stage, cfg, prepared, weights, per["cand"], provides, controls, verdict)
-        except Exception as exc:  # the candidate crashed: a failure with its message, not a lost run
-            if isinstance(exc, torch.OutOfMemoryError):
-                raise                   # the machine's (k3diff.judge): judged again with the caches given back
-            verdict.error = getattr(exc, "verdict_error", None) or f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            cand = _candidate_call(link, case, cfg, weights, per["cand"], provides, answer, controls, verdict, device,
+                                   clock)
+        except CandidateFailed as failed:
+            if failed.crash:
+                raise                   # k3diff.judge: a crash, a hang, or out of memory judged by size
+            verdict.error = failed.error
             break
-        clock.lap("candidate")
         if stage == "moe" and "topk_ids" in provides:
             ref, base = routing.judge_moe_routing(oracle, per, ref, base, cand, verdict,
                                                   weights.get("router.bias"), cfg.n_group)
         tag = (lambda n: n) if case.steps == 1 else (lambda n, s=step: f"{n}{STEP_TAG}{s}")
         verdict.reports += _output_reports(stage, tag, per["cand"], ref, base, cand, provides)
         verdict.reports += schedule.reports(stage, tag, cand, lambda outs: _output_reports(    # k3diff/schedule.py
-            stage, tag, per["cand"], ref, base, {**cand, **outs}, provides), candidate, verdict)
+            stage, tag, per["cand"], ref, base, {**cand, **outs}, provides), answer["deterministic"], verdict)
         verdict.reports += state_reports(case, tag, per["cand"], ref, base, cand)
-        for role, result in (("ref", ref), ("base", base), ("cand", cand)):
-            state[role] = {k: result[k] for k in PERSISTENT if k in result}
+        carry_states(state, ref, base, cand)
         clock.lap("judge")          # the routing rule's replays count here, beside the error rule
         if not verdict.ok:
             break
@@ -120,20 +107,55 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     return verdict
 
 
+def carry_states(state: dict, ref: dict, base: dict, cand: dict) -> None:
+    """After a step: each implementation's own caches and states become its next step's inputs."""
+    for role, result in (("ref", ref), ("base", base), ("cand", cand)):
+        state[role] = {k: result[k] for k in PERSISTENT if k in result}
+
+
+def _candidate_call(link, case, cfg, weights, inputs, provides, answer, controls, verdict, device, clock) -> dict:
+    """One candidate call under the controls: k3diff makes the buffers, the candidate's side fills
+    them, k3diff judges the controls here (k3diff.controls). The weights are guarded here too."""
+    pristine, calls = make_calls(case.stage, cfg, inputs, provides, device, controls, case.schedule)
+    clock.lap("judge")
+    writable = link.writable(weights)
+    guard = weight_guard.remember(writable) if controls.check_inputs else {}
+    calls, facts = link.run(case, cfg, weights, calls, provides)
+    clock.lap("candidate")
+    clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
+    changed = weight_guard.changed(guard, writable) if guard else []
+    changed += [n for n in facts.get("weights_changed", ()) if n not in changed]
+    return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
+                       controls=controls, verdict=verdict, weights_changed=changed)
+
+
 class PhaseClock:
     """Seconds per phase of a case, summed over its steps (materialize, prepare, reference,
     candidate, judge): where a case's time goes, so a slow nightly names its slow part. On a GPU
-    each lap first waits for the device, or queued work would be billed to the next phase."""
+    each lap first waits for the device, or queued work would be billed to the next phase. Given
+    the case, every phase but the candidate's counts against k3diff's own limit
+    (k3diff.time_limits: past it, the machine's line, never a verdict)."""
 
-    def __init__(self, device, into: dict):
+    def __init__(self, device, into: dict, case=None):
         self._sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
         self._into = into
+        self._own = OwnWork() if case is not None else None
+        self._case = case
         self._t = time.perf_counter()
+
+    def move(self, src: str, dst: str, seconds: float) -> None:
+        """Seconds a lap counted under `src` that belong to `dst` (the candidate's prepare() runs
+        inside its first call: the candidate's time all the same)."""
+        seconds = max(0.0, min(seconds, self._into.get(src, 0.0)))
+        self._into[src] = self._into.get(src, 0.0) - seconds
+        self._into[dst] = self._into.get(dst, 0.0) + seconds
 
     def lap(self, phase: str) -> None:
         self._sync()
         t = time.perf_counter()
         self._into[phase] = self._into.get(phase, 0.0) + (t - self._t)
+        if self._own is not None and phase != "candidate":
+            self._own.add(t - self._t, phase, self._case)
         self._t = t
 
 

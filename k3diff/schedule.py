@@ -109,32 +109,54 @@ def strategy(space):
 
 # ------------------------------------------------------------------ the candidate side
 
-def run_scheduled(backend, stage, cfg, prepared, pristine: dict, inputs: dict, alloc, case) -> dict:
-    """The candidate's run under `case.schedule`, as raw tensors: {"schedule", "outputs", "states"}
-    or {"schedule", "error"} (a capture that failed) or {"schedule", "skip"} (no GPU here); {} when
-    eager. `pristine` holds the step's inputs as they were, `alloc(inputs, fill)` the framework's
-    poisoned output buffers."""
-    sched = getattr(case, "schedule", EAGER) if case is not None else EAGER
-    if not sched:
-        return {}
+def fill(backend, stage, cfg, prepared, call: dict) -> dict:
+    """The candidate's run under `call["schedule"]`, into the call's buffers (k3diff.controls
+    made them): its outputs into call["out"], its states left in call["inputs"]. Returns the
+    facts, plain strings only: {"error": line} (a capture that failed), {"skip": line} (no GPU or
+    no Triton here), else {}."""
+    import torch
+
+    sched, inputs = call["schedule"], call["inputs"]
     device = next(v.device for v in inputs.values() if hasattr(v, "device"))
     if device.type != "cuda":
-        return {"schedule": sched, "skip": f"schedule {sched} needs a CUDA device; judged eagerly only"}
-    fresh = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in pristine.items()}
-    for k, v in inputs.items():
-        fresh.setdefault(k, v)
+        return {"skip": f"schedule {sched} needs a CUDA device; judged eagerly only"}
+    alloc = lambda ins, fill_with: {k: torch.full_like(v, float("nan")) if v.is_floating_point()  # noqa: E731
+                                    else torch.full_like(v, -7) for k, v in call["out"].items()}
     if sched == GRAPH:
         from k3diff.graph_replay import replay
-        got = replay(backend, stage, cfg, prepared, fresh, alloc)
+        got = replay(backend, stage, cfg, prepared, {k: (v.clone() if hasattr(v, "clone") else v)
+                                                      for k, v in inputs.items()}, alloc)
     else:
         from k3diff.pressure import run_under
-        got = run_under(sched, backend, stage, cfg, prepared, fresh, alloc)
-    return dict(got, schedule=sched)
+        got = run_under(sched, backend, stage, cfg, prepared, inputs, alloc)
+    if "error" in got or "skip" in got:
+        return {k: str(got[k]) for k in ("error", "skip") if k in got}
+    for name, t in got["outputs"].items():
+        if name in call["out"]:
+            call["out"][name].copy_(t)
+    for name, t in got["states"].items():
+        if name in inputs and hasattr(inputs[name], "copy_"):
+            inputs[name].copy_(t)
+    return {}
+
+
+def outcome(stage, call: dict, facts) -> dict:
+    """The judging side's view of the scheduled call (k3diff.controls.judge_calls): what
+    `reports` compares with the eager run."""
+    from k3diff.stages import STATE
+
+    sched, facts = call["schedule"], facts or {}
+    if facts.get("skip"):
+        return {"schedule": sched, "skip": facts["skip"]}
+    if facts.get("error"):
+        return {"schedule": sched, "error": facts["error"]}
+    return {"schedule": sched, "outputs": dict(call["out"]),
+            "states": {k: call["inputs"][k] for k in STATE[stage] if k in call["inputs"]}}
 
 
 # ------------------------------------------------------------------ the judging side
 
-def reports(stage, tag, cand: dict, judge_outputs, backend, verdict) -> list:
+def reports(stage, tag, cand: dict, judge_outputs, deterministic: bool, verdict) -> list:
     """The scheduled run against the eager one (`cand`, k3diff.controls.run_candidate's result):
     bitwise for a deterministic candidate, else `judge_outputs(outputs)` (the error rule's
     reports of the scheduled outputs). A skip (no GPU) becomes a note."""
@@ -152,7 +174,7 @@ def reports(stage, tag, cand: dict, judge_outputs, backend, verdict) -> list:
         return []
     if "error" in got:
         return [TensorReport(stage, tag(f"{stage}{TAG}{sched}"), False, note=got["error"])]
-    if not getattr(backend, "deterministic", True):
+    if not deterministic:
         out = []
         for rep in judge_outputs(got["outputs"]):
             rep.tensor = f"{rep.tensor}{TAG}{sched}"

@@ -110,7 +110,7 @@ def open_candidate(spec, *, device, isolate=True, timeout=None, inflight_dir=Non
                                   threads=torch.get_num_threads())
         return checker, checker.start()
     backend = load_available(spec)
-    return InProcessChecker(backend, device=device), backend
+    return InProcessChecker(backend, device=device, inflight_dir=inflight_dir), backend
 
 
 def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_dir=None):
@@ -123,7 +123,7 @@ def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_
 
         return IsolatedChecker(spec, getattr(backend, "name", spec), device=device, timeout=timeout,
                                inflight_dir=inflight_dir, threads=torch.get_num_threads())
-    return InProcessChecker(backend, device=device)
+    return InProcessChecker(backend, device=device, inflight_dir=inflight_dir)
 
 
 def choose_space(device: str, preset: str | None = None, backend=None):

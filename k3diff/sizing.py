@@ -136,3 +136,23 @@ def check_fits(case: Case, device) -> None:
     if need > have:
         raise CaseTooLarge(f"case too large for {device}: needs about {need / 2**30:.1f} GiB, "
                            f"{have / 2**30:.1f} GiB free ({case.label()})")
+
+
+# A case's estimate covers everything it holds (weights, the float64 reference, every role's
+# working copies); a correct candidate needs a part of it. Out of memory with this many times the
+# whole estimate free, the candidate asked for memory no correct kernel needs: its failure.
+FAR_BELOW = 8
+
+
+def own_out_of_memory(case: Case, device) -> str | None:
+    """Why an out-of-memory error the candidate raised on `case` is its own (one line), or None
+    where the case is large enough for this machine's memory to be the limit."""
+    need, have = estimate_bytes(case, device), available_bytes(device)
+    if need * FAR_BELOW > have:
+        return None
+    return (f"out of memory on a case of about {_size(need)} with {_size(have)} free on {device} "
+            f"(at least {FAR_BELOW}x the case's whole estimate): the candidate's own allocation")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

@@ -355,3 +355,54 @@ class MoeOnly(TorchBlockedBackend):
     pass because the nothing-judged rule looked only at the stages the candidate claims."""
     name = "crashing_candidates:MoeOnly"
     stages = ("moe",)
+
+
+class PatchesJudge(TorchBlockedBackend):
+    """Patches k3diff's judging code in its own process so that every comparison passes, then
+    writes zeros: wherever the judge shares the candidate's process, it passed."""
+    name = "crashing_candidates:PatchesJudge"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import k3diff.controls
+        import k3diff.routing
+        import k3diff.runner
+
+        k3diff.routing.judge_moe_routing = lambda run_ref, per, ref, base, *a, **k: (ref, base)
+        k3diff.runner._output_reports = lambda *a, **k: []
+        k3diff.runner.state_reports = lambda *a, **k: []
+        k3diff.controls.compare_many = lambda items: []
+        for t in out.values():
+            t.zero_()
+
+
+class ExitsCleanly(_OnBatch):
+    """os._exit(0) on one batch size: exit status 0, no exception, no atexit hook."""
+    name = "crashing_candidates:ExitsCleanly"
+
+    def misbehave(self):
+        os._exit(0)
+
+
+class OutOfMemoryAlways(_OnBatch):
+    """Out of memory on one batch size, every time, on a KB-sized case: the candidate's own
+    allocation, not the machine's limit (k3diff.sizing.own_out_of_memory)."""
+    name = "crashing_candidates:OutOfMemoryAlways"
+
+    def misbehave(self):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 59.00 GiB.")
+
+
+class ScribblesOnWeights(TorchBlockedBackend):
+    """Runs correctly, then adds 1 to a weight it was given: in its own process it holds its own copy
+    of the small weights, which k3diff's guard cannot see; its process must report the write."""
+    name = "crashing_candidates:ScribblesOnWeights"
+    stages = ("moe",)
+
+    def prepare(self, cfg, stage, weights):
+        self._weights = weights
+        return super().prepare(cfg, stage, weights)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        super().run(stage, cfg, prepared, inputs, out)
+        self._weights["router.bias"].add_(1)

@@ -1,7 +1,8 @@
-"""Out of device memory is the machine's (k3diff.judge): the case is judged once more with every
-cache given back, and out of memory again it is CaseTooLarge (one line, exit 11), never a crash
-verdict against the candidate. On an H100 full-dims bf16 layer cases ran out in a nightly shard
-(call 84) and were saved as the candidate's failures."""
+"""Out of device memory (k3diff.judge): the case is judged once more with every cache given back;
+out of memory again, on a case large for this machine, it is CaseTooLarge (one line, exit 11),
+never a verdict against the candidate (on an H100 full-dims bf16 layer cases ran out in a nightly
+shard and were saved as the candidate's failures). On a case whose whole estimate is far below the
+memory free, the candidate's own out of memory is its failure (k3diff.sizing.own_out_of_memory)."""
 import pytest
 import torch
 
@@ -50,7 +51,10 @@ def test_once_out_of_memory_is_judged_again_with_the_caches_given_back(kind, whe
 
 
 @pytest.mark.parametrize("kind", ["case", "invariance"])
-def test_twice_out_of_memory_is_the_machines_one_line(kind):
+def test_twice_out_of_memory_on_a_large_case_is_the_machines_one_line(kind, monkeypatch):
+    from k3diff import sizing
+
+    monkeypatch.setattr(sizing, "FAR_BELOW", 1 << 60)       # this machine's memory: the case's limit
     case = Case(stage="moe", batch=3, seed=7)
     with pytest.raises(CaseTooLarge) as exc:
         judge(kind, case, 1, OutOfMemory(2), "cpu")
@@ -68,3 +72,24 @@ def test_another_exception_in_run_is_still_the_candidates_failure():
 
     v = judge("case", Case(stage="moe", batch=3), 1, Broken(), "cpu")
     assert not v.ok and "illegal memory access" in v.error
+
+
+@pytest.mark.parametrize("kind", ["case", "invariance"])
+@pytest.mark.parametrize("where", ["run", "prepare"])
+def test_twice_out_of_memory_on_a_tiny_case_is_the_candidates_failure(kind, where):
+    case = Case(stage="moe", batch=3, seed=7)
+    v = judge(kind, case, 1, OutOfMemory(2, where), "cpu")
+    assert not v.ok and v.error.startswith("out of memory on a case of about"), v.error
+    assert "OutOfMemoryError" in v.error and "\n" not in v.error
+
+
+def test_this_processs_own_out_of_memory_stays_the_machines(monkeypatch):
+    """The reference (k3diff's own work) running out is never the candidate's, however small the case."""
+    from k3diff import runner
+
+    def reference_out_of_memory(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory (the reference)")
+
+    monkeypatch.setattr(runner, "run_reference", reference_out_of_memory)
+    with pytest.raises(CaseTooLarge):
+        judge("case", Case(stage="moe", batch=3, seed=7), None, TorchBlockedBackend(), "cpu")

@@ -215,6 +215,9 @@ def test_a_fuzz_run_goes_past_a_case_too_large_for_the_machine_and_exits_11(proj
     """Out of memory twice is the machine's line; a fuzz run skips that case, judges the rest and
     exits 11 with the line, no traceback (call 86: raised inside Hypothesis, it was shrunk, replayed
     and ended the run with a FlakyFailure traceback on an H100)."""
+    # the CPU cannot draw a case large for its memory: every case counts as one (k3diff.sizing.FAR_BELOW),
+    # so the candidate's out of memory is the machine's limit, not its own allocation
+    project.makeconftest("import k3diff.sizing\nk3diff.sizing.FAR_BELOW = 1 << 60\n")
     result = project.runpytest_subprocess("--k3diff", "--k3diff-backend", "crashing_candidates:OutOfMemory",
                                           "--k3diff-seed", "0", "--k3diff-profile", "quick", "-k", "fuzz and moe",
                                           "--k3diff-report", "r.jsonl", "-p", "no:cacheprovider")

@@ -135,7 +135,8 @@ def _verdict(sched="graph"):
 
 def _judge(got, cand, backend=TorchBlockedBackend(), judge=lambda outs: []):
     v = _verdict(got.get("schedule", "graph"))
-    reps = schedule.reports("moe", lambda n: n, dict(cand, _schedule=got), judge, backend, v)
+    reps = schedule.reports("moe", lambda n: n, dict(cand, _schedule=got), judge,
+                           getattr(backend, "deterministic", True), v)
     return reps, v
 
 
@@ -390,7 +391,8 @@ def _graph_reports(backend, replay, x):
     got = dict(replay(backend, "moe", None, "prepared", {"x": x}, _alloc), schedule="graph")
     eager = _alloc({"x": x}, "nan")
     backend.run("moe", None, "prepared", {"x": x.clone()}, eager)
-    return schedule.reports("moe", lambda n: n, dict(eager, _schedule=got), lambda o: [], backend, _verdict())
+    return schedule.reports("moe", lambda n: n, dict(eager, _schedule=got), lambda o: [],
+                            getattr(backend, "deterministic", True), _verdict())
 
 
 def test_graph_replay_captures_once_per_shape_and_copies_each_cases_inputs_in(fake_cuda):

@@ -78,7 +78,8 @@ def test_isolation_off_an_exit_0_mid_case_is_exit_1_with_the_case(tmp_path, pyte
     if how == "replay":
         done = _cli(tmp_path, "replay", str(_seed(tmp_path)), "--backend", "crashing_candidates:ExitsCleanly",
                     "--isolate", "off", env={"TMPDIR": str(tmp_path)})
-        rc, out, err, notes = done.returncode, done.stdout, done.stderr, list(tmp_path.glob(".inflight-*.json"))
+        notes = list((tmp_path / "corpora" / "failures").glob(".inflight-*.json"))    # the CLI's --save
+        rc, out, err = done.returncode, done.stdout, done.stderr
     else:
         pytester.makepyfile(test_suite=SUITE)
         pytester.makepyfile(crashing_candidates=(HERE / "crashing_candidates.py").read_text())
@@ -105,7 +106,7 @@ def test_isolation_off_a_normal_run_keeps_its_status(tmp_path):
     done = _cli(tmp_path, "replay", str(_seed(tmp_path, 1)), "--backend", "crashing_candidates:ExitsCleanly",
                 "--isolate", "off", env={"TMPDIR": str(tmp_path)})
     assert done.returncode == 0, done.stdout + done.stderr
-    assert not list(tmp_path.glob(".inflight-*.json"))
+    assert not list(tmp_path.rglob(".inflight-*.json"))
 
 
 SLOW_REFERENCE = """

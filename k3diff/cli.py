@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import math
 import sys
 
 from k3diff import exit_codes as ex
@@ -44,9 +43,13 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expects seconds, got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be finite and > 0 seconds, got {text!r}")
-    return value
+    from k3diff.time_limits import checked_seconds
+    from k3diff.usage import UsageProblem
+
+    try:
+        return checked_seconds(value, "--timeout")     # finite, > 0, not absurd (the one rule)
+    except UsageProblem as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--timeout ")) from None
 
 
 def stage_name(text: str) -> str:

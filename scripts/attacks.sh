@@ -199,7 +199,8 @@ row "os._exit(0) at import, isolation off: pytest" "k3diff:|ERROR|passed" "${P[@
 row "a verdict forged on the isolation socket: replay" "PASS|FAIL|k3diff:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:ForgesVerdict
 row "provides() changes after the load-time check: pytest" "changed|passed" "${P[@]}" --k3diff-backend crashing_candidates:ProvidesNothingLater -k "fuzz and moe" --k3diff-seed 1
 row "  ... k3diff replay" "changed|PASS|FAIL" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:ProvidesNothingLater
-row "later steps scaled by 1.01 (MLA, 2 steps): replay" "PASS|FAIL" "${C[@]}" replay "$ROOT/corpora/regressions/mla-e78e72e58bba.json" --backend crashing_candidates:ScalesLaterSteps --isolate off
+echo '{"k3diff_seed_format": 1, "case": {"stage": "mla", "version": 2, "batch": 4, "seed": 0, "steps": 3, "cache_lens": [0, 5, 64, 65]}}' > "$W/mla3.json"
+row "later steps scaled by 1.01 (MLA, 3 steps): replay" "PASS|FAIL" "${C[@]}" replay "$W/mla3.json" --backend broken_candidate:ScaledFromStep1 --isolate off
 row "OutOfMemoryError on a KB-sized case: pytest" "too large for|OutOfMemoryError|passed" "${P[@]}" --k3diff-backend crashing_candidates:AlwaysOutOfMemory -k "fuzz and moe" --k3diff-isolate off
 row "  ... k3diff replay" "FAIL|k3diff:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:AlwaysOutOfMemory --isolate off
 row "an EP seed with 9 ranks: replay" "k3diff:|PASS|FAIL" "${C[@]}" replay "$W/ep9.json" --backend torch-blocked-ep --isolate off

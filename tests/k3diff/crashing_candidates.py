@@ -327,29 +327,6 @@ class AlwaysOutOfMemory(TorchBlockedBackend):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 KiB.")
 
 
-class ScalesLaterSteps(TorchBlockedBackend):
-    """MLA, correct on a case's first decode step, its output scaled by 1.01 on every later one (a
-    later step is one whose incoming cache is a cache this candidate wrote): the whole-tensor rule
-    judged step 0 only, and the case passed."""
-    name = "crashing_candidates:ScalesLaterSteps"
-    stages = ("mla",)
-
-    def __init__(self):
-        super().__init__()
-        self.written: list = []
-
-    def _key(self, t):
-        return (tuple(t.shape), t.float().sum().item(), t.float().abs().sum().item())
-
-    def run(self, stage, cfg, prepared, inputs, out):
-        state = inputs["kv_cache"]
-        later = self._key(state) in self.written
-        super().run(stage, cfg, prepared, inputs, out)
-        self.written = (self.written + [self._key(state)])[-8:]
-        if later:
-            out["out"].mul_(1.01)
-
-
 class MoeOnly(TorchBlockedBackend):
     """Correct, and implements moe alone: a run that asks it for kda judged nothing, and read as a
     pass because the nothing-judged rule looked only at the stages the candidate claims."""

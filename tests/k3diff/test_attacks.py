@@ -2,6 +2,7 @@
 scripts/attacks.sh), as the test that failed before its fix. In-process where the attack allows it (these run in
 CI on 2 cores); a subprocess only where the process boundary is the point (signals, orphans, exit
 codes of the CLI or pytest)."""
+import dataclasses
 import json
 import os
 import re
@@ -335,7 +336,7 @@ def test_the_suite_from_another_folder_finds_the_shipped_corpus_and_writes_nothi
 # --compare, the whole-tensor rule at later steps) are marked `elsewhere(rule)`: each asserts the
 # behaviour its rule demands, and is an expected failure (strict) until RULES_ELSEWHERE_MERGED is
 # set: then every one must pass.
-RULES_ELSEWHERE_MERGED = False
+RULES_ELSEWHERE_MERGED = True
 
 
 def elsewhere(rule: str):
@@ -416,12 +417,13 @@ def test_out_of_memory_on_a_tiny_case_is_the_candidate_s_failure():
 
 @elsewhere("whole-tensor judgement at every step of a multi-step case")
 def test_later_steps_scaled_by_1_01_fail():
-    import dataclasses
+    # a candidate that knows a later step by its own cache coming back bitwise (broken_candidate's
+    # ScaledFromStep1: a cache key by sums never matched, the free rows' NaN sentinels in the sums)
+    from broken_candidate import ScaledFromStep1
 
-    seed = json.loads((ROOT / "corpora" / "regressions" / "mla-e78e72e58bba.json").read_text())
-    case = dataclasses.replace(Case.from_dict(seed["case"]), steps=2)
-    assert InProcessChecker(cc.ScalesLaterSteps(), device="cpu").check(dataclasses.replace(case, steps=1)).ok
-    verdict = InProcessChecker(cc.ScalesLaterSteps(), device="cpu").check(case)
+    case = Case(stage="mla", batch=4, seed=0, steps=3, cache_lens=(0, 5, 64, 65)).validate()
+    assert InProcessChecker(ScaledFromStep1(), device="cpu").check(dataclasses.replace(case, steps=1)).ok
+    verdict = InProcessChecker(ScaledFromStep1(), device="cpu").check(case)
     assert not verdict.ok, verdict.headline()
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 U_ACCUM = 2.0 ** -24     # unit roundoff of f32, the accumulation dtype of every contraction in K3
 
 # c of an accumulated tensor, in units of u·Σ|a||b|. Measured (max over elements, never guessed):
-#  - full K3 dims on one H200 (shared/probes/router_accuracy.py, accumulation_orders.py), plain
+#  - full K3 dims on one H200 (the shared probes router_accuracy and accumulation_orders), plain
 #    random data: the megakernel's tensor-core router GEMV 2.0-2.95 (batch 1, 8, 64), its CUDA-core
 #    GEMV 0.12-0.19, cuBLAS f32 0.12-0.31, cuBLAS TF32 on bf16-valued inputs up to 1.15, a
 #    sequential f32 sum of 16-wide chunks 0.87-1.21;
@@ -67,9 +67,9 @@ C_ACCUM = 32.0
 # leave the baseline, and the bound, with next to no error)
 # It catches what the max-element rule lets by: an error spread over the whole tensor whose worst
 # element stays inside that rule's bound (MLA's out x 1.01 passed the ci profile at seed 11 with its
-# worst element at <= 95% of budget). Measured (`scripts/l2_probe.py`; `scripts/gpu_calls/count.py`
+# worst element at <= 95% of budget). Measured (`lab/probes/l2_probe.py`; `lab/probes/count.py`
 # over a GPU run's results file), the ratio ||cand - ref|| / ||base - ref||:
-#  - the megakernel on one H100 (call 85, d82642e: ci full preset seed 97105, ci seed 97106, nightly
+#  - the megakernel on one H100 (d82642e: ci full preset seed 97105, ci seed 97106, nightly
 #    seed 97104 shard 3/8; 1715 records, 15714 bf16 tensors): where every trajectory starts from the
 #    same inputs (a one-step case, a multi-step case's step 0) at most 1.157 over 11615 tensors
 #    (mla attn_latent@step0, large values; p99.9 1.083); at a later step of a multi-step case, where
@@ -88,7 +88,7 @@ L2_RTOL = 2.0
 # carries its own cache or state), so ||base - ref|| there includes the baseline's own drift, and a
 # correct candidate's ratio is again the baseline's, give or take how the trajectories drift apart.
 # Measured, the ratio ||cand - ref|| / ||base - ref|| of every bf16 tensor at steps >= 1:
-#  - the megakernel on one H100 (the runs above: call 85, d82642e): at most 1.447 over 4099 tensors
+#  - the megakernel on one H100 (the runs above, d82642e): at most 1.447 over 4099 tensors
 #    (mla attn_latent@step1, large values), p99.9 1.387;
 #  - on the CPU (2026-12-07, tiny dims, `PYTHONPATH=.:tests/k3diff python scripts/l2_chained_probe.py
 #    --cases 8 --steps 3 --seed 1 --extra broken_candidate:ScaledFromStep1`: 24 cases of 3 steps over
@@ -141,7 +141,7 @@ DEFAULT = Budget(2.0, 1.0, "docs/design.md default: within twice the bf16 baseli
 # KDA's f32 state and readout carry no rounding of their own worth the name: their error is the
 # bf16 roundings of their inputs (k, v, q, the gates), which a correct candidate and the baseline
 # share value for value, so a correct candidate sits at 1.00x the baseline's error (share 50% at
-# rtol 2: the megakernel in 15 of the 18 full-dims cases scripts/gpu_calls/state_edge.py re-judged
+# rtol 2: the megakernel in 15 of the 18 full-dims cases lab/probes/state_edge.py re-judged
 # on the H200, torch-blocked in all 18). Where the candidate's f32 accumulation lands one bf16
 # input on the other side of a rounding midpoint, that input's error changes sign, and a term that
 # cancelled another in the baseline adds to it instead: nightly seed 94001 on the H200 (6bcc3cc,

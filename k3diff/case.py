@@ -22,7 +22,7 @@ CASE_VERSION = 2
 CASE_VERSIONS = (1, 2)
 SEED_LIMIT = 1 << 63
 
-# high_ids (issue 28): every token routes among the ids past the route kernels' 256-expert edges
+# high_ids: every token routes among the ids past the route kernels' 256-expert edges
 # and E - 1 (k3diff.routing.apply_routing); appended, so a seed's mode keeps its meaning
 ROUTING_MODES = ("natural", "skewed", "hot", "forced", "dropped", "ties", "near_tie", "high_ids")
 VALUE_DISTS = ("plain", "outliers", "large", "tiny")
@@ -133,7 +133,7 @@ class Case:
             cfg = self.config()
         except (ConfigError, TypeError) as exc:
             raise CaseError(f"invalid case config: {exc}") from None
-        ep_problem = ep_config.validate(self, cfg.n_experts)       # expert parallelism (issue 34)
+        ep_problem = ep_config.validate(self, cfg.n_experts)       # expert parallelism
         need(ep_problem is None, ep_problem)
         need(schedule.problem(self.schedule) is None, schedule.problem(self.schedule))
         kind = self.attention_kind

@@ -1,5 +1,5 @@
 """What a run exercised: per stage, the declared boundaries crossed, routing modes, formats, value
-distributions, batch and cache-length ranges, the expert ids routed to and tie flips (issues 12, 28).
+distributions, batch and cache-length ranges, the expert ids routed to and tie flips.
 
     coverage_fields(case, verdict) -> dict what a case record adds (JSON: the plugin's report lines)
     routed_ranges(ids, n_experts) -> dict  the expert-id ranges a case routed to (k3diff.runner)
@@ -70,7 +70,7 @@ def coverage_fields(case, verdict=None) -> dict:
         dims["cache_len"] = sorted(set(int(n) for n in case.cache_lens))
     if case.stage == "layer":
         cov["layer_kind"] = case.attention_kind
-    cov.update(ep_config.coverage_fields(case, cfg))     # ranks, placement (issue 34)
+    cov.update(ep_config.coverage_fields(case, cfg))     # ranks, placement
     if getattr(case, "schedule", ""):                     # graph replay, pressure (k3diff/schedule.py)
         cov["schedule"] = case.schedule
     cov.update(verify_coverage.fields(case))              # verify steps, cache format, score modes

@@ -1,5 +1,5 @@
 """A distributed candidate: N rank processes under torch.distributed, seen by the runner as one
-ordinary backend (issue 34).
+ordinary backend.
 
     DistributedCandidate      the Backend protocol (k3diff/backends/base.py) around a per-rank
                               implementation named by `rank_impl` ("module:object"); runner.py and

@@ -1,5 +1,5 @@
 """Expert parallelism as a case dimension: how many ranks, which rank owns which expert ids, which
-rank is each token's home (issue 34). Plain Python (no torch at import): case.py, the strategies
+rank is each token's home. Plain Python (no torch at import): case.py, the strategies
 and the coverage table read it.
 
 A Case carries three fields, all absent from its JSON when it is a single-device case, so every

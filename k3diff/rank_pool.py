@@ -189,7 +189,7 @@ def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: st
 
     torch.set_num_threads(1)
     if kind == "nccl":
-        os.environ["NCCL_NVLS_ENABLE"] = "0"     # NVLink multicast off (these machines, KINDS.md)
+        os.environ["NCCL_NVLS_ENABLE"] = "0"     # NVLink multicast off (these machines' notes)
     device = "cpu"
     if kind == "gloo":
         if "GLOO_SOCKET_IFNAME" not in os.environ and os.path.exists("/sys/class/net/lo"):

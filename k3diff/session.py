@@ -242,7 +242,7 @@ def skip_too_large(case, backend_name, check):
     """check(), or where the case does not fit this machine (k3diff.sizing.CaseTooLarge: the
     estimate before it, or out of memory twice) a verdict skipped with that line: the machine's
     limit, not the candidate's failure, and not the end of a fuzz run (raised inside Hypothesis it
-    was a failure to shrink and replay, and a run ended in a traceback: call 86, an H100 meeting a
+    was a failure to shrink and replay, and a run ended in a traceback: an H100 meeting a
     full-dims bf16 layer case). Its test fails with the line when the search ends (k3diff.plugin)."""
     from k3diff.sizing import CaseTooLarge
     from k3diff.verdict import Verdict

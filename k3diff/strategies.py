@@ -4,14 +4,14 @@ Boundary values are favoured the way the vLLM K3 tests choose them (docs/k3-deco
 33, 64, 65, 73 (odd and > 64), 128; cache lengths 0 (first token), 1, 63, 64, 65 and a few long
 ones; KDA slots shuffled, distinct, >= 1, with padding rows pointing at the null slot.
 
-Kernel-declared boundaries (issue 12). A backend may publish `boundaries`: {dimension: sizes at
+Kernel-declared boundaries. A backend may publish `boundaries`: {dimension: sizes at
 which its code changes path} (k3diff/backends/base.py). `with_boundaries(space, backend)` puts
 them in the space, and every dimension named there is drawn on and around each size (n - step, n,
 n + step; step 1, or the dimension's granularity, e.g. 32 for MXFP4 K dims) with probability
 about 2/3, the rest from the dimension's ordinary range. Dimensions: batch, cache_len, n_experts,
 top_k, latent_dim, moe_intermediate, hidden.
 
-Spaces (issue 28, "the default GPU run reaches production"):
+Spaces (the default GPU run reaches production):
   tiny   the CPU default: dims drawn around the tiny preset (E to 513: cheap at tiny widths);
   small  the GPU default: every stage at small dims around the declared boundaries, and one case
          in three at K3's real dims (d 7168; MoE r 3584, I 3072, E 896 and around every declared

@@ -125,7 +125,7 @@ def _worst(rs):
 
 
 NEAR_EDGE = 0.9      # a passing case this close to a bound is named: on a correct kernel it is a
-                     # false alarm waiting (docs/verdicts.md: KDA's state at 96.8% in nightly 94001)
+                     # false alarm waiting (lab/verdicts.md: KDA's state at 96.8% in nightly 94001)
 
 
 # a passing case whose bf16 tensor's L2 error is this multiple of the baseline's or more is named:

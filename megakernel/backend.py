@@ -9,7 +9,7 @@ Every step is built with config.current(), the settings of the environment (conf
 MEGAKERNEL_STREAMS picks how the MoE is launched: "fork", the fastest measured, 11 launches over
 two streams; "serial", the same on one stream; "persistent", the whole step in one launch; all
 three compute the same bits). The layer stage is layer.py: AttnRes, the attention, AttnRes, the
-MoE or the dense MLP, as launches (judged on the H200 since the fifth session;
+MoE or the dense MLP, as launches (judged on the H200 and H100;
 MEGAKERNEL_LAYER=0 leaves it out).
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ class MegakernelBackend:
     deterministic = True      # fixed reduction orders, integer-only schedule, no float atomics
     # every token's dots use the same per-lane K order and warp tree whatever the batch or token
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
-    # other tokens (checked on the GPU in tests/megakernel/test_gpu.py)
+    # other tokens (checked on the GPU in tests/megakernel/test_mk_gpu.py)
     batch_invariant = True
     # not capturable into a CUDA graph as run here: the MLA step reads max(cache_lens) to the host
     # (mla.py launch; its max_len bound is not passed by _run_mla), the persistent MoE reads its sync

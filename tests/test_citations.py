@@ -180,31 +180,16 @@ def missing_paths(rel: str, text: str, names: set[str]) -> list[str]:
     return bad
 
 
-# files fixed after the branches that change them are merged: their test is an expected failure
-# (strict: once they name only what exists it passes, fails as XPASS, and the mark goes)
-FIX_AFTER_MERGE = ("k3diff/", "reference/", "megakernel/backend.py", "scripts/attacks.sh",
-                   "scripts/nightly_report.py", "scripts/shard_transport.py", "tests/k3diff/",
-                   "tests/reference/", "tests/differential/")
-
-
-def _missing(after_merge: bool) -> list[str]:
+def _missing() -> list[str]:
     files, names = _tree()
     bad = []
     for rel, p in _scanned(files):
-        if rel.startswith(FIX_AFTER_MERGE) == after_merge:
-            bad += missing_paths(rel, p.read_text(encoding="utf-8", errors="replace"), names)
+        bad += missing_paths(rel, p.read_text(encoding="utf-8", errors="replace"), names)
     return bad
 
 
 def test_every_path_named_exists():
-    bad = _missing(False)
-    assert not bad, "names of files that do not exist:\n" + "\n".join(bad)
-
-
-@pytest.mark.xfail(strict=True, reason="k3diff/, reference/, their tests and a few scripts still name "
-                   "files that moved or never existed: fixed after the merge; the failure lists each")
-def test_every_path_named_after_the_merge_exists():
-    bad = _missing(True)
+    bad = _missing()
     assert not bad, "names of files that do not exist:\n" + "\n".join(bad)
 
 

@@ -1,4 +1,4 @@
-"""`torch-blocked-ep`: torch-blocked's LatentMoE with expert parallelism (issue 34).
+"""`torch-blocked-ep`: torch-blocked's LatentMoE with expert parallelism.
 
 Each rank holds only its own experts (k3diff/ep_config.py: the case's owners) and is the home of a
 block of tokens. Per step, on every rank:

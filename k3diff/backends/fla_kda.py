@@ -246,7 +246,7 @@ class FlaKdaBackend(LibraryAttentionBackend):
     An MLA layer of the `layer` stage therefore runs torch-blocked's MLA: only KDA layers judge FLA.
     """
     name = "fla"
-    # Measured on the H200 (scripts/gpu_adapters.sh -> scripts/adapter_probe.py, fla-core 0.6.0;
+    # Measured on the H200 (`scripts/gpu_check.sh OUT adapters` -> scripts/adapter_probe.py, fla-core 0.6.0;
     # 2026-11-30): two runs on identical inputs are bitwise equal at B = 1, 8, 64, 128
     # (deterministic); a token alone vs inside a batch differs (out by 3e-8 at B = 8; the live-row
     # compaction changes the kernels' grid with the batch, and the torch projections run at

@@ -194,7 +194,7 @@ class FlashInferMlaBackend(LibraryAttentionBackend):
     """`mla` with FlashInfer's attention; `layer` = torch-blocked's layer wiring (AttnRes, KDA, MoE)
     with this MLA. A KDA layer of the `layer` stage therefore runs torch-blocked's KDA."""
     name = "flashinfer"
-    # Measured on the H200 (scripts/gpu_adapters.sh -> scripts/adapter_probe.py, flashinfer 0.7.4, FA2
+    # Measured on the H200 (`scripts/gpu_check.sh OUT adapters` -> scripts/adapter_probe.py, flashinfer 0.7.4, FA2
     # plan, page size 1; 2026-11-30): two runs on identical inputs are bitwise equal at B = 1, 8,
     # 64, 128 (deterministic); a token alone vs inside a batch differs by up to 2e-3 in attn_latent
     # at B = 8..128 (the plan's split-KV chunking depends on the batch's lengths: not invariant).

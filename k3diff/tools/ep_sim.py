@@ -1,4 +1,4 @@
-"""The exchange pattern of K3's MoE under expert parallelism, simulated on the CPU (issue 34).
+"""The exchange pattern of K3's MoE under expert parallelism, simulated on the CPU.
 
     python -m k3diff.tools.ep_sim                      # 72 ranks (GB300 NVL72), batch 1, 8, 64
     python -m k3diff.tools.ep_sim --ranks 8 --batches 1,64 --routing natural,hot --steps 16

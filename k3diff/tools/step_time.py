@@ -10,7 +10,7 @@ drift hits all alike); per round the mean of `--iters` synchronised calls, then 
 rounds. The last column of each row is each backend's time over the first backend's. A backend
 that cannot run here is named with its reason and left out of the rows.
 
-Expert parallelism (issue 34's bench): `--stage moe --ranks N` draws each batch's case on N ranks
+Expert parallelism (the EP bench): `--stage moe --ranks N` draws each batch's case on N ranks
 (contiguous experts, as many as a distributed case keeps), which a distributed backend runs on
 its N rank processes as k3diff does (inputs to the ranks and outputs back through the pool's
 pipes included) and a one-device backend runs whole, e.g. on a two-GPU machine

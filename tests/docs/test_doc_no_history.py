@@ -41,12 +41,6 @@ def references(text: str) -> list[tuple[int, str]]:
     return out
 
 
-# files whose references are fixed after the branches that change them are merged: their test is
-# an expected failure (strict: once they are clean it passes, fails as XPASS, and the mark goes)
-FIX_AFTER_MERGE = ("k3diff/", "reference/", "megakernel/backend.py", "scripts/attacks.sh",
-                   "scripts/nightly_report.py", "scripts/shard_transport.py")
-
-
 def _bad(files) -> list[str]:
     return [f"{f}:{n}: {what!r}" for f in files
             for n, what in references((ROOT / f).read_text(encoding="utf-8", errors="replace"))]
@@ -58,13 +52,7 @@ def _check(bad):
 
 
 def test_no_shipped_file_cites_an_issue_a_call_or_a_session():
-    _check(_bad([f for f in shipped_files() if not f.startswith(FIX_AFTER_MERGE)]))
-
-
-@pytest.mark.xfail(strict=True, reason="k3diff/, reference/ and a few scripts still cite issues and "
-                   "calls: fixed after the merge; the failure lists each line")
-def test_no_file_fixed_after_the_merge_cites_an_issue_a_call_or_a_session():
-    _check(_bad([f for f in shipped_files() if f.startswith(FIX_AFTER_MERGE)]))
+    _check(_bad(list(shipped_files())))
 
 
 def test_the_patterns():

@@ -39,7 +39,7 @@ def test_registered_and_loadable(name, cls, stage):
     b = backends.load(name)
     assert isinstance(b, cls) and b.name == name
     assert stage in b.stages and "layer" in b.stages
-    # set from the H200 measurement (scripts/gpu_adapters.sh): deterministic, not batch invariant
+    # set from the H200 measurement (`scripts/gpu_check.sh OUT adapters`): deterministic, not batch invariant
     assert b.deterministic and not b.batch_invariant
 
 

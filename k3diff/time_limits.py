@@ -15,8 +15,7 @@ from __future__ import annotations
 import math
 import os
 
-from k3diff.sizing import CaseTooLarge
-from k3diff.usage import UsageProblem
+from k3diff.usage import CaseTooLarge, UsageProblem
 
 JUDGE_TIMEOUT = 3600.0      # k3diff's own seconds per case; a full-dims float64 layer case takes minutes on a CPU
 MAX_WAIT = 10 * 365 * 86400.0   # select() overflows past ~9.2e9 s; ten years is "no limit"

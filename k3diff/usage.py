@@ -18,3 +18,9 @@ class PathProblem(UsageProblem):
 class MachineProblem(UsageProblem):
     """This machine cannot do what was asked (no such device, too many workers for its GPUs): exit 11."""
     exit_code = exit_codes.MACHINE
+
+
+class CaseTooLarge(RuntimeError):
+    """A case this machine cannot hold or judge in time (one line): exit 11, the machine's, not the
+    candidate's (k3diff.sizing raises it; here so that modules without torch can name it)."""
+    exit_code = exit_codes.MACHINE

@@ -54,13 +54,40 @@ def mla_cache(case, stage, tag, cand_inputs, ref, base, cand):
         cfg = case.config()
         names = ("kv_c", "k_pe") if stage == "mla" else ("attn.kv_c", "attn.k_pe")
         if all(n in cand for n in names):
-            own = fp8_cache.quantise(cand[names[0]], cand[names[1]], cfg, exact=False)
+            # the e4m3 bytes bit for bit given the candidate's own stored scales (a scale is judged
+            # by fp8_scale_report: amax * (1/448), as PyTorch's CUDA division by a scalar computes
+            # it, is an ulp from amax / 448 and is as good a scale)
+            kv_c = cand[names[0]]
+            mine = fp8_cache.fields(new_c, cfg)[1].to(kv_c.device)
+            own = fp8_cache.quantise(kv_c, cand[names[1]], cfg, exact=False, s=mine)
             out.append((stage, tag("kv_cache.fp8_rounding"), new_c, own.to(new_c.device), None,
                         budget_for(stage, "kv_cache.untouched")))
         new_c, new_r, new_b = (fp8_cache.dequantise(t, cfg, exact=True) for t in (new_c, new_r, new_b))
     out.append((stage, tag("kv_cache.new"), new_c, new_r, new_b, budget_for(stage, "kv_cache.new"), torch.bfloat16,
                 ref.get("abs.kv_cache.new")))
     return out
+
+
+SCALE_ULPS = 2 * 2.0 ** -23     # a stored scale within 2 f32 ulps of max(amax / 448, FLT_MIN)
+
+
+def fp8_scale_report(case, stage, tag, cand_inputs, cand):
+    """The FP8 cache's scales (§15): each new row's per-tile scale against the contract's from the
+    candidate's own kv_c, to 2 ulps (a per-tensor scale, a wrong tile or amax is far outside)."""
+    from k3diff.divergence import TensorReport
+
+    names = ("kv_c", "k_pe") if stage == "mla" else ("attn.kv_c", "attn.k_pe")
+    if cand["kv_cache"].dtype != torch.uint8 or names[0] not in cand:
+        return []
+    seq, pos = token_rows(cand_inputs["cache_lens"].cpu(), _cpu(cand_inputs.get("query_lens")), "cpu")
+    cfg = case.config()
+    got = fp8_cache.fields(cand["kv_cache"][seq, pos], cfg)[1].to(torch.float64).cpu()
+    want = fp8_cache.scales(cand[names[0]].cpu(), cfg).to(torch.float64)
+    rel = float(((got - want).abs() / want).max()) if got.numel() else 0.0
+    ok = rel <= SCALE_ULPS          # NaN fails too
+    note = "" if ok else (f"a stored scale is {rel:.3g} (relative) from max(amax/448, FLT_MIN) of its "
+                          "tile: not the tile's own scale")
+    return [TensorReport(stage, tag("kv_cache.fp8_scale"), ok, max_err=rel, bound=SCALE_ULPS, note=note)]
 
 
 def _cpu(t):
@@ -223,6 +250,7 @@ def state_reports(case, tag, cand_inputs, ref, base, cand) -> list:
     out, extra = [], []
     if kind == "mla" and "kv_cache" in cand:
         out += mla_cache(case, stage, tag, cand_inputs, ref, base, cand)
+        extra += fp8_scale_report(case, stage, tag, cand_inputs, cand)
     if kind == "kda" and "conv_state" in cand:
         out += kda_state(stage, tag, cand_inputs, ref, base, cand)
         if "recurrent_states" in cand:          # a verify step: every live token's state

@@ -69,10 +69,10 @@ def scales(kv_c: torch.Tensor, cfg) -> torch.Tensor:
     return (amax / E4M3_MAX).to(torch.float32).clamp(min=FLT_MIN)
 
 
-def quantise(kv_c: torch.Tensor, k_pe: torch.Tensor, cfg, exact: bool) -> torch.Tensor:
+def quantise(kv_c: torch.Tensor, k_pe: torch.Tensor, cfg, exact: bool, s=None) -> torch.Tensor:
     """Cache rows [..., row_bytes] uint8 of kv_c [..., R] and k_pe [..., rope] (k_pe must hold
-    bf16 values: it is stored as is)."""
-    s = scales(kv_c, cfg)
+    bf16 values: it is stored as is); `s` [..., n] float32: these scales instead of the contract's."""
+    s = scales(kv_c, cfg) if s is None else s
     t = kv_c.unflatten(-1, (n_tiles(cfg), tile(cfg)))
     if exact:
         y = t.to(torch.float64) / s.to(torch.float64).unsqueeze(-1)

@@ -84,7 +84,7 @@ row "--k3diff-backend :Foo" "ERROR" "${P[@]}" --k3diff-backend :Foo
 row "stages = None" "ERROR" "${P[@]}" --k3diff-backend crashing_candidates:NoStageList
 row "a raising prepare()" "crash:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:RaisesInPrepare
 row "KeyboardInterrupt inside the candidate (batch 3)" "crash:" "${C[@]}" replay "$W/b3.json" --backend crashing_candidates:InterruptsItself
-row "  ... under pytest (seed saved)" "crash:" "${P[@]}" --k3diff-backend crashing_candidates:InterruptsItself -k "fuzz and moe" --k3diff-seed 7
+row "  ... under pytest (seed saved)" "crash:" "${P[@]}" --k3diff-backend crashing_candidates:InterruptsItself -k "fuzz and moe" --k3diff-seed 5
 row "SIGTERM to pytest, candidate hung with a grandchild" "exit" term_while_hanging "${P[@]}" --k3diff-backend crashing_candidates:SpawnsAndHangs -k "fuzz and moe"
 row "SIGTERM to k3diff replay, same candidate" "exit" term_while_hanging "${C[@]}" replay "$W/one.json" --backend crashing_candidates:SpawnsAndHangs
 row "a hang's own subprocess, --timeout 5" "exit" children_after "${C[@]}" replay "$W/one.json" --backend crashing_candidates:SpawnsAndHangs --timeout 5

@@ -21,7 +21,7 @@ from k3diff.controls import Controls, judge_calls, make_calls
 from k3diff.divergence import TensorReport
 from k3diff.fatal import CandidateFailed
 from k3diff.materialize import materialize
-from k3diff.runner import PhaseClock
+from k3diff.runner import PhaseClock, asked
 from k3diff.sizing import check_fits
 from k3diff.stages import output_specs
 from k3diff.verdict import Verdict
@@ -51,10 +51,8 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
         case = dataclasses.replace(case, routing="natural")
     clock = PhaseClock(device, verdict.phases, case)
     # the same refusal check_case honours: a case the candidate says it cannot run is not judged
-    answer = link.ask(case)
-    clock.lap("candidate")
-    if answer["skip"]:
-        verdict.skipped = answer["skip"]
+    answer = asked(link, case, clock, verdict)
+    if answer is None:
         return verdict
     # sized like check_case: the caches give room back first (an H100 ran out drawing a bf16
     # full-dims W2 beside the MXFP4 draw still cached), a case that cannot fit is the

@@ -52,10 +52,8 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
     cfg = case.config()
     start = time.perf_counter()
     clock = PhaseClock(device, verdict.phases, case)
-    answer = link.ask(case)
-    clock.lap("candidate")
-    if answer["skip"]:
-        verdict.skipped = answer["skip"]
+    answer = asked(link, case, clock, verdict)
+    if answer is None:
         return verdict
     keep_freed_memory()             # once per process: the next case reuses this one's host memory
     check_fits(case, device)
@@ -105,6 +103,17 @@ def check_case(case: Case, candidate, *, device: str = "cpu", controls: Controls
             break
     verdict.seconds = time.perf_counter() - start
     return verdict
+
+
+def asked(link, case, clock, verdict) -> dict | None:
+    """The candidate's answers for `case` (k3diff.candidate_link), or None with the verdict marked
+    skipped when it refuses the case: the same refusal for check_case and the invariance check."""
+    answer = link.ask(case)
+    clock.lap("candidate")
+    if answer["skip"]:
+        verdict.skipped = answer["skip"]
+        return None
+    return answer
 
 
 def carry_states(state: dict, ref: dict, base: dict, cand: dict) -> None:

@@ -55,6 +55,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+from k3diff import caches
 from k3diff.fatal import CRASH, HANG, CandidateFailed, signal_name
 from k3diff.judge import judge
 from k3diff.time_limits import MAX_WAIT, checked_seconds
@@ -232,6 +233,10 @@ def _serve(host, msg, device) -> list:
     try:
         if op == "ask":
             return ["answer", host.ask(msg[1])]
+        if op == "give_back":
+            host.forget(msg[1])
+            _give_back(device)
+            return ["given", _held(host, device)]
         _, case, cfg, token, weights, drop, calls, provides = msg
         if drop:
             host.forget(drop)
@@ -253,13 +258,28 @@ def _serve(host, msg, device) -> list:
 
 
 def _give_back(device: str) -> None:
+    """What the forgotten weight sets held goes: cycles collected (a prepared object in one keeps its
+    tensors, the parent's shared experts included), the caches built on them (captured graphs,
+    k3diff.caches), and the allocator's cache returned to the device (the candidate's per-case
+    transients stay cached otherwise: memory the judging process cannot use)."""
     import gc
 
+    from k3diff import caches
+
     gc.collect()
+    caches.weights_dropped()            # ends with torch.cuda.empty_cache() where there is a GPU
+
+
+def _held(host, device: str) -> dict:
+    """What the candidate's process still holds after giving back (plain integers, for the parent's
+    memory check and the GPU memory script): weight sets, prepared copies, and on a GPU the
+    allocator's bytes now and at their peak."""
+    out = {"weight_sets": len(host._weights), "prepared": len(host._prepared)}
     if device.startswith("cuda"):
         import torch
 
-        torch.cuda.empty_cache()
+        out.update(reserved=int(torch.cuda.memory_reserved()), peak_reserved=int(torch.cuda.max_memory_reserved()))
+    return out
 
 
 def _sync_error(device: str) -> str | None:
@@ -374,6 +394,8 @@ class IsolatedChecker:
         self.tokens = WeightTokens()
         self.started = 0                    # children started (1 + crashes/hangs)
         _LIVE.add(self)
+        ref = weakref.ref(self)
+        caches.register(f"candidate process {id(self)}", lambda: ref() and ref()._weights_dropped())
 
     @property
     def inflight_path(self) -> Path:
@@ -613,6 +635,40 @@ class IsolatedChecker:
             raise CandidateFailed(r["error"][:400], oom=r["oom"], crash=r["crash"] or r["oom"])
         return msg
 
+    def give_back(self) -> dict | None:
+        """Ask the candidate's process to forget the weight sets this process dropped and return its
+        cached device memory, then free here what only it kept alive; what it still holds (`_held`),
+        or None where no child runs. Called whenever weights are dropped (k3diff.caches: the cache
+        budget, sizing.check_fits finding no room, the judge's retry after out of memory): the
+        child's copies and its allocator's cache are invisible to this process, and a large weight
+        it maps (a CUDA IPC handle, k3diff.transfer) stays allocated HERE until it lets go of it.
+        A child that cannot answer (dead, hung, a malformed or unasked message) is killed: that
+        gives back everything, and the next case starts a fresh one. No verdict depends on this."""
+        from k3diff.transfer import Malformed, decode, to_child
+
+        if self._proc is None:
+            return None
+        held = None
+        try:
+            if select.select([self._sock.fileno()], [], [], 0)[0]:
+                raise Malformed("it wrote a message k3diff did not ask for")
+            _send_frame(self._sock, to_child(("give_back", self.tokens.take_dropped())))
+            msg = decode(self._read(time.monotonic() + self.timeout))
+            if not (isinstance(msg, list) and len(msg) == 2 and msg[0] == "given" and isinstance(msg[1], dict)):
+                raise Malformed("not an answer to `give_back`")
+            held = {str(k): v for k, v in msg[1].items() if type(v) is int}
+        except (TimeoutError, EOFError, OSError, Malformed):
+            self._kill()
+        finally:
+            _collect_shared(self.device)
+        return held
+
+    def _weights_dropped(self) -> None:
+        """k3diff.caches: this process dropped its weight sets; so does the candidate's, now (not
+        with the next case's call, after this process has measured its free memory)."""
+        self.tokens.clear()
+        self.give_back()
+
     def _malformed(self, why: str) -> CandidateFailed:
         self._kill()
         return CandidateFailed(f"{CRASH} the candidate process sent a reply k3diff cannot read ({why}); "
@@ -637,6 +693,17 @@ class IsolatedChecker:
             self._kill()
         except Exception:  # noqa: BLE001
             pass
+
+
+def _collect_shared(device: str) -> None:
+    """Free the device memory this process shared with the candidate's and that only the candidate
+    kept alive: torch keeps a freed tensor another process still maps in a limbo, collected only by
+    `ipc_collect` or an allocation that fails; then the allocator's cache goes back to the device."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.ipc_collect()
+        torch.cuda.empty_cache()
 
 
 def _same_layout(sent: list, got, malformed) -> list:

@@ -120,9 +120,10 @@ def _cached_bytes() -> int:
     return sum(held.values())
 
 
-def evict_weights(keep_bytes: int = 0) -> None:
+def evict_weights(keep_bytes: int = 0) -> bool:
     """Drop least recently used weight sets (then expert draws) until at most `keep_bytes` are
-    held, and the backends' prepared copies of them (k3diff.runner keeps those by weight set)."""
+    held, and the backends' prepared copies of them (k3diff.runner keeps those by weight set), in
+    this process and the candidate's (k3diff.isolation); whether anything was dropped."""
     dropped = False
     # keep nothing means every entry, those of no bytes too (a set without routed experts): an
     # entry left behind made the cache's contents depend on which test ran before
@@ -135,6 +136,7 @@ def evict_weights(keep_bytes: int = 0) -> None:
         from k3diff import caches
 
         caches.weights_dropped()        # prepared copies and stale buffers go with them (k3diff.caches)
+    return dropped
 
 
 def weights_for(case: Case, device) -> dict:

@@ -117,17 +117,24 @@ def available_bytes(device) -> int:
 
 
 def check_fits(case: Case, device) -> None:
-    """CaseTooLarge (one line) if the case cannot fit; cached weight sets of other cases are given
-    back first when that makes room."""
-    from k3diff import materialize
+    """CaseTooLarge (one line) if the case cannot fit; what both processes hold for earlier cases is
+    given back first when that makes room.
+
+    Free memory (`available_bytes`) is the device's: it excludes what the candidate's own process
+    holds (k3diff.isolation: its prepared copies, its allocator's cached transients, and the shared
+    expert weights it still maps, which stay allocated in THIS process until it lets go). So giving
+    back is both sides': the weight sets dropped here, `caches.weights_dropped()` then tells the
+    candidate's process to drop its copies and empty its cache, and frees what only it held, before
+    the second look. (Dropping this process's caches alone leaves a full-dims case "too large" with
+    most of an H100 held for weights this process already evicted.)"""
+    from k3diff import caches, materialize
 
     # weights the caches already hold take no new room (counted in `need`, absent from `have`)
     need = estimate_bytes(case, device) - materialize.cached_bytes_for(case, device)
     have = available_bytes(device)
     if need > have:
-        materialize.evict_weights(0)
-        if torch.device(device).type == "cuda":
-            torch.cuda.empty_cache()    # the last case's transients, even when no weights were held
+        if not materialize.evict_weights(0):    # nothing held here: the caches built on weights,
+            caches.weights_dropped()            # the candidate's process and the last case's transients
         need, have = estimate_bytes(case, device), available_bytes(device)
     if need > have:
         raise CaseTooLarge(f"case too large for {device}: needs about {need / 2**30:.1f} GiB, "

@@ -234,8 +234,13 @@ def _serve(host, msg, device) -> list:
         if op == "ask":
             return ["answer", host.ask(msg[1])]
         if op == "give_back":
-            host.forget(msg[1])
-            _give_back(device)
+            if msg[1]:                      # weight sets to forget, and all built on them
+                host.forget(msg[1])
+                _give_back(device)
+            elif device.startswith("cuda"):     # only the cached transients: prepared sets and graphs stay
+                import torch
+
+                torch.cuda.empty_cache()
             return ["given", _held(host, device)]
         _, case, cfg, token, weights, drop, calls, provides = msg
         if drop:
@@ -396,6 +401,9 @@ class IsolatedChecker:
         _LIVE.add(self)
         ref = weakref.ref(self)
         caches.register(f"candidate process {id(self)}", lambda: ref() and ref()._weights_dropped())
+        from k3diff.sizing import register_reserve
+
+        register_reserve(f"candidate process {id(self)}", lambda: ref() and ref().give_back())
 
     @property
     def inflight_path(self) -> Path:
@@ -642,6 +650,8 @@ class IsolatedChecker:
         budget, sizing.check_fits finding no room, the judge's retry after out of memory): the
         child's copies and its allocator's cache are invisible to this process, and a large weight
         it maps (a CUDA IPC handle, k3diff.transfer) stays allocated HERE until it lets go of it.
+        And before any weight is dropped (sizing.register_reserve), with nothing to forget: then the
+        child only empties its allocator's cache and keeps its weight sets and prepared copies.
         A child that cannot answer (dead, hung, a malformed or unasked message) is killed: that
         gives back everything, and the next case starts a fresh one. No verdict depends on this."""
         from k3diff.transfer import Malformed, decode, to_child

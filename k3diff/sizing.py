@@ -116,6 +116,15 @@ def available_bytes(device) -> int:
     return 1 << 62
 
 
+_RESERVES: dict = {}        # name -> give_back(): memory a process keeps for no weight (k3diff.isolation)
+
+
+def register_reserve(name: str, give_back) -> None:
+    """`give_back()` returns memory held for no weight set (an allocator's cached transients, in
+    another process too) when a case does not fit, before any weight is dropped (idempotent: by name)."""
+    _RESERVES[name] = give_back
+
+
 def check_fits(case: Case, device) -> None:
     """CaseTooLarge (one line) if the case cannot fit; what both processes hold for earlier cases is
     given back first when that makes room.
@@ -123,15 +132,23 @@ def check_fits(case: Case, device) -> None:
     Free memory (`available_bytes`) is the device's: it excludes what the candidate's own process
     holds (k3diff.isolation: its prepared copies, its allocator's cached transients, and the shared
     expert weights it still maps, which stay allocated in THIS process until it lets go). So giving
-    back is both sides': the weight sets dropped here, `caches.weights_dropped()` then tells the
-    candidate's process to drop its copies and empty its cache, and frees what only it held, before
-    the second look. (Dropping this process's caches alone leaves a full-dims case "too large" with
-    most of an H100 held for weights this process already evicted.)"""
+    back is both sides', in two steps, each followed by a second look: first what no weight needs
+    (both allocators' caches of the last cases' transients: the weights stay, a full-dims set is
+    not drawn again for the room a batch's buffers took), then the weights: dropped here,
+    `caches.weights_dropped()` tells the candidate's process to drop its copies and empty its cache,
+    and frees what only it held. (Dropping this process's caches alone leaves a full-dims case "too
+    large" with most of an H100 held for weights this process already evicted.)"""
     from k3diff import caches, materialize
 
     # weights the caches already hold take no new room (counted in `need`, absent from `have`)
     need = estimate_bytes(case, device) - materialize.cached_bytes_for(case, device)
     have = available_bytes(device)
+    if need > have:
+        for give_back in list(_RESERVES.values()):
+            give_back()
+        if torch.device(device).type == "cuda":
+            torch.cuda.empty_cache()
+        have = available_bytes(device)
     if need > have:
         if not materialize.evict_weights(0):    # nothing held here: the caches built on weights,
             caches.weights_dropped()            # the candidate's process and the last case's transients

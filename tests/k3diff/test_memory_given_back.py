@@ -59,6 +59,43 @@ def test_a_case_that_does_not_fit_after_both_gave_back_is_too_large(fake_device)
     assert child.asked == 1
 
 
+class FakeCache(FakeChild):
+    """A candidate's process whose allocator caches `cached` bytes of the last cases' transients
+    besides `held` bytes of weights: it empties the cache when asked for its reserve (weights kept)."""
+
+    def __init__(self, held, cached):
+        super().__init__(held)
+        self.cached, self.emptied = cached, 0
+        sizing.register_reserve("fake candidate process", self.empty)
+
+    def empty(self):
+        self.emptied += 1
+        self.cached = 0
+
+
+@pytest.fixture
+def fake_reserve(fake_device):
+    yield fake_device
+    sizing._RESERVES.pop("fake candidate process", None)
+
+
+def test_cached_transients_go_before_any_weight(fake_reserve):
+    """The room a case lacks is in the child's allocator cache: it empties it, the case fits and
+    no weight set is dropped (a full-dims set is never drawn again for a batch's buffers)."""
+    child = FakeCache(held=40 * GiB, cached=30 * GiB)     # 10 GiB free, 16 GiB needed beyond the weights
+    fake_reserve.setattr(materialize, "cached_bytes_for", lambda case, device: 40 * GiB)
+    fake_reserve.setattr(sizing, "available_bytes", lambda device: TOTAL - child.held - child.cached)
+    sizing.check_fits(Case("moe", batch=2), "cpu")
+    assert child.emptied == 1 and child.asked == 0 and child.held == 40 * GiB
+
+
+def test_weights_go_when_the_transients_were_not_enough(fake_reserve):
+    child = FakeCache(held=44 * GiB, cached=2 * GiB)
+    fake_reserve.setattr(sizing, "available_bytes", lambda device: TOTAL - child.held - child.cached)
+    sizing.check_fits(Case("moe", batch=2), "cpu")
+    assert child.emptied == 1 and child.asked == 1 and child.held == 0
+
+
 def test_a_case_that_fits_asks_nobody(fake_device):
     child = FakeChild(4 * GiB)
     fake_device.setattr(sizing, "available_bytes", lambda device: TOTAL - child.held)
@@ -87,7 +124,9 @@ def test_the_real_candidate_process_forgets_dropped_weights_at_once(tmp_path, mo
         monkeypatch.setattr(sizing, "available_bytes", available)
         monkeypatch.setattr(sizing, "estimate_bytes", lambda case, device=None: NEED)
         sizing.check_fits(Case("moe", batch=3, seed=6), "cpu")
-        assert looks == [1, 0]              # too little at first; the child let go before the second look
+        # too little at first; still too little once both caches were emptied (the child kept its
+        # weight set: nothing was dropped yet); the child let go of it before the last look
+        assert looks == [1, 1, 0]
         assert checker.started == 1         # by answering, not by being killed
         assert checker.check(case).ok       # and the next case sends the weights again
     finally:

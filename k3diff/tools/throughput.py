@@ -5,6 +5,7 @@
     python -m k3diff.tools.throughput --device cuda --preset full --stages moe --cases 20 --compare-with none
     python -m k3diff.tools.throughput --workers 2 --stages mla     # two processes per side, as pytest -n 2
     python -m k3diff.tools.throughput --profile /tmp/prof --stages moe     # cProfile of the current code
+    python -m k3diff.tools.throughput --isolate on --compare-with 850aeff --repeat 2 --cases 24
 
 The cases are drawn once, by the current code's strategies (the space of `--preset`), and written to
 a JSON file; each side then runs in its own subprocesses with its own PYTHONPATH: the current tree,
@@ -18,6 +19,15 @@ and weights checked, run twice), and the batch-invariance check on every 8th cas
 stage, whether they are bitwise the same, the same verdicts with every number within 1e-9
 relative ("same": a float64 sum taken in another order, e.g. the reference's batched expert
 GEMMs), or different (exit 1: a speed-up must not change a verdict).
+
+`--isolate on` judges each case the way a default pytest run does, through each tree's own
+isolated checker (`k3diff.isolation.IsolatedChecker`: the candidate in a child process, loaded
+before the clock starts): where the baseline ran the whole check in the child and the current code
+runs only the candidate there and judges in the parent, the table is the cost of that move on the
+same cases. Cases the baseline cannot read (fields it does not know: verify steps, the FP8 cache,
+schedules) are left out of a comparison. `--repeat N` runs the two sides N times, alternating
+which goes first, and rates each side by its fastest run (a loaded machine slows runs, it never
+speeds one up); every run's seconds are printed.
 """
 from __future__ import annotations
 
@@ -74,7 +84,13 @@ def _worker(args) -> int:
     drawn = json.loads(Path(args.cases_file).read_text())
     mine = list(range(part, len(drawn), workers))
     cases = {i: Case.from_dict(drawn[i]) for i in mine}
-    backend = load_available(args.backend)
+    if args.isolate == "on":
+        check, invariance_of, close = _isolated(args)
+    else:
+        backend = load_available(args.backend)
+        check = lambda case: check_case(case, backend, device=args.device)  # noqa: E731
+        invariance_of = lambda case, i: check_batch_invariance(case, backend, i, device=args.device)  # noqa: E731
+        close = lambda: None  # noqa: E731
     drawn_in = _draw_weights_first(cases.values(), args.device) if args.weights_first else 0.0
     print(f"K3DIFF-READY {drawn_in:.3f}", flush=True)
     sys.stdin.readline()
@@ -89,17 +105,31 @@ def _worker(args) -> int:
     start = time.time()
     for i in mine:
         case = cases[i]
-        verdicts[i] = check_case(case, backend, device=args.device).to_dict()
+        verdicts[i] = check(case).to_dict()
         if i % INVARIANCE_EVERY == 0 and case.batch >= 2:
-            invariance[i] = check_batch_invariance(case, backend, i, device=args.device).to_dict()
+            invariance[i] = invariance_of(case, i).to_dict()
     sync()
     end = time.time()
+    close()
     if prof is not None:
         prof.disable()
         prof.dump_stats(args.profile)
     print("K3DIFF-THROUGHPUT " + json.dumps({"start": start, "end": end, "verdicts": verdicts,
                                              "invariance": invariance}))
     return 0
+
+
+def _isolated(args):
+    """(check, invariance check, close) through this tree's own isolated checker, its child
+    started and the backend loaded there now, before the clock. The constructor and the two checks
+    are the same in every tree that has one; what runs in the child differs (the point)."""
+    import torch
+
+    from k3diff.isolation import IsolatedChecker
+
+    checker = IsolatedChecker(args.backend, device=args.device, threads=torch.get_num_threads())
+    checker.start()
+    return checker.check, checker.check_invariance, checker.close
 
 
 def _draw_weights_first(cases, device) -> float:
@@ -114,7 +144,7 @@ def _draw_weights_first(cases, device) -> float:
 
 
 def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: str | None,
-              workers: int = 1, weights_first: bool = False) -> dict:
+              workers: int = 1, weights_first: bool = False, isolate: str = "off") -> dict:
     """The side's verdicts (in case order) and its wall time: from the first worker's start to the
     last one's end, the workers released together once every one has loaded."""
     # the side's tree first, then whatever the caller's path held (site dirs of carried packages,
@@ -126,7 +156,8 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
     procs = []
     for part in range(workers):
         cmd = [sys.executable, str(HERE), "--worker", "--cases-file", cases_file, "--backend", backend,
-               "--device", device, "--part", f"{part}/{workers}"] + (["--weights-first"] if weights_first else [])
+               "--device", device, "--part", f"{part}/{workers}", "--isolate", isolate]
+        cmd += ["--weights-first"] if weights_first else []
         if profile and part == 0:
             cmd += ["--profile", profile]
         procs.append(subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.PIPE,
@@ -205,6 +236,16 @@ def _gist(v: dict) -> str:
     return f"FAIL {r.get('stage')}/{r.get('tensor')}: {what} ({len(bad)} failing report(s))"
 
 
+def readable_by(root: Path, drawn: list[dict]) -> list[dict]:
+    """The drawn cases the tree at `root` can read: those whose every field it knows (a newer
+    field is left out of a case's dict at its default, so a plain decode case reads in both)."""
+    code = "import dataclasses, json; from k3diff.case import Case; print(json.dumps([f.name for f in dataclasses.fields(Case)]))"
+    got = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=str(root)))
+    known = set(json.loads(got.stdout.strip().splitlines()[-1]))
+    return [d for d in drawn if set(d) <= known]
+
+
 def baseline_tree(rev: str) -> tuple[Path, bool]:
     """(a tree of `rev`, whether it was made here): `rev` may be a directory holding a tree, else a
     detached git worktree of it is added under the temp dir (and removed after the run)."""
@@ -240,12 +281,22 @@ def main(argv=None) -> int:
     p.add_argument("--weights-first", action="store_true",
                    help="draw every case's weights before the clock starts (the rate of a long session, "
                         "which draws each weight set once; the drawing time is printed apart)")
+    p.add_argument("--isolate", choices=("on", "off"), default="off",
+                   help="judge through each tree's own isolated checker, the candidate in a child process "
+                        "(as a default pytest run; default off: check_case in the worker)")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run both sides N times, alternating which goes first; each rated by its fastest run")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--part", default="0/1", help=argparse.SUPPRESS)
     p.add_argument("--cases-file", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.workers < 1:
         p.error(f"--workers must be >= 1, got {args.workers}")
+    if args.repeat < 1:
+        p.error(f"--repeat must be >= 1, got {args.repeat}")
+    if args.isolate == "on" and args.weights_first:
+        p.error("--weights-first draws in the worker, which an isolated baseline's child does not share; "
+                "leave it out with --isolate on")
     if args.worker:
         return _worker(args)
 
@@ -267,22 +318,37 @@ def _bench(args, backend_name, backend, base) -> int:
     rows, mismatches = [], 0
     print(f"backend {backend_name} on {args.device}; preset {args.preset or 'default'}; "
           f"{args.cases} cases per stage; invariance on every {INVARIANCE_EVERY}th; "
-          f"{args.workers} worker process{'es' if args.workers > 1 else ''} per side; baseline "
-          f"{args.compare_with if base else 'none'}", flush=True)
+          f"{args.workers} worker process{'es' if args.workers > 1 else ''} per side; isolation "
+          f"{args.isolate}; {args.repeat} run(s) per side; baseline {args.compare_with if base else 'none'}", flush=True)
     for stage in stages:
-        drawn = draw_cases(stage, args.cases * (3 if args.keep_preset else 1), args.preset, args.device,
+        filtered = bool(args.keep_preset or base)
+        drawn = draw_cases(stage, args.cases * (3 if filtered else 1), args.preset, args.device,
                            args.seed, backend)
         if args.keep_preset:
-            drawn = [d for d in drawn if d["preset"] == args.keep_preset][:args.cases]
+            drawn = [d for d in drawn if d["preset"] == args.keep_preset]
+        if base:
+            drawn = readable_by(base, drawn)
+        drawn = drawn[:args.cases]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(drawn, f)
         prof = f"{args.profile}-{stage}.prof" if args.profile else None
-        new = _run_side(ROOT, f.name, backend_name, args.device, prof, args.workers, args.weights_first)
-        print(f"  {stage}: now {new['cases']} cases in {new['seconds']:.1f} s{_drew(new)}", flush=True)
-        old = (_run_side(base, f.name, backend_name, args.device, None, args.workers, args.weights_first)
-               if base else None)
-        if old is not None:
-            print(f"  {stage}: baseline {old['cases']} cases in {old['seconds']:.1f} s{_drew(old)}", flush=True)
+        new = old = None
+        for r in range(args.repeat):
+            # alternate which side goes first: a machine whose load drifts slows both alike
+            for side in (("now", "baseline") if r % 2 == 0 else ("baseline", "now")):
+                if side == "baseline" and not base:
+                    continue
+                got = _run_side(ROOT if side == "now" else base, f.name, backend_name, args.device,
+                                prof if side == "now" and r == 0 else None, args.workers, args.weights_first,
+                                args.isolate)
+                print(f"  {stage}: {side} {got['cases']} cases in {got['seconds']:.2f} s{_drew(got)}", flush=True)
+                best = new if side == "now" else old
+                if best is None or got["seconds"] < best["seconds"]:
+                    best = got
+                if side == "now":
+                    new = best
+                else:
+                    old = best
         same = "-"
         if old is not None:
             pairs = list(zip(old["verdicts"] + old["invariance"], new["verdicts"] + new["invariance"]))
@@ -299,7 +365,8 @@ def _bench(args, backend_name, backend, base) -> int:
         rows.append((stage, len(drawn), fails, old and old["cases"] / old["seconds"],
                      new["cases"] / new["seconds"], same))
         os.unlink(f.name)
-    print(f"{'stage':7} {'cases':>6} {'fail':>5} {'before/s':>9} {'after/s':>9} {'speedup':>8}  verdicts")
+    # ratio: after / before, of cases per second (above 1: the current code is faster)
+    print(f"{'stage':7} {'cases':>6} {'fail':>5} {'before/s':>9} {'after/s':>9} {'ratio':>8}  verdicts")
     for stage, n, fails, before, after, same in rows:
         b = f"{before:9.1f}" if before else f"{'-':>9}"
         s = f"{after / before:7.2f}x" if before else f"{'-':>8}"

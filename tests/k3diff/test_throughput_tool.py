@@ -55,3 +55,49 @@ def test_workers_share_the_cases_and_judge_each_once():
     assert row and row[0][1] == "6" and row[0][2] == "0", got.stdout
     bad = run("--stages", "kda", "--cases", "2", "--workers", "0")
     assert bad.returncode == 2 and "--workers must be >= 1" in bad.stderr
+
+
+def _tool(*args, cwd=None):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run([sys.executable, "-m", "k3diff.tools.throughput", *args], cwd=cwd or root,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_baseline_gets_only_the_cases_it_can_read(tmp_path):
+    """A field the baseline's Case does not know (a verify step's widths, say) keeps that case out
+    of a comparison: an older tree would refuse it, or judge another case."""
+    from k3diff.tools.throughput import readable_by
+
+    (tmp_path / "k3diff").mkdir()
+    (tmp_path / "k3diff" / "__init__.py").write_text("")
+    (tmp_path / "k3diff" / "case.py").write_text(
+        "import dataclasses\n@dataclasses.dataclass\nclass Case:\n    stage: str = 'moe'\n    batch: int = 1\n")
+    plain, newer = {"stage": "moe", "batch": 2}, {"stage": "moe", "batch": 2, "widths": [1, 2]}
+    assert readable_by(tmp_path, [plain, newer, plain]) == [plain, plain]
+
+
+def test_isolate_and_repeat_are_checked():
+    bad = _tool("--stages", "moe", "--cases", "2", "--repeat", "0")
+    assert bad.returncode == 2 and "--repeat must be >= 1" in bad.stderr
+    bad = _tool("--stages", "moe", "--cases", "2", "--isolate", "on", "--weights-first")
+    assert bad.returncode == 2 and "--weights-first" in bad.stderr
+
+
+def test_isolated_sides_judge_the_same_cases_alike():
+    """--isolate on: each side judges through its own tree's isolated checker (a child process
+    per side), the sides alternated; this tree as its own baseline must give bitwise verdicts."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    got = _tool("--stages", "kda", "--cases", "2", "--isolate", "on", "--repeat", "2", "--compare-with", str(root))
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "isolation on; 2 run(s) per side" in got.stdout
+    order = [ln.split()[1] for ln in got.stdout.splitlines() if ln.startswith("  kda: ")]
+    assert order == ["now", "baseline", "baseline", "now"], got.stdout      # alternated
+    row = [ln.split() for ln in got.stdout.splitlines() if ln.startswith("kda ")]
+    assert row and row[0][1] == "2" and row[0][-1] == "bitwise", got.stdout
+    assert "ratio" in got.stdout.splitlines()[-2]

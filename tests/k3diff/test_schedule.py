@@ -422,3 +422,16 @@ def test_the_decoy_negates_floating_inputs_and_keeps_states_and_integers():
     got = decoy("kda", {"x": x, "state_idx": idx, "conv_state": s, "layer_idx": 3})
     assert (got["x"] == -1).all() and torch.equal(got["state_idx"], idx) and torch.equal(got["conv_state"], s)
     assert got["layer_idx"] == 3 and got["conv_state"] is not s
+
+
+def test_the_graph_safe_kda_refuses_a_verify_case_instead_of_failing_on_its_shapes():
+    """A verify case (T = ΣW rows against B slots) once reached the one-token step and failed on a
+    size mismatch, which made every graph mutant built on it look caught without its schedule."""
+    from k3diff import schedule_mutants
+    from k3diff.runner import check_case
+
+    case = Case(stage="kda", batch=3, n_slots=5, state_idx=(2, 0, 4), widths=(3, 2, 1), accepted=(2, 1, 0),
+                seed=1).validate()
+    for backend in (TorchBlockedGraphBackend(), schedule_mutants.GraphSafeControl()):
+        v = check_case(case, backend)
+        assert v.skipped and not v.failures(), (v.skipped, v.failures())

@@ -415,13 +415,47 @@ def test_graph_replay_catches_an_input_cached_by_identity_and_names_a_capture_fa
                             "when stream is capturing"}
 
 
-def test_the_decoy_negates_floating_inputs_and_keeps_states_and_integers():
+def test_the_decoy_negates_floating_inputs_rolls_slots_and_lengths_and_keeps_states():
     from k3diff.graph_replay import decoy
 
-    x, idx, s = torch.ones(2, 3), torch.tensor([1, 0]), torch.ones(3, 2)
-    got = decoy("kda", {"x": x, "state_idx": idx, "conv_state": s, "layer_idx": 3})
-    assert (got["x"] == -1).all() and torch.equal(got["state_idx"], idx) and torch.equal(got["conv_state"], s)
-    assert got["layer_idx"] == 3 and got["conv_state"] is not s
+    x, idx, s, lens = torch.ones(2, 3), torch.tensor([1, 0, 4]), torch.ones(3, 2), torch.tensor([5, 0, 7])
+    got = decoy("kda", {"x": x, "state_idx": idx, "conv_state": s, "layer_idx": 3, "cache_lens": lens,
+                        "forced_ids": torch.tensor([[1, 2], [3, 4]])})
+    assert (got["x"] == -1).all() and torch.equal(got["conv_state"], s)
+    assert got["state_idx"].tolist() == [4, 1, 0] and got["cache_lens"].tolist() == [7, 5, 0]
+    assert got["forced_ids"].tolist() == [[1, 2], [3, 4]]
+    assert got["layer_idx"] == 3 and got["conv_state"] is not s and idx.tolist() == [1, 0, 4]
+
+
+class _Generator:
+    """PyTorch's default CUDA generator as far as a capture that fails part way touches it."""
+
+    def __init__(self):
+        self.state = "clean"
+
+    def clone_state(self):
+        return "clone of " + self.state
+
+    def graphsafe_set_state(self, saved):
+        self.state = saved
+
+
+def test_a_failed_capture_puts_the_cuda_generators_state_back(fake_cuda, monkeypatch):
+    gen = _Generator()
+    monkeypatch.setattr(fake_cuda, "_generator", lambda device: gen)
+
+    class _LeavesTheGeneratorCapturing(_Doubler):
+        def run(self, stage, cfg, prepared, inputs, out):
+            if _FakeGraph.capturing is not None:
+                gen.state = "capturing"            # what torch's capture_begin does to it
+                raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+            super().run(stage, cfg, prepared, inputs, out)
+
+    got = fake_cuda.replay(_LeavesTheGeneratorCapturing(), "moe", None, "p", {"x": torch.ones(2, 2)}, _alloc)
+    assert got["error"].startswith("CUDA graph capture failed")
+    assert gen.state == "clone of clean"
+    ok = fake_cuda.replay(_Doubler(), "moe", None, "p", {"x": torch.ones(2, 2)}, _alloc)
+    assert "error" not in ok and gen.state == "clone of clean"
 
 
 def test_the_graph_safe_kda_refuses_a_verify_case_instead_of_failing_on_its_shapes():

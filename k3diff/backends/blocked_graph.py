@@ -21,12 +21,13 @@ from .blocked_attn import delta_rule
 from .blocked_ops import F32, bf16, exact_f32_matmul, exp, gemm, rms_scale, sigmoid
 
 
-def run_kda_all_rows(cfg, p: dict, x, conv_state, rec_state, state_idx) -> dict:
+def run_kda_all_rows(cfg, p: dict, x, conv_state, rec_state, state_idx, live=None) -> dict:
     """torch-blocked's KDA step (blocked_attn.run_kda) on every row; null rows (state_idx <= 0)
-    give zeros and leave every slot as it was, chosen on the device."""
+    give zeros and leave every slot as it was, chosen on the device. `live`: the live-row mask
+    (state_idx > 0 unless given: a planted graph bug hands a stale one)."""
     T = x.shape[0]
     H, D, P = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj
-    live = state_idx > 0
+    live = state_idx > 0 if live is None else live
     slots = state_idx.clamp(min=0).to(torch.int64)
 
     z = bf16(gemm(x, p["w_in"]))

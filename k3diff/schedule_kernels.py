@@ -1,0 +1,150 @@
+"""The Triton kernels of the planted pressure bugs (k3diff/schedule_mutants.py): the MoE router's
+logits, x @ W_r^T in f32, computed by a persistent grid of one CTA per SM, in two ways that are
+right on an idle GPU and wrong when a co-runner holds SMs (k3diff/pressure.py), and their correct
+variants. GPU only; Triton is imported on first use.
+
+`router_rows`  each CTA takes rows pid, pid + G, ... and accumulates a row's logits, block of
+               experts by block, K chunk by K chunk, in a scratch slot. BY_SM: the slot is the
+               CTA's SM (`%smid`), which assumes one CTA per SM: true for a grid of the SM count
+               on an idle GPU (the first CTAs of a grid go one per SM), false when a co-runner
+               holds SMs and the grid's CTAs share the free ones: two CTAs then accumulate into
+               one slot. Without BY_SM the slot is the program id: right on any schedule.
+`router_two_phase`
+               phase 1, each CTA's rows into `tmp`; phase 2, each CTA copies the rows of the next
+               CTA (pid + 1) from `tmp` into the output. BARRIER: one launch, the phases split by
+               a grid-wide spin barrier on a counter, which assumes every CTA is resident at once:
+               true for a grid of the SM count on an idle GPU, false when a co-runner holds SMs
+               (the CTAs that got in wait for ones that cannot start). Its wait gives up after
+               `max_polls` polls (a watchdog, as persistent kernels have, so a broken wait ends
+               rather than hangs) and copies what is there: rows `tmp` still holds as NaN. Without
+               BARRIER the phases are two launches (the kernel boundary is the barrier).
+The sums are the same on every schedule where the kernel is right: each row's logits are
+accumulated in the same K order by whichever CTA takes it.
+"""
+from __future__ import annotations
+
+import functools
+
+BLOCK_E, BLOCK_K = 64, 64
+WARPS = 4
+MAX_POLLS = 1 << 14          # the barrier's watchdog: a few ms, far beyond an idle grid's skew
+# slots of the by-SM scratch: %smid is below %nsmid, which PTX allows to exceed the SM count (ids
+# need not be contiguous); 1024 is far above any NVIDIA GPU's
+SM_SLOTS = 1024
+
+
+@functools.lru_cache(maxsize=1)
+def kernels():
+    """(router_rows, router_two_phase), compiled by Triton on first launch."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def router_rows(x_ptr, w_ptr, out_ptr, slot_ptr, T, E, K,
+                    BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, BY_SM: tl.constexpr):
+        pid = tl.program_id(0)
+        G = tl.num_programs(0)
+        if BY_SM:      # "one CTA per SM": the SM's own slot
+            slot = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32,
+                                             is_pure=False, pack=1)
+        else:
+            slot = pid
+        kk = tl.arange(0, BLOCK_K)
+        eb = tl.arange(0, BLOCK_E)
+        base = slot_ptr + slot * BLOCK_E + eb
+        for row in range(pid, T, G):
+            for e0 in range(0, E, BLOCK_E):
+                e = e0 + eb
+                em = e < E
+                tl.store(base, tl.zeros([BLOCK_E], dtype=tl.float32))
+                tl.debug_barrier()
+                for k0 in range(0, K, BLOCK_K):
+                    km = (k0 + kk) < K
+                    xk = tl.load(x_ptr + row * K + k0 + kk, mask=km, other=0.0).to(tl.float32)
+                    wk = tl.load(w_ptr + e[:, None] * K + k0 + kk[None, :],
+                                 mask=em[:, None] & km[None, :], other=0.0).to(tl.float32)
+                    part = tl.sum(wk * xk[None, :], axis=1)
+                    cur = tl.load(base, cache_modifier=".cg")
+                    tl.debug_barrier()
+                    tl.store(base, cur + part)
+                    tl.debug_barrier()
+                got = tl.load(base, cache_modifier=".cg")
+                tl.store(out_ptr + row * E + e, got, mask=em)
+                tl.debug_barrier()
+
+    @triton.jit
+    def router_two_phase(x_ptr, w_ptr, tmp_ptr, out_ptr, count_ptr, T, E, K, max_polls,
+                         BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, BARRIER: tl.constexpr,
+                         PHASE: tl.constexpr):
+        pid = tl.program_id(0)
+        G = tl.num_programs(0)
+        kk = tl.arange(0, BLOCK_K)
+        eb = tl.arange(0, BLOCK_E)
+        if BARRIER or PHASE == 1:
+            for row in range(pid, T, G):
+                for e0 in range(0, E, BLOCK_E):
+                    e = e0 + eb
+                    em = e < E
+                    acc = tl.zeros([BLOCK_E], dtype=tl.float32)
+                    for k0 in range(0, K, BLOCK_K):
+                        km = (k0 + kk) < K
+                        xk = tl.load(x_ptr + row * K + k0 + kk, mask=km, other=0.0).to(tl.float32)
+                        wk = tl.load(w_ptr + e[:, None] * K + k0 + kk[None, :],
+                                     mask=em[:, None] & km[None, :], other=0.0).to(tl.float32)
+                        acc += tl.sum(wk * xk[None, :], axis=1)
+                    tl.store(tmp_ptr + row * E + e, acc, mask=em)
+        if BARRIER:    # "every CTA is resident": wait for all G of them
+            tl.debug_barrier()
+            tl.atomic_add(count_ptr, 1, sem="release")
+            polls = 0          # polled by acquiring atomics: the other CTAs' rows are visible after
+            seen = tl.atomic_add(count_ptr, 0, sem="acquire")
+            while (seen < G) & (polls < max_polls):
+                seen = tl.atomic_add(count_ptr, 0, sem="acquire")
+                polls += 1
+            tl.debug_barrier()
+        if BARRIER or PHASE == 2:
+            for row in range((pid + 1) % G, T, G):
+                for e0 in range(0, E, BLOCK_E):
+                    e = e0 + eb
+                    em = e < E
+                    v = tl.load(tmp_ptr + row * E + e, mask=em, other=0.0, cache_modifier=".cg")
+                    tl.store(out_ptr + row * E + e, v, mask=em)
+
+    return router_rows, router_two_phase
+
+
+def sm_count(device) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def router_logits(x, w, *, kind: str, grid: int):
+    """x [T, K] @ w [E, K]^T in f32 by the kernel `kind`: "by_sm" or "by_program" (router_rows
+    with BY_SM on or off), "barrier" (router_two_phase in one launch) or "two_launches"; `grid`
+    CTAs."""
+    import torch
+
+    rows, two = kernels()
+    T, K = x.shape
+    E = w.shape[0]
+    x, w = x.contiguous(), w.contiguous()
+    out = torch.empty(T, E, dtype=torch.float32, device=x.device)
+    if kind in ("by_sm", "by_program"):
+        slots = max(grid, SM_SLOTS) if kind == "by_sm" else grid
+        slot = torch.empty(slots * BLOCK_E, dtype=torch.float32, device=x.device)
+        rows[(grid,)](x, w, out, slot, T, E, K, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K, BY_SM=kind == "by_sm",
+                      num_warps=WARPS)
+        return out
+    tmp = torch.full((T, E), float("nan"), dtype=torch.float32, device=x.device)
+    count = torch.zeros(1, dtype=torch.int32, device=x.device)
+    if kind == "barrier":
+        two[(grid,)](x, w, tmp, out, count, T, E, K, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
+                     BARRIER=True, PHASE=0, num_warps=WARPS)
+    elif kind == "two_launches":
+        for phase in (1, 2):
+            two[(grid,)](x, w, tmp, out, count, T, E, K, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
+                         BARRIER=False, PHASE=phase, num_warps=WARPS)
+    else:
+        raise ValueError(f"unknown router kernel {kind!r}")
+    return out

@@ -39,11 +39,11 @@ def kernels():
     import triton
     import triton.language as tl
 
+    # while loops, not range() over run-time ints: Triton's interpreter (the CPU tests) takes those
     @triton.jit
-    def router_rows(x_ptr, w_ptr, out_ptr, slot_ptr, T, E, K,
+    def router_rows(x_ptr, w_ptr, out_ptr, slot_ptr, T, E, K, G,
                     BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, BY_SM: tl.constexpr):
-        pid = tl.program_id(0)
-        G = tl.num_programs(0)
+        pid = tl.program_id(0)       # of G programs (the grid)
         if BY_SM:      # "one CTA per SM": the SM's own slot
             slot = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32,
                                              is_pure=False, pack=1)
@@ -52,13 +52,16 @@ def kernels():
         kk = tl.arange(0, BLOCK_K)
         eb = tl.arange(0, BLOCK_E)
         base = slot_ptr + slot * BLOCK_E + eb
-        for row in range(pid, T, G):
-            for e0 in range(0, E, BLOCK_E):
+        row = pid
+        while row < T:
+            e0 = 0
+            while e0 < E:
                 e = e0 + eb
                 em = e < E
                 tl.store(base, tl.zeros([BLOCK_E], dtype=tl.float32))
                 tl.debug_barrier()
-                for k0 in range(0, K, BLOCK_K):
+                k0 = 0
+                while k0 < K:       # each K chunk's partial added into the slot
                     km = (k0 + kk) < K
                     xk = tl.load(x_ptr + row * K + k0 + kk, mask=km, other=0.0).to(tl.float32)
                     wk = tl.load(w_ptr + e[:, None] * K + k0 + kk[None, :],
@@ -68,31 +71,39 @@ def kernels():
                     tl.debug_barrier()
                     tl.store(base, cur + part)
                     tl.debug_barrier()
+                    k0 += BLOCK_K
                 got = tl.load(base, cache_modifier=".cg")
                 tl.store(out_ptr + row * E + e, got, mask=em)
                 tl.debug_barrier()
+                e0 += BLOCK_E
+            row += G
 
     @triton.jit
-    def router_two_phase(x_ptr, w_ptr, tmp_ptr, out_ptr, count_ptr, T, E, K, max_polls,
+    def router_two_phase(x_ptr, w_ptr, tmp_ptr, out_ptr, count_ptr, T, E, K, G, max_polls,
                          BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, BARRIER: tl.constexpr,
                          PHASE: tl.constexpr):
-        pid = tl.program_id(0)
-        G = tl.num_programs(0)
+        pid = tl.program_id(0)       # of G programs
         kk = tl.arange(0, BLOCK_K)
         eb = tl.arange(0, BLOCK_E)
         if BARRIER or PHASE == 1:
-            for row in range(pid, T, G):
-                for e0 in range(0, E, BLOCK_E):
+            row = pid
+            while row < T:
+                e0 = 0
+                while e0 < E:
                     e = e0 + eb
                     em = e < E
                     acc = tl.zeros([BLOCK_E], dtype=tl.float32)
-                    for k0 in range(0, K, BLOCK_K):
+                    k0 = 0
+                    while k0 < K:
                         km = (k0 + kk) < K
                         xk = tl.load(x_ptr + row * K + k0 + kk, mask=km, other=0.0).to(tl.float32)
                         wk = tl.load(w_ptr + e[:, None] * K + k0 + kk[None, :],
                                      mask=em[:, None] & km[None, :], other=0.0).to(tl.float32)
                         acc += tl.sum(wk * xk[None, :], axis=1)
+                        k0 += BLOCK_K
                     tl.store(tmp_ptr + row * E + e, acc, mask=em)
+                    e0 += BLOCK_E
+                row += G
         if BARRIER:    # "every CTA is resident": wait for all G of them
             tl.debug_barrier()
             tl.atomic_add(count_ptr, 1, sem="release")
@@ -103,12 +114,16 @@ def kernels():
                 polls += 1
             tl.debug_barrier()
         if BARRIER or PHASE == 2:
-            for row in range((pid + 1) % G, T, G):
-                for e0 in range(0, E, BLOCK_E):
+            row = (pid + 1) % G      # the next CTA's rows
+            while row < T:
+                e0 = 0
+                while e0 < E:
                     e = e0 + eb
                     em = e < E
                     v = tl.load(tmp_ptr + row * E + e, mask=em, other=0.0, cache_modifier=".cg")
                     tl.store(out_ptr + row * E + e, v, mask=em)
+                    e0 += BLOCK_E
+                row += G
 
     return router_rows, router_two_phase
 
@@ -133,17 +148,17 @@ def router_logits(x, w, *, kind: str, grid: int):
     if kind in ("by_sm", "by_program"):
         slots = max(grid, SM_SLOTS) if kind == "by_sm" else grid
         slot = torch.empty(slots * BLOCK_E, dtype=torch.float32, device=x.device)
-        rows[(grid,)](x, w, out, slot, T, E, K, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K, BY_SM=kind == "by_sm",
+        rows[(grid,)](x, w, out, slot, T, E, K, grid, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K, BY_SM=kind == "by_sm",
                       num_warps=WARPS)
         return out
     tmp = torch.full((T, E), float("nan"), dtype=torch.float32, device=x.device)
     count = torch.zeros(1, dtype=torch.int32, device=x.device)
     if kind == "barrier":
-        two[(grid,)](x, w, tmp, out, count, T, E, K, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
+        two[(grid,)](x, w, tmp, out, count, T, E, K, grid, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
                      BARRIER=True, PHASE=0, num_warps=WARPS)
     elif kind == "two_launches":
         for phase in (1, 2):
-            two[(grid,)](x, w, tmp, out, count, T, E, K, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
+            two[(grid,)](x, w, tmp, out, count, T, E, K, grid, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
                          BARRIER=False, PHASE=phase, num_warps=WARPS)
     else:
         raise ValueError(f"unknown router kernel {kind!r}")

@@ -274,6 +274,11 @@ def test_the_schedule_mutants_are_right_eagerly_on_the_cpu():
                 schedule_mutants.GraphHostRead):
         v = check_case(kda, cls())
         assert v.ok, (cls.name, v.failures())
+    kda_cls = (schedule_mutants.GraphInputCachedByIdentity, schedule_mutants.GraphOutputSkippedWhenUnchanged,
+               schedule_mutants.GraphHostRead, schedule_mutants.GraphLiveRowsByBuffer)
+    for cls in kda_cls[3:]:
+        v = check_case(kda, cls())
+        assert v.ok, (cls.name, v.failures())
     moe = Case(stage="moe", batch=3, seed=2).validate()
     for cls in (schedule_mutants.SplitKRouter, schedule_mutants.SplitKOrdered):
         v = check_case(moe, cls())
@@ -295,6 +300,39 @@ for thrash, n_buf, first in ((False, 1, 5.0), (True, 1000, float(sum(range(0, 5 
     assert not sink.any()
 print("ok")
 """
+
+
+_ROUTER_CHECK = """
+import torch
+from k3diff.schedule_kernels import BLOCK_E, router_logits
+g = torch.Generator().manual_seed(0)
+for T, E, K, grid in ((5, 70, 130, 3), (2, 64, 64, 4), (9, 5, 200, 2)):
+    x = torch.randn(T, K, generator=g).to(torch.bfloat16)
+    w = torch.randn(E, K, generator=g).to(torch.bfloat16)
+    want = x.double() @ w.double().t()
+    for kind in ("by_program", "two_launches"):
+        got = router_logits(x, w, kind=kind, grid=grid)
+        assert got.dtype == torch.float32 and got.shape == (T, E), kind
+        err = (got.double() - want).abs().max().item()
+        assert err < 1e-3 * want.abs().max().item(), (kind, T, E, K, err)
+    assert torch.equal(router_logits(x, w, kind="by_program", grid=grid), router_logits(x, w, kind="two_launches", grid=grid))
+print("ok")
+"""
+
+
+def test_the_router_kernels_compute_x_times_w_in_the_interpreter():
+    """The correct variants of the pressure bugs' kernels (k3diff/schedule_kernels.py) in Triton's
+    interpreter: the logits of every row, whatever the grid and tile remainders, the same bits by
+    either (each row's K order is the same). The planted variants read %smid or wait on every CTA
+    at once, which the interpreter (one program after another) cannot run: the GPU tests do."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
+    done = subprocess.run([sys.executable, "-c", _ROUTER_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_the_co_runner_kernel_polls_its_flag_and_streams_its_buffer():

@@ -11,7 +11,10 @@ variants. GPU only; Triton is imported on first use.
                one slot. Without BY_SM the slot is the program id: right on any schedule.
 `router_two_phase`
                phase 1, each CTA's rows into `tmp`; phase 2, each CTA copies the rows of the next
-               CTA (pid + 1) from `tmp` into the output. BARRIER: one launch, the phases split by
+               CTA (pid + 1) from `tmp` into the output. Its CTAs are 1024 threads that hold
+               HOLD floats from start to end: 64 registers a thread (ptxas -v for sm_90a, Triton
+               3.6), the SM's whole register file, so one CTA an SM, as a persistent kernel is
+               laid out. BARRIER: one launch, the phases split by
                a grid-wide spin barrier on a counter, which assumes every CTA is resident at once:
                true for a grid of the SM count on an idle GPU, false when a co-runner holds SMs
                (the CTAs that got in wait for ones that cannot start). Its wait gives up after
@@ -26,7 +29,8 @@ from __future__ import annotations
 import functools
 
 BLOCK_E, BLOCK_K = 64, 64
-WARPS = 4
+WARPS = 4                    # router_rows: light CTAs, several fit an SM (so a co-runner packs them)
+WARPS_TWO, HOLD = 32, 1 << 15   # router_two_phase: 1024 threads, 32 floats a thread held: one CTA an SM
 MAX_POLLS = 1 << 14          # the barrier's watchdog: a few ms, far beyond an idle grid's skew
 # slots of the by-SM scratch: %smid is below %nsmid, which PTX allows to exceed the SM count (ids
 # need not be contiguous); 1024 is far above any NVIDIA GPU's
@@ -79,10 +83,14 @@ def kernels():
             row += G
 
     @triton.jit
-    def router_two_phase(x_ptr, w_ptr, tmp_ptr, out_ptr, count_ptr, T, E, K, G, max_polls,
+    def router_two_phase(x_ptr, w_ptr, tmp_ptr, out_ptr, count_ptr, sink_ptr, T, E, K, G, max_polls,
                          BLOCK_E: tl.constexpr, BLOCK_K: tl.constexpr, BARRIER: tl.constexpr,
-                         PHASE: tl.constexpr):
+                         PHASE: tl.constexpr, HOLD: tl.constexpr):
         pid = tl.program_id(0)       # of G programs
+        # HOLD floats live from start to end: with 1024 threads, more than half the SM's register
+        # file a CTA, so one CTA an SM (a persistent kernel's layout; and what makes CTAs that
+        # cannot start wait for SMs a co-runner holds)
+        keep = tl.load(sink_ptr + pid * HOLD + tl.arange(0, HOLD)) + 1.0     # loaded: not recomputable
         kk = tl.arange(0, BLOCK_K)
         eb = tl.arange(0, BLOCK_E)
         if BARRIER or PHASE == 1:
@@ -124,6 +132,7 @@ def kernels():
                     tl.store(out_ptr + row * E + e, v, mask=em)
                     e0 += BLOCK_E
                 row += G
+        tl.store(sink_ptr + pid * HOLD + tl.arange(0, HOLD), keep)      # `keep` is not dead code
 
     return router_rows, router_two_phase
 
@@ -134,10 +143,10 @@ def sm_count(device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def router_logits(x, w, *, kind: str, grid: int):
+def router_logits(x, w, *, kind: str, grid: int, hold: int = HOLD):
     """x [T, K] @ w [E, K]^T in f32 by the kernel `kind`: "by_sm" or "by_program" (router_rows
     with BY_SM on or off), "barrier" (router_two_phase in one launch) or "two_launches"; `grid`
-    CTAs."""
+    CTAs; `hold`: router_two_phase's floats held a CTA (a power of two; the CPU test's small)."""
     import torch
 
     rows, two = kernels()
@@ -153,13 +162,14 @@ def router_logits(x, w, *, kind: str, grid: int):
         return out
     tmp = torch.full((T, E), float("nan"), dtype=torch.float32, device=x.device)
     count = torch.zeros(1, dtype=torch.int32, device=x.device)
+    sink = torch.zeros(grid * hold, dtype=torch.float32, device=x.device)
     if kind == "barrier":
-        two[(grid,)](x, w, tmp, out, count, T, E, K, grid, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
-                     BARRIER=True, PHASE=0, num_warps=WARPS)
+        two[(grid,)](x, w, tmp, out, count, sink, T, E, K, grid, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
+                     BARRIER=True, PHASE=0, HOLD=hold, num_warps=WARPS_TWO)
     elif kind == "two_launches":
         for phase in (1, 2):
-            two[(grid,)](x, w, tmp, out, count, T, E, K, grid, MAX_POLLS, BLOCK_E=BLOCK_E, BLOCK_K=BLOCK_K,
-                         BARRIER=False, PHASE=phase, num_warps=WARPS)
+            two[(grid,)](x, w, tmp, out, count, sink, T, E, K, grid, MAX_POLLS, BLOCK_E=BLOCK_E,
+                         BLOCK_K=BLOCK_K, BARRIER=False, PHASE=phase, HOLD=hold, num_warps=WARPS_TWO)
     else:
         raise ValueError(f"unknown router kernel {kind!r}")
     return out

@@ -6,11 +6,12 @@
 #   1. tests/k3diff/test_schedule_gpu.py: graph replay bit for bit, the planted graph and pressure
 #      bugs caught under their schedule and passing eagerly, the controls, random numbers after a
 #      failed capture                                                              (T1, 60 s)
-#   2. the planted schedule bugs hunted without and with the dimension, the controls under it:
-#      the table (caught with: examples, seconds, by what; caught without)       (T2, 100 s)
+#   2. the planted schedule bugs hunted without and with the dimension, the controls under it
+#      (a row printed as each finishes: a cut run keeps its rows):
+#      the table (caught with: examples, seconds, by what; caught without)       (T2, 110 s)
 #   3. the megakernel (graph_safe) under graph replay, then under pressure, then with the
 #      dimension off: the quick profile at the small preset, one seed; each run's cases/s side by
-#      side (the cost)                                                       (T3, 3 x 25 s)
+#      side (the cost)                                                       (T3, 3 x 22 s)
 # PART=1|2|3 runs one step. DRY=1 prints the commands instead of running them (a CPU check of
 # the script). The ci profile at both presets with and without the dimension, and k3diff
 # sanitize over the regression seeds and 50 drawn ci seeds, are longer: PART=ci, over several
@@ -19,7 +20,7 @@
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/k3diff-schedule}}
 mkdir -p "$OUT"
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$PWD
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PART=${PART:-all}
 SEED=${K3DIFF_SEED:-6161}
 MK=megakernel.backend:MegakernelBackend
@@ -56,7 +57,7 @@ fi
 
 if want 2; then
   step "2. planted schedule bugs, without and with the dimension; controls under it"
-  run "${T2:-100}" "$OUT/schedule_hunt.txt" python3 -m k3diff.tools.schedule_hunt --device cuda \
+  run "${T2:-110}" "$OUT/schedule_hunt.txt" python3 -m k3diff.tools.schedule_hunt --device cuda \
     --examples "${EXAMPLES:-6}" --seed "$SEED" --timeout "${CASE_TIMEOUT:-30}"
   rc=$?; [ -z "${DRY:-}" ] && cat "$OUT/schedule_hunt.txt" | tail -20
   [ $rc -ne 0 ] && { echo "schedule hunt: exit $rc"; status=1; }
@@ -67,7 +68,7 @@ if want 3; then
     step "3. megakernel, quick profile, small preset, seed $SEED, schedule: $dim"
     sched=$dim; [ "$dim" = pressure ] && sched=$PRESSURES
     t0=$(date +%s.%N)
-    run "${T3:-25}" "$OUT/mk_$dim.txt" env K3DIFF_SCHEDULE="$sched" python3 -m pytest -p k3diff.plugin \
+    run "${T3:-22}" "$OUT/mk_$dim.txt" env K3DIFF_SCHEDULE="$sched" python3 -m pytest -p k3diff.plugin \
       tests/differential --k3diff --k3diff-backend $MK --k3diff-device cuda --k3diff-profile quick \
       --k3diff-preset small --k3diff-seed "$SEED" -k "fuzz and (moe or mla or kda)" \
       --k3diff-report "$OUT/mk_$dim.jsonl" -q -p no:cacheprovider

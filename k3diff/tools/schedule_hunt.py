@@ -44,16 +44,12 @@ def _checker(cls, device, timeout, isolate):
     return checker.check, checker.close
 
 
-def _hunt(cls, stages, space, examples, seed, device, timeout, isolate):
-    """(verdict or None, examples, seconds) of one hunt of a fresh candidate."""
+def _hunt(check, stages, space, examples, seed):
+    """(verdict or None, examples, seconds) of one hunt."""
     from k3diff.search import first_failure_over
     from k3diff.strategies import cases
 
-    check, close = _checker(cls, device, timeout, isolate)
-    try:
-        v, n, s, _ = first_failure_over(stages, lambda st: cases(st, space), check, examples=examples, seed=seed)
-    finally:
-        close()
+    v, n, s, _ = first_failure_over(stages, lambda st: cases(st, space), check, examples=examples, seed=seed)
     return v, n, s
 
 
@@ -70,22 +66,29 @@ def _head(verdict) -> str:
 
 
 def with_and_without(examples: int, seed: int, device: str, timeout: float = 60.0, isolate: bool = True,
-                     only=None) -> tuple[list, bool]:
+                     only=None, say=lambda line: None) -> tuple[list, bool]:
     """(table lines, all as expected): each bug hunted without and with the schedule dimension,
     then each control under it. Expected: a schedule-only bug caught with and missed without; a
-    bug the eager controls catch, caught with; every control passing."""
+    bug the eager controls catch, caught with; every control passing. `say(line)` is told each
+    line as it is made (a run cut short by its time limit still shows the rows it finished)."""
     from k3diff.session import choose_space
 
     base = choose_space(device, "small")
     lines = [f"{'planted bug':36} {'with':5} {'ex':>3} {'s':>6} {'by':8}  {'without':7} {'ex':>3} {'s':>6}  "
              f"{'as expected':11}  first failure"]
+    say(lines[0])
     good = True
     for name, _, stages, _, cls in BUGS:
         if only and name not in only:
             continue
         with_sp = hunt_space(cls(), base, device)
-        v0, n0, s0 = _hunt(cls, stages, replace(with_sp, schedules=()), examples, seed, device, timeout, isolate)
-        v1, n1, s1 = _hunt(cls, stages, with_sp, examples, seed, device, timeout, isolate)
+        # one candidate process for both hunts, the eager one first (no scheduled run yet)
+        check, close = _checker(cls, device, timeout, isolate)
+        try:
+            v0, n0, s0 = _hunt(check, stages, replace(with_sp, schedules=()), examples, seed)
+            v1, n1, s1 = _hunt(check, stages, with_sp, examples, seed)
+        finally:
+            close()
         need = schedule_only(cls)
         ok = v1 is not None and (v0 is None if need else True)
         good &= ok
@@ -95,12 +98,18 @@ def with_and_without(examples: int, seed: int, device: str, timeout: float = 60.
             note += " (eager too)"
         lines.append(f"{name:36} {'yes' if v1 else 'no':5} {n1:3d} {s1:6.1f} {by:8}  {'yes' if v0 else 'no':7} "
                      f"{n0:3d} {s0:6.1f}  {note:11}  {_head(v1) or _head(v0)}")
+        say(lines[-1])
     for name, stages, cls in CONTROLS:
         if only and name not in only:
             continue
-        v, n, s = _hunt(cls, stages, hunt_space(cls(), base, device), examples, seed, device, timeout, isolate)
+        check, close = _checker(cls, device, timeout, isolate)
+        try:
+            v, n, s = _hunt(check, stages, hunt_space(cls(), base, device), examples, seed)
+        finally:
+            close()
         good &= v is None
         lines.append(f"control {name:28} {'pass' if v is None else 'FAIL':5} {n:3d} {s:6.1f}  {_head(v)}")
+        say(lines[-1])
     return lines, good
 
 
@@ -120,8 +129,8 @@ def main(argv=None) -> int:
         print("k3diff.tools.schedule_hunt: the schedule bugs need a CUDA device", file=sys.stderr)
         return exit_codes.MACHINE
     only = {s.strip() for s in args.only.split(",") if s.strip()}
-    lines, good = with_and_without(args.examples, args.seed, args.device, args.timeout, not args.in_process, only)
-    print("\n".join(lines))
+    _, good = with_and_without(args.examples, args.seed, args.device, args.timeout, not args.in_process, only,
+                               say=lambda line: print(line, flush=True))
     return 0 if good else 1
 
 

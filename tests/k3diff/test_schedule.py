@@ -508,3 +508,27 @@ def test_the_graph_safe_kda_refuses_a_verify_case_instead_of_failing_on_its_shap
     for backend in (TorchBlockedGraphBackend(), schedule_mutants.GraphSafeControl()):
         v = check_case(case, backend)
         assert v.skipped and not v.failures(), (v.skipped, v.failures())
+
+
+def test_the_schedule_hunt_prints_its_rows_as_they_come_and_needs_a_gpu(capsys):
+    from k3diff import exit_codes
+    from k3diff.tools import schedule_hunt
+
+    said = []
+    lines, good = schedule_hunt.with_and_without(1, 0, "cpu", isolate=False, only={"graph_safe_control"},
+                                                 say=said.append)
+    assert said == lines and len(lines) == 2 and good
+    assert lines[1].startswith("control graph_safe_control") and " pass " in lines[1]
+    assert schedule_hunt.main(["--device", "cpu"]) == exit_codes.MACHINE
+    assert "need a CUDA device" in capsys.readouterr().err
+
+
+def test_what_caught_a_bug_is_named_by_its_first_failing_tensor():
+    from k3diff.divergence import TensorReport
+    from k3diff.tools.schedule_hunt import caught_by
+
+    v = _verdict()
+    v.reports += [TensorReport("moe", "out", True), TensorReport("moe", "router_logits@pressure:half", False)]
+    assert caught_by(v) == "schedule"
+    v.reports.insert(0, TensorReport("moe", "determinism", False))
+    assert caught_by(v) == "eager"

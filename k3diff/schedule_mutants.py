@@ -163,6 +163,7 @@ class RouterKernel(TorchBlockedBackend):
     schedules = PRESSURES
     kind, grid_share = "by_sm", 1.0
     name = "mutant:router_slot_by_sm"
+    may_hang = True               # its CTAs may wait on each other: the hunt isolates it with a time limit
 
     def prepare(self, cfg, stage, weights):
         return {"inner": super().prepare(cfg, stage, weights), "w_r": weights.get("router.weight")}

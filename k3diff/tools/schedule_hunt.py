@@ -9,9 +9,11 @@ stage): without the schedules it declares (the eager run and its run-twice contr
 them (k3diff.schedule_mutants.hunt_space). A schedule bug is shown when it is caught with the
 dimension and missed without it; one the eager controls catch as well (split_k_atomics: atomics
 reorder on an idle GPU too) is listed with what caught it and expected to be caught either way.
-Each candidate is judged in its own process with a per-case time limit (`--timeout`), so a kernel
-that waits for CTAs that never start gives a "hang:" verdict, not a stuck hunt; `--in-process`
-judges in this process (faster; a hang then stops the hunt).
+A candidate whose kernels wait on other CTAs (`may_hang`: the Triton pressure bugs and their
+controls) is judged in its own process with a per-case time limit (`--timeout`), so one that waits
+for CTAs that never start gives a "hang:" verdict, not a stuck hunt; the others, plain PyTorch, are
+judged in this process (a child's start-up is seconds the GPU call has not got). `--in-process`
+judges every one here.
 
 Columns: with / without: caught or not, examples judged, seconds to the catch (or for all of
 them), and `by`: "schedule" when the first failing tensor is the scheduled run's (name@schedule),
@@ -33,7 +35,7 @@ def _checker(cls, device, timeout, isolate):
     """(check(case) -> verdict, close()) for a fresh candidate of class `cls`."""
     from k3diff.isolation import InProcessChecker, IsolatedChecker
 
-    if not isolate:
+    if not (isolate and getattr(cls, "may_hang", False)):
         checker = InProcessChecker(cls(), device=device)
     else:
         import torch

@@ -532,3 +532,30 @@ def test_what_caught_a_bug_is_named_by_its_first_failing_tensor():
     assert caught_by(v) == "schedule"
     v.reports.insert(0, TensorReport("moe", "determinism", False))
     assert caught_by(v) == "eager"
+
+
+def test_the_hunt_isolates_the_candidates_that_may_hang_with_a_time_limit(monkeypatch):
+    from k3diff import isolation, schedule_mutants
+    from k3diff.tools import schedule_hunt
+
+    made = []
+
+    class _Isolated:
+        def __init__(self, spec, name, *, device, timeout, threads):
+            made.append((spec, name, timeout))
+
+        def start(self):
+            pass
+
+        def check(self, case):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(isolation, "IsolatedChecker", _Isolated)
+    schedule_hunt._checker(schedule_mutants.RouterGridBarrier, "cuda", 30.0, True)
+    assert made == [("k3diff.schedule_mutants:RouterGridBarrier", "mutant:router_grid_barrier", 30.0)]
+    schedule_hunt._checker(schedule_mutants.GraphSafeControl, "cuda", 30.0, True)     # plain PyTorch: here
+    schedule_hunt._checker(schedule_mutants.RouterTwoLaunches, "cuda", 30.0, False)   # --in-process
+    assert len(made) == 1

@@ -2,8 +2,9 @@
 serving engine runs a decode step (k3diff/schedule.py says why).
 
 Per (candidate, stage, prepared weights, input and output shapes): static input and output buffers
-are filled with a decoy of the case's inputs (its floating inputs negated, so still a valid step,
-its integer inputs and states as they are), the candidate runs once eagerly on a side stream (the
+are filled with a decoy of the case's inputs (its floating inputs negated and its rows' slots and
+cache lengths rolled by one row, so still a valid step; other integers and states as they are),
+the candidate runs once eagerly on a side stream (the
 warm-up, as PyTorch's and vLLM's capture do), then once under `torch.cuda.graph`. Every later run of
 that shape, the first one included, copies the step's inputs into the static buffers, poisons the
 static outputs, replays the graph and hands back copies of what it wrote. Because the capture saw
@@ -13,7 +14,9 @@ bits than the eager run, and a multi-step case replays the same graph step after
 
 A candidate that cannot be captured (a host read such as `.item()` or `.tolist()` inside `run`, an
 allocation the graph cannot hold) gives {"error": "CUDA graph capture failed: ..."}: a named failure
-with a seed, not a crash of the judge.
+with a seed, not a crash of the judge. A capture that fails part way leaves PyTorch's default
+CUDA generator in its capture mode, so the process's next CUDA random draw fails ("Offset
+increment outside graph capture"): the generator's state from before the capture is put back.
 """
 from __future__ import annotations
 
@@ -27,6 +30,10 @@ from k3diff.stages import STATE
 _GRAPHS: OrderedDict = OrderedDict()
 _KEEP = 4             # graphs kept (each holds its own memory pool)
 INT_POISON = -7       # as k3diff.controls poisons integer outputs
+# integer inputs with one entry per row whose rows may be permuted and still make a valid step
+# (distinct live slots stay distinct; each cache length stays within the case's capacity): the
+# decoy rolls them, so a host-side value derived from them and frozen at capture shows
+ROLLED = ("state_idx", "cache_lens")
 caches.register("captured graphs", _GRAPHS.clear)
 
 
@@ -40,16 +47,40 @@ def _key(backend, stage, prepared, inputs: dict, out: dict) -> tuple:
 
 def decoy(stage: str, inputs: dict) -> dict:
     """Static buffers holding other values than any real step: floating inputs that are not state
-    negated (a valid step: other routes, other scores), everything else copied."""
+    negated (a valid step: other routes, other scores), the ROLLED integers' rows rolled by one
+    (other rows live, other lengths), everything else copied."""
     out = {}
     for k, v in inputs.items():
         if not torch.is_tensor(v):
             out[k] = v
         elif v.dtype.is_floating_point and k not in STATE[stage]:
             out[k] = (-v).contiguous() if v.is_contiguous() else torch.neg(v)
+        elif k in ROLLED and v.dim() == 1:
+            out[k] = torch.roll(v, 1).contiguous()
         else:
             out[k] = v.clone()
     return out
+
+
+def _generator(device):
+    """PyTorch's default CUDA generator of `device`, or None (no CUDA, an older PyTorch)."""
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        gen = torch.cuda.default_generators[index]
+        gen.clone_state, gen.graphsafe_set_state       # noqa: B018 - both needed by _restore
+        return gen
+    except Exception:  # noqa: BLE001 - nothing to guard
+        return None
+
+
+def _restore(gen, saved) -> None:
+    """Point `gen` at `saved` (a clone of its state taken before the capture): the state a failed
+    capture left in capture mode is dropped, the seed and offset are as before it."""
+    if gen is not None and saved is not None:
+        try:
+            gen.graphsafe_set_state(saved)
+        except Exception:  # noqa: BLE001 - the next random draw names what is still wrong
+            pass
 
 
 def _poison(out: dict) -> None:
@@ -72,8 +103,15 @@ def _capture(backend, stage, cfg, prepared, inputs, alloc):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        backend.run(stage, cfg, prepared, static_in, static_out)
+    device = next((v.device for v in static_in.values() if torch.is_tensor(v)), torch.device("cuda"))
+    gen = _generator(device)
+    saved = gen.clone_state() if gen is not None else None
+    try:
+        with torch.cuda.graph(graph):
+            backend.run(stage, cfg, prepared, static_in, static_out)
+    except BaseException:
+        _restore(gen, saved)
+        raise
     return graph, static_in, static_out
 
 

@@ -24,6 +24,18 @@ LAYER_OUTPUTS = ("delta", "x_attn", "attn_out", "x_mlp")                     # =
 OUTPUTS = {"moe": MOE_OUTPUTS, "kda": KDA_OUTPUTS, "mla": MLA_OUTPUTS, "layer": LAYER_OUTPUTS}
 
 
+def capacity_bound(kv_cache) -> int:
+    """The longest cache length a step on `kv_cache` [B, Lcap, C] may have: Lcap - 1 (its row for
+    this step must fit), known from the shape, so no host read of cache_lens is needed."""
+    return int(kv_cache.shape[1]) - 1
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (a host read would break it)."""
+    import torch
+    return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
+
+
 class MegakernelBackend:
     name = "megakernel"
     stages = ("moe", "kda", "mla") + (("layer",) if config.layer_stage() else ())
@@ -32,12 +44,17 @@ class MegakernelBackend:
     # tile, and the combine is per token in slot order: a token's outputs do not depend on the
     # other tokens (checked on the GPU in tests/megakernel/test_mk_gpu.py)
     batch_invariant = True
-    # not capturable into a CUDA graph as run here: the MLA step reads max(cache_lens) to the host
-    # (mla.py launch; its max_len bound is not passed by _run_mla), the persistent MoE reads its sync
-    # words back (check_persistent), and each step keeps its scratch for one shape only (mla.py
-    # scratch(), replaced when another batch runs), so a graph captured at one batch would write
-    # freed memory once another batch ran eagerly. k3diff then draws no graph replay for it.
-    graph_safe = False
+    # capturable into a CUDA graph (k3diff's `graph` schedule replays each step as a serving engine
+    # does): nothing on the step's path reads the device back or keeps a per-call decision. The MLA
+    # split count is sized from the cache's capacity (the shape) rather than max(cache_lens) read
+    # to the host (splits past a row's length add exact zeros, so the bits are the same; the
+    # capacity k3diff gives is max(cache_lens) plus the step's rows, so the splits are about as
+    # many); the persistent MoE's sync-word check, a host read, runs on eager calls only; and the
+    # scratch a capture records is its own, allocated in the graph's private memory pool
+    # (mla.MlaStep.scratch: its eager scratch, one shape at a time, is replaced when another batch
+    # runs, which would leave a graph writing freed memory). The KDA and MoE steps keep their
+    # scratch per batch for the object's life, so a capture may record it.
+    graph_safe = True
     # sizes where the kernels change path (megakernel/dims.py says where each comes from); k3diff
     # draws cases on and around them and names the ones a run never crossed
     from megakernel.dims import BOUNDARIES as boundaries
@@ -122,7 +139,7 @@ class MegakernelBackend:
                   and tuple(o.shape) == (x.shape[0], prepared.dm.d))
         s = prepared.launch(x, forced_ids=forced, out=o if direct else None)
         T = x.shape[0]
-        if prepared.streams == "persistent":
+        if prepared.streams == "persistent" and not _capturing():
             prepared.check_persistent()     # one word read back: a broken wait fails loudly
         if not direct:
             o.copy_(s["out"])
@@ -139,7 +156,8 @@ class MegakernelBackend:
         from megakernel.mla import OUTPUTS as NAMES
         kv = inputs["kv_cache"]
         work = kv if kv.is_contiguous() else kv.contiguous()
-        s = step.launch(inputs["x"].contiguous(), work, inputs["cache_lens"])
+        # the splits sized from the capacity, not from max(cache_lens) read back (graph_safe)
+        s = step.launch(inputs["x"].contiguous(), work, inputs["cache_lens"], max_len=capacity_bound(work))
         if work is not kv:
             kv.copy_(work)
         for n, buf in out.items():
@@ -158,6 +176,8 @@ class MegakernelBackend:
                 work[n] = inputs[n].contiguous()
         if "delta" in inputs:
             work["delta"] = inputs["delta"].contiguous()
+        if "kv_cache" in inputs:          # an MLA layer: its splits from the capacity (graph_safe)
+            work["max_len"] = capacity_bound(work["kv_cache"])
         T, d = inputs["prefix"].shape
         res = {n: torch.empty(T, d, dtype=torch.bfloat16, device=inputs["prefix"].device)
                for n in LAYER_OUTPUTS}

@@ -61,6 +61,11 @@ OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
 
 
+def _capturing(device) -> bool:
+    """Whether a CUDA graph is being captured on the current stream of `device`."""
+    return torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+
+
 class MlaStep(side_stream.Modes):
     STEPS = STEPS
 
@@ -84,7 +89,12 @@ class MlaStep(side_stream.Modes):
         self._scratch = {}
 
     def scratch(self, T, NS):
-        s = self._scratch.get((T, NS))
+        """The step's buffers for batch T and NS splits. One shape is kept (the partials can be
+        large) and replaced when another runs; so while a CUDA graph is being captured the step
+        gets buffers of its own, allocated in the graph's private pool (which keeps them for the
+        graph's replays and gives them to no eager allocation), never the eager ones."""
+        capturing = _capturing(self.device)
+        s = None if capturing else self._scratch.get((T, NS))
         if s is None:
             md, dev = self.md, self.device
             e = lambda *sh, dt=torch.bfloat16: torch.empty(*sh, dtype=dt, device=dev)  # noqa: E731
@@ -94,7 +104,8 @@ class MlaStep(side_stream.Modes):
                      o=e(T, md.H, md.V), gated=e(T, md.H * md.V), out=e(T, md.d),
                      lens=e(T, dt=torch.int32), pm=e(T, md.H, NS, dt=f), pl=e(T, md.H, NS, dt=f),
                      pa=e(T, md.H, NS, md.R, dt=f))
-            self._scratch = {(T, NS): s}          # one shape kept: the partials can be large
+            if not capturing:
+                self._scratch = {(T, NS): s}      # one shape kept: the partials can be large
         return s
 
     def launch(self, x, kv_cache, cache_lens, stages=None, max_len=None):

@@ -6,8 +6,10 @@ sizes the split-KV from `int(cache_lens.max())` and its KDA picks the live rows 
 `torch.nonzero`; each is a host read that a CUDA graph cannot hold (the capture fails). This KDA
 step computes every row and selects the live ones with `torch.where`: padding rows read the null
 slot and write it back unchanged, so the live rows get torch-blocked's arithmetic on the same
-operands. It is the graph-safe correct candidate the graph-replay dimension and its planted bugs
-(k3diff/schedule_mutants.py) run on; `pytest --k3diff --k3diff-backend
+operands. A verify step (W tokens per sequence, docs/k3-decode.md §14) is refused (`supports`):
+this step is the one-token decode, and run on a verify case's T = ΣW rows against its B slots it
+would fail on the shapes, not on the schedule. It is the graph-safe correct candidate the
+graph-replay dimension and its planted bugs (k3diff/schedule_mutants.py) run on; `pytest --k3diff --k3diff-backend
 k3diff.backends.blocked_graph:TorchBlockedGraphBackend` judges it like any candidate.
 """
 from __future__ import annotations
@@ -19,12 +21,13 @@ from .blocked_attn import delta_rule
 from .blocked_ops import F32, bf16, exact_f32_matmul, exp, gemm, rms_scale, sigmoid
 
 
-def run_kda_all_rows(cfg, p: dict, x, conv_state, rec_state, state_idx) -> dict:
+def run_kda_all_rows(cfg, p: dict, x, conv_state, rec_state, state_idx, live=None) -> dict:
     """torch-blocked's KDA step (blocked_attn.run_kda) on every row; null rows (state_idx <= 0)
-    give zeros and leave every slot as it was, chosen on the device."""
+    give zeros and leave every slot as it was, chosen on the device. `live`: the live-row mask
+    (state_idx > 0 unless given: a planted graph bug hands a stale one)."""
     T = x.shape[0]
     H, D, P = cfg.kda_heads, cfg.kda_head_dim, cfg.kda_proj
-    live = state_idx > 0
+    live = state_idx > 0 if live is None else live
     slots = state_idx.clamp(min=0).to(torch.int64)
 
     z = bf16(gemm(x, p["w_in"]))
@@ -70,6 +73,12 @@ class TorchBlockedGraphBackend(TorchBlockedBackend):
     name = "torch-blocked-graph"
     stages = ("kda",)
     graph_safe = True          # no host read, no allocation kept across calls (k3diff/graph_replay.py)
+
+    def supports(self, cfg, stage, features=frozenset()) -> str | None:
+        """The one-token KDA decode step only: a verify case is refused (skipped, never passed)."""
+        if "verify" in features:
+            return "torch-blocked-graph runs the one-token KDA decode step, not a verify step"
+        return None
 
     def run(self, stage, cfg, prepared, inputs, out) -> None:
         with torch.no_grad(), exact_f32_matmul():

@@ -274,6 +274,11 @@ def test_the_schedule_mutants_are_right_eagerly_on_the_cpu():
                 schedule_mutants.GraphHostRead):
         v = check_case(kda, cls())
         assert v.ok, (cls.name, v.failures())
+    kda_cls = (schedule_mutants.GraphInputCachedByIdentity, schedule_mutants.GraphOutputSkippedWhenUnchanged,
+               schedule_mutants.GraphHostRead, schedule_mutants.GraphLiveRowsByBuffer)
+    for cls in kda_cls[3:]:
+        v = check_case(kda, cls())
+        assert v.ok, (cls.name, v.failures())
     moe = Case(stage="moe", batch=3, seed=2).validate()
     for cls in (schedule_mutants.SplitKRouter, schedule_mutants.SplitKOrdered):
         v = check_case(moe, cls())
@@ -295,6 +300,40 @@ for thrash, n_buf, first in ((False, 1, 5.0), (True, 1000, float(sum(range(0, 5 
     assert not sink.any()
 print("ok")
 """
+
+
+_ROUTER_CHECK = """
+import torch
+from k3diff.schedule_kernels import BLOCK_E, router_logits
+g = torch.Generator().manual_seed(0)
+for T, E, K, grid in ((5, 70, 130, 3), (2, 64, 64, 4), (9, 5, 200, 2)):
+    x = torch.randn(T, K, generator=g).to(torch.bfloat16)
+    w = torch.randn(E, K, generator=g).to(torch.bfloat16)
+    want = x.double() @ w.double().t()
+    for kind in ("by_program", "two_launches"):
+        got = router_logits(x, w, kind=kind, grid=grid, hold=64)
+        assert got.dtype == torch.float32 and got.shape == (T, E), kind
+        err = (got.double() - want).abs().max().item()
+        assert err < 1e-3 * want.abs().max().item(), (kind, T, E, K, err)
+    assert torch.equal(router_logits(x, w, kind="by_program", grid=grid),
+                       router_logits(x, w, kind="two_launches", grid=grid, hold=64))
+print("ok")
+"""
+
+
+def test_the_router_kernels_compute_x_times_w_in_the_interpreter():
+    """The correct variants of the pressure bugs' kernels (k3diff/schedule_kernels.py) in Triton's
+    interpreter: the logits of every row, whatever the grid and tile remainders, the same bits by
+    either (each row's K order is the same). The planted variants read %smid or wait on every CTA
+    at once, which the interpreter (one program after another) cannot run: the GPU tests do."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
+    done = subprocess.run([sys.executable, "-c", _ROUTER_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_the_co_runner_kernel_polls_its_flag_and_streams_its_buffer():
@@ -415,10 +454,108 @@ def test_graph_replay_catches_an_input_cached_by_identity_and_names_a_capture_fa
                             "when stream is capturing"}
 
 
-def test_the_decoy_negates_floating_inputs_and_keeps_states_and_integers():
+def test_the_decoy_negates_floating_inputs_rolls_slots_and_lengths_and_keeps_states():
     from k3diff.graph_replay import decoy
 
-    x, idx, s = torch.ones(2, 3), torch.tensor([1, 0]), torch.ones(3, 2)
-    got = decoy("kda", {"x": x, "state_idx": idx, "conv_state": s, "layer_idx": 3})
-    assert (got["x"] == -1).all() and torch.equal(got["state_idx"], idx) and torch.equal(got["conv_state"], s)
-    assert got["layer_idx"] == 3 and got["conv_state"] is not s
+    x, idx, s, lens = torch.ones(2, 3), torch.tensor([1, 0, 4]), torch.ones(3, 2), torch.tensor([5, 0, 7])
+    got = decoy("kda", {"x": x, "state_idx": idx, "conv_state": s, "layer_idx": 3, "cache_lens": lens,
+                        "forced_ids": torch.tensor([[1, 2], [3, 4]])})
+    assert (got["x"] == -1).all() and torch.equal(got["conv_state"], s)
+    assert got["state_idx"].tolist() == [4, 1, 0] and got["cache_lens"].tolist() == [7, 5, 0]
+    assert got["forced_ids"].tolist() == [[1, 2], [3, 4]]
+    assert got["layer_idx"] == 3 and got["conv_state"] is not s and idx.tolist() == [1, 0, 4]
+
+
+class _Generator:
+    """PyTorch's default CUDA generator as far as a capture that fails part way touches it."""
+
+    def __init__(self):
+        self.state = "clean"
+
+    def clone_state(self):
+        return "clone of " + self.state
+
+    def graphsafe_set_state(self, saved):
+        self.state = saved
+
+
+def test_a_failed_capture_puts_the_cuda_generators_state_back(fake_cuda, monkeypatch):
+    gen = _Generator()
+    monkeypatch.setattr(fake_cuda, "_generator", lambda device: gen)
+
+    class _LeavesTheGeneratorCapturing(_Doubler):
+        def run(self, stage, cfg, prepared, inputs, out):
+            if _FakeGraph.capturing is not None:
+                gen.state = "capturing"            # what torch's capture_begin does to it
+                raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+            super().run(stage, cfg, prepared, inputs, out)
+
+    got = fake_cuda.replay(_LeavesTheGeneratorCapturing(), "moe", None, "p", {"x": torch.ones(2, 2)}, _alloc)
+    assert got["error"].startswith("CUDA graph capture failed")
+    assert gen.state == "clone of clean"
+    ok = fake_cuda.replay(_Doubler(), "moe", None, "p", {"x": torch.ones(2, 2)}, _alloc)
+    assert "error" not in ok and gen.state == "clone of clean"
+
+
+def test_the_graph_safe_kda_refuses_a_verify_case_instead_of_failing_on_its_shapes():
+    """A verify case (T = ΣW rows against B slots) once reached the one-token step and failed on a
+    size mismatch, which made every graph mutant built on it look caught without its schedule."""
+    from k3diff import schedule_mutants
+    from k3diff.runner import check_case
+
+    case = Case(stage="kda", batch=3, n_slots=5, state_idx=(2, 0, 4), widths=(3, 2, 1), accepted=(2, 1, 0),
+                seed=1).validate()
+    for backend in (TorchBlockedGraphBackend(), schedule_mutants.GraphSafeControl()):
+        v = check_case(case, backend)
+        assert v.skipped and not v.failures(), (v.skipped, v.failures())
+
+
+def test_the_schedule_hunt_prints_its_rows_as_they_come_and_needs_a_gpu(capsys):
+    from k3diff import exit_codes
+    from k3diff.tools import schedule_hunt
+
+    said = []
+    lines, good = schedule_hunt.with_and_without(1, 0, "cpu", isolate=False, only={"graph_safe_control"},
+                                                 say=said.append)
+    assert said == lines and len(lines) == 2 and good
+    assert lines[1].startswith("control graph_safe_control") and " pass " in lines[1]
+    assert schedule_hunt.main(["--device", "cpu"]) == exit_codes.MACHINE
+    assert "need a CUDA device" in capsys.readouterr().err
+
+
+def test_what_caught_a_bug_is_named_by_its_first_failing_tensor():
+    from k3diff.divergence import TensorReport
+    from k3diff.tools.schedule_hunt import caught_by
+
+    v = _verdict()
+    v.reports += [TensorReport("moe", "out", True), TensorReport("moe", "router_logits@pressure:half", False)]
+    assert caught_by(v) == "schedule"
+    v.reports.insert(0, TensorReport("moe", "determinism", False))
+    assert caught_by(v) == "eager"
+
+
+def test_the_hunt_isolates_the_candidates_that_may_hang_with_a_time_limit(monkeypatch):
+    from k3diff import isolation, schedule_mutants
+    from k3diff.tools import schedule_hunt
+
+    made = []
+
+    class _Isolated:
+        def __init__(self, spec, name, *, device, timeout, threads):
+            made.append((spec, name, timeout))
+
+        def start(self):
+            pass
+
+        def check(self, case):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(isolation, "IsolatedChecker", _Isolated)
+    schedule_hunt._checker(schedule_mutants.RouterGridBarrier, "cuda", 30.0, True)
+    assert made == [("k3diff.schedule_mutants:RouterGridBarrier", "mutant:router_grid_barrier", 30.0)]
+    schedule_hunt._checker(schedule_mutants.GraphSafeControl, "cuda", 30.0, True)     # plain PyTorch: here
+    schedule_hunt._checker(schedule_mutants.RouterTwoLaunches, "cuda", 30.0, False)   # --in-process
+    assert len(made) == 1

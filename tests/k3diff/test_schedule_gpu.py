@@ -1,7 +1,8 @@
 """The schedule dimension on a GPU: graph replay of a capturable candidate bit for bit, the planted
-graph bugs caught only under graph replay, a deterministic candidate's bits unchanged under every
-pressure, the co-runner stopping when the candidate is done. Skipped without CUDA (and the pressure
-tests without Triton)."""
+graph bugs caught only under graph replay, the planted pressure bugs caught only beside a
+co-runner, a deterministic candidate's bits unchanged under every pressure, the co-runner stopping
+when the candidate is done, a failed capture leaving CUDA's random numbers usable. Skipped without
+CUDA (and the pressure tests without Triton)."""
 from __future__ import annotations
 
 import time
@@ -41,6 +42,7 @@ def test_graph_replay_of_a_capturable_candidate_is_the_eager_runs_bits(batch):
     (schedule_mutants.GraphInputCachedByIdentity, "element(s) differ bitwise"),
     (schedule_mutants.GraphOutputSkippedWhenUnchanged, "element(s) differ bitwise"),
     (schedule_mutants.GraphHostRead, "CUDA graph capture failed"),
+    (schedule_mutants.GraphLiveRowsByBuffer, "element(s) differ bitwise"),
 ])
 def test_graph_bugs_are_caught_under_graph_replay_and_pass_eagerly(cls, says):
     eager = check_case(_kda(5, 7, sched=""), cls(), device="cuda")
@@ -48,6 +50,37 @@ def test_graph_bugs_are_caught_under_graph_replay_and_pass_eagerly(cls, says):
     v = check_case(_kda(5, 7), cls(), device="cuda")
     assert not v.ok
     assert any(says in r.note for r in _scheduled(v) if not r.ok), v.failures()
+
+
+def test_cuda_random_numbers_work_after_a_failed_capture():
+    v = check_case(_kda(5, 8), schedule_mutants.GraphHostRead(), device="cuda")
+    assert any("CUDA graph capture failed" in r.note for r in _scheduled(v) if not r.ok), v.failures()
+    torch.cuda.synchronize()
+    assert torch.randn(4, device="cuda").isfinite().all()        # no "Offset increment outside graph capture"
+
+
+def _moe(kind, batch=192, seed=3):
+    return Case(stage="moe", preset="small", batch=batch, seed=seed, schedule=kind).validate()
+
+
+@needs_triton
+@pytest.mark.parametrize("cls", [schedule_mutants.RouterKernel, schedule_mutants.RouterGridBarrier])
+def test_pressure_bugs_pass_eagerly_twice_and_are_caught_beside_a_co_runner(cls):
+    eager = check_case(_moe(""), cls(), device="cuda")            # the run-twice control included
+    assert eager.ok, eager.failures()
+    v = check_case(_moe("pressure:all_but_one"), cls(), device="cuda")
+    assert not v.ok
+    assert any(not r.ok for r in _scheduled(v)), v.failures()
+    assert not [r for r in v.reports if not r.ok and schedule.TAG not in r.tensor], v.failures()
+
+
+@needs_triton
+@pytest.mark.parametrize("kind", schedule.PRESSURES)
+@pytest.mark.parametrize("cls", [schedule_mutants.RouterSlotByProgram, schedule_mutants.RouterTwoLaunches])
+def test_the_pressure_bugs_controls_keep_their_bits_under_pressure(cls, kind):
+    v = check_case(_moe(kind, batch=140), cls(), device="cuda")
+    assert v.ok, v.failures()
+    assert _scheduled(v) and all(r.ok for r in _scheduled(v))
 
 
 @needs_triton

@@ -340,7 +340,9 @@ def _nan_into_free_cache_rows(backend, stage, before, inputs, out):
         return
     cap = inputs["kv_cache"].shape[1]
     free = torch.arange(cap, device=inputs["kv_cache"].device).view(1, cap) > inputs["cache_lens"].view(-1, 1)
-    inputs["kv_cache"][free] = float("nan")
+    cache = inputs["kv_cache"]
+    # an FP8 cache is stored as bytes (docs/k3-decode.md §15): its NaN is the e4m3 byte 0x7F
+    cache[free] = 0x7F if cache.dtype == torch.uint8 else float("nan")
 
 
 # ------------------------------------------------------------------ verify steps and the FP8 cache

@@ -120,9 +120,12 @@ def test_new_mutants_join_the_suite():
     ("sign_flip_on_tiny", Case("moe", batch=3, value_dist="tiny", seed=4)),
     ("writes_nan_to_unused_slot", Case("kda", batch=2, n_slots=4, state_idx=(3, 0), seed=2)),
     ("writes_nan_to_free_cache_rows", Case("mla", batch=2, cache_lens=(1, 4), seed=2)),
+    # an FP8 cache is bytes: the poison must be the e4m3 NaN byte, not a crash writing NaN to uint8
+    ("writes_nan_to_free_cache_rows", Case("mla", batch=2, cache_lens=(1, 4), seed=2, cache_format="fp8")),
 ])
 def test_new_mutants_are_caught_on_one_case(mutant, case):
-    assert not check_case(case, MutantBackend(BY_NAME[mutant])).ok
+    verdict = check_case(case, MutantBackend(BY_NAME[mutant]))
+    assert not verdict.ok and verdict.error is None, verdict.error   # caught by the judge, not a crash
 
 
 def test_a_crashing_mutant_is_not_a_catch():

@@ -100,12 +100,13 @@ def _crossable(run, bounds) -> set:
 
 
 def _routed(run) -> set:
-    """'stage range' of each expert-id range (k3diff.coverage.RANGES, E-1) some case routed to."""
+    """'stage range' of each expert-id range (k3diff.coverage.RANGES, E-1) some case routed to; a
+    stage's batch-invariance cases (moe-inv) count for their stage, as in k3diff.coverage."""
     out = set()
     for c in tables.judged(run.cases):
         for name, n in ((c.get("coverage") or {}).get("expert_ids") or {}).items():
             if isinstance(n, (int, float)) and n > 0:
-                out.add(f"{c['stage']} {name}")
+                out.add(f"{c['stage'].split('-', 1)[0]} {name}")
     return out
 
 

@@ -25,7 +25,7 @@ code,pre{font-size:.8em;background:#f6f6f6}pre{padding:.4em;white-space:pre-wrap
 #banner.incomplete{background:#fff3cd;border:2px solid #b06000}#banner b.verdict{font-size:1.4em;margin-right:.5em}
 #banner ul{margin:.3em 0 0;padding-left:1.2em}
 #judged{border:1px solid #bbb;border-radius:6px;padding:.5em 1em;margin:.5em 0 1em}#judged table{font-size:.9em}
-#judged td:first-child{font-weight:600}.standin{background:#fff3cd;border:2px solid #b06000;padding:.4em .7em;
+#judged td:first-child{font-weight:600}#judged code.candidate{font-size:1.25em;font-weight:bold}.standin{background:#fff3cd;border:2px solid #b06000;padding:.4em .7em;
 font-weight:bold;margin:.3em 0}#edge pre{background:#fff8e1}details{margin:.3em 0 .3em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
 details>summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}details.group{border-color:#e0a0a0}
 .minimal{background:#c00;color:#fff;border-radius:3px;padding:0 .35em;font-size:.8em;margin-right:.4em}
@@ -93,7 +93,7 @@ def verdict(run, distinct) -> str:
 def judged_header(run) -> str:
     """What was judged: candidate, device, GPU, presets, profile, seed, budget table, the command."""
     f = header.facts(run)
-    rows = [("candidate", Raw(f"<code>{esc(f['candidate'])}</code>")), ("device", f["device"]), ("GPU", f["gpu"]),
+    rows = [("candidate", Raw(f"<code class=\"candidate\">{esc(f['candidate'])}</code>")), ("device", f["device"]), ("GPU", f["gpu"]),
             ("presets (cases)", f["presets"]), ("profile", f["profile"]), ("seed", f["seed"]),
             ("budget table", Raw(f"<code id=\"budget-table\">{esc(f['budget_table'])}</code>")),
             ("command", Raw(f"<pre id=\"command\">{esc(f['command'])}</pre>" if f["command"] else "not recorded"))]

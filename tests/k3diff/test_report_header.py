@@ -68,7 +68,7 @@ def test_the_header_of_a_gpu_run_names_what_was_judged(tmp_path):
     run = load([_run(tmp_path / "r.jsonl", [_case(0), _case(1)], backend="megakernel", device="cuda", gpu=GPU)])
     page = run_report(run)
     judged = page[page.index('<div id="judged">'):page.index("</table>", page.index('<div id="judged">'))]
-    for fact in ("<code>megakernel</code>", ">cuda<", GPU, ">ci<", ">777<", "sha256:00000000000000aa",
+    for fact in ('<code class="candidate">megakernel</code>', ">cuda<", GPU, ">ci<", ">777<", "sha256:00000000000000aa",
                  "pytest --k3diff --k3diff-backend megakernel --k3diff-profile ci --k3diff-seed 777 -k moe"):
         assert fact in judged, fact
     assert "CPU STAND-IN" not in page and "ran on the CPU" not in page

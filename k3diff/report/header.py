@@ -30,14 +30,18 @@ def _values(headers, key) -> list:
 
 def command(headers) -> str | None:
     """The line that reruns the run: the recorded rerun line (k3diff/rerun.py), else the argv as
-    recorded (files written before the rerun line), else None."""
+    recorded less its output-only options (rerun.without_outputs: files written before the rerun
+    line), else None."""
+    from k3diff.rerun import without_outputs
+
     for h in headers:
         rerun = h.get("rerun")
         if isinstance(rerun, dict) and isinstance(rerun.get("line"), str):
             return rerun["line"]
     for h in headers:
         if h.get("argv"):
-            return "pytest " + shlex.join(h["argv"]) + "   (argv as recorded; the run wrote no rerun line)"
+            return ("pytest " + shlex.join(without_outputs(h["argv"]))
+                    + "   (argv as recorded; the run wrote no rerun line)")
     return None
 
 

@@ -12,9 +12,13 @@ NUM = (int, float)
 STR = (str,)
 NONE = (type(None),)
 SCALAR = (str, int, float, bool, type(None))
+# any JSON value: the page only prints these (environment: a newer k3diff may record a list of GPUs)
+ANY = SCALAR + (list, dict)
 
 
 def _names(types) -> str:
+    if set(types) >= set(ANY):
+        return "any JSON value"
     names = {int: "int", float: "number", str: "string", bool: "bool", type(None): "null", list: "list", dict: "object"}
     return " or ".join(dict.fromkeys(names[t] for t in types))
 
@@ -80,7 +84,7 @@ RUN = {
     "format": (int,), "seed": (int, str) + NONE, "profile": STR + NONE, "backend": STR + NONE,
     "device": STR + NONE, "shard": STR + NONE, "worker": STR + NONE, "parts": (_list_of, STR),
     "started": STR + NONE, "started_unix": NUM + NONE, "boundaries": (_boundaries,), "argv": (_list_of, STR),
-    "environment": (_dict_of, SCALAR), "run_id": STR + (int,) + NONE, "rerun": (dict,) + NONE,
+    "environment": (_dict_of, ANY), "run_id": STR + (int,) + NONE, "rerun": (dict,) + NONE,
     "budget_table": STR + NONE,
 }
 LOADED = {"backend": STR + NONE, "device": STR + NONE, "boundaries": (_boundaries,)}

@@ -95,9 +95,14 @@ def test_the_stand_ins_are_the_registrys_own_torch_pipelines():
     assert not header_mod.stand_in("megakernel") and not header_mod.stand_in("mypkg.kernels:Fast")
 
 
-def test_the_command_falls_back_to_the_recorded_argv(tmp_path):
-    run = load([_run(tmp_path / "r.jsonl", [_case(0)], rerun=None)])
-    assert header_mod.facts(run)["command"].startswith("pytest --k3diff -k moe   (argv as recorded")
+def test_the_command_falls_back_to_the_recorded_argv_less_its_outputs(tmp_path):
+    """A file written before the rerun line: its argv, without the results file it was writing."""
+    path = _run(tmp_path / "r.jsonl", [_case(0)], rerun=None)
+    lines = path.read_text().splitlines()
+    head = json.loads(lines[0])
+    head["argv"] = ["--k3diff", "--k3diff-report", "/tmp/res/x.jsonl", "-k", "moe", "--k3diff-report=/tmp/y.jsonl"]
+    path.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    assert header_mod.facts(load([path]))["command"].startswith("pytest --k3diff -k moe   (argv as recorded")
 
 
 # ---------------------------------------------------------------- the terminal's warning lines

@@ -22,12 +22,9 @@ import os
 import stat
 import sys
 
-from k3diff import exit_codes
 
 
 BAD_INPUT = 2        # a results file or output path k3diff report cannot use (one line on stderr)
-# the run's verdict (html.verdict) -> the exit status: the page and the status say the same
-STATUS = {"pass": exit_codes.PASS, "fail": exit_codes.FAIL, "incomplete": exit_codes.INCOMPLETE}
 
 
 def add_arguments(p) -> None:
@@ -93,7 +90,8 @@ def run(args) -> int:
             return status(cmp)
         if not args.results:
             raise loader.ReportInputError("no results file given (k3diff report RESULTS... or --compare BASE NEW)")
-        from k3diff.report.html import WORDS, run_report, verdict
+        from k3diff.report.html import run_report
+        from k3diff.report.verdict import STATUS, WORDS, verdict
 
         merged = loader.load(args.results)
         for w in merged.warnings:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from k3diff import exit_codes
 from k3diff.report import html, plots, tables
+from k3diff.report.verdict import WORDS
 from k3diff.budgets import pct
 
 
@@ -266,7 +267,7 @@ def compare_report(cmp, base, new) -> str:
     code = status(cmp)
     state = "pass" if code == exit_codes.PASS else "incomplete" if code == exit_codes.INCOMPLETE else "fail"
     fresh = [cn for _, cn in cmp.new_failures] + list(cmp.unmatched_failures)
-    body = [f'<div id="banner" class="{state}"><b class="verdict">{html.WORDS[state]}</b>'
+    body = [f'<div id="banner" class="{state}"><b class="verdict">{WORDS[state]}</b>'
             f"{len(cmp.new_failures)} case(s) newly failing in NEW and {len(cmp.unmatched_failures)} failing where "
             f"BASE did not run (shrunk to {len(distinct(new))} distinct failing case(s)), {len(cmp.fixed)} fixed, "
             f"{cmp.matched} matched by case</div>"]

@@ -10,6 +10,7 @@ import time
 
 from k3diff.report import failures as failing_mod
 from k3diff.report import header, plots, tables
+from k3diff.report.verdict import WORDS, verdict
 
 MAX_HEATMAPS = 12        # failures drawn with their error map; the rest are listed
 
@@ -79,15 +80,6 @@ def _short_commit(commit) -> str:
 
 def _join(values) -> str:
     return ", ".join(sorted({str(v) for v in values if v not in (None, "")})) or "-"
-
-
-WORDS = {"fail": "FAIL", "incomplete": "INCOMPLETE", "pass": "PASS"}
-
-
-def verdict(run, distinct) -> str:
-    """The run's verdict, the one the banner, the page's meta tag and `k3diff report`'s line and
-    exit status all say: fail (a distinct failing case), else incomplete (a file cut short), else pass."""
-    return "fail" if distinct else "incomplete" if run.truncated else "pass"
 
 
 def judged_header(run) -> str:

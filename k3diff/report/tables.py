@@ -65,11 +65,16 @@ def markdown(run) -> str:
     """The per-stage table as GitHub markdown (for $GITHUB_STEP_SUMMARY)."""
     lines = ["| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in stage_rows(run)]
+    from k3diff.report import header, verdict
+
     total, fails = len(judged(run.cases)), distinct_failures(run.cases)
-    word = "FAIL" if fails else "INCOMPLETE" if run.truncated else "pass"      # the page's verdict (html.verdict)
-    head = (f"**k3diff**: {word}: {total} cases from {len(run.shards)} shard(s), "
-            f"{fails} distinct failure(s); seed {', '.join(map(str, run.seeds))}")
-    return "\n".join([head, ""] + lines + [""] + run.warnings) + "\n"
+    facts = header.facts(run)
+    head = (f"**k3diff**: {verdict.WORDS[verdict.of(run)]}: {total} cases from {len(run.shards)} shard(s), "
+            f"{fails} distinct failure(s); candidate `{facts['candidate']}` on {facts['device']}"
+            + (f" ({facts['gpu']})" if facts["gpu"] != "none recorded" else "")
+            + f"; seed {', '.join(map(str, run.seeds))}; budget table `{facts['budget_table']}`")
+    notes = [x for n in facts["notes"] for x in (f"**{n}**", "")]        # a paragraph each
+    return "\n".join([head, ""] + notes + lines + [""] + run.warnings) + "\n"
 
 
 def _bucket(n):

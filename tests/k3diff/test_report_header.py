@@ -82,6 +82,8 @@ def test_a_cpu_stand_in_is_said_loudly_so_its_pass_is_not_taken_for_a_kernels(tm
     assert '<p class="standin">CPU STAND-IN: torch-blocked is k3diff' in page
     assert "ran on the CPU: no GPU kernel was judged here" in page
     assert header_mod.facts(run)["gpu"] == "none recorded"
+    md = tables.markdown(run)                     # the job summary says it too
+    assert "candidate `torch-blocked` on cpu" in md and "\n**CPU STAND-IN: torch-blocked" in md
 
 
 def test_the_stand_ins_are_the_registrys_own_torch_pipelines():
@@ -217,6 +219,7 @@ def test_compare_flags_an_expert_id_range_base_routed_to_and_new_never(tmp_path,
 def test_the_commands_verdict_and_status_are_the_pages(tmp_path, capsys, failing, end, word, status):
     cases = [_case(0), _case(1, ok=not failing, ratio=3.0 if failing else 0.2)]
     path = _run(tmp_path / "r.jsonl", cases, end=end)
-    code, out, err = _main(capsys, "report", path, "-o", tmp_path / "r.html")
+    code, out, err = _main(capsys, "report", path, "-o", tmp_path / "r.html", "--markdown", tmp_path / "r.md")
     assert code == status and out.startswith(f"{word}: 2 cases"), out + err
     assert f'<meta name="k3diff-verdict" content="{word.lower()}">' in (tmp_path / "r.html").read_text()
+    assert (tmp_path / "r.md").read_text().startswith(f"**k3diff**: {word}: 2 cases")     # the job summary too

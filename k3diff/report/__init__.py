@@ -5,8 +5,8 @@
 
 Modules, one job each: load (read and merge, worker parts, cut-short files), tables (the numbers),
 failures (distinct failures, shrink steps folded), plots (SVG figures, clipped axes), html (the page:
-verdict banner first), header (what was judged), schema (the fields a results line may hold, and
-their types), compare (BASE vs NEW, matched by case).
+verdict banner first), header (what was judged), verdict (the run's verdict and its exit status),
+schema (the fields a results line may hold, and their types), compare (BASE vs NEW, matched by case).
 
 Exit status (k3diff/exit_codes.py): `k3diff report` exits with the page's verdict: 0 PASS, 1 FAIL,
 12 INCOMPLETE (a file cut short). `--compare`: 1 NEW fails where BASE did not (on a matched case,
@@ -22,9 +22,9 @@ import os
 import stat
 import sys
 
-
-
-BAD_INPUT = 2        # a results file or output path k3diff report cannot use (one line on stderr)
+# a results file or output path k3diff report cannot use (one line on stderr); older than the one
+# table's numbers and documented in docs/guide.md, where 2 is otherwise pytest's Ctrl-C
+BAD_INPUT = 2
 
 
 def add_arguments(p) -> None:

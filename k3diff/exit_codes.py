@@ -29,10 +29,16 @@ PATH = 10            # an output k3diff cannot write: --k3diff-save, --k3diff-re
 MACHINE = 11         # this machine cannot judge it: no such device, a case too big for its GPU (by
                      # the estimate, or out of memory twice: k3diff.judge), more xdist workers than
                      # its GPUs hold
+INCOMPLETE = 12      # the evidence is not whole: `k3diff report` of a results file cut short (no end
+                     # record: killed, or still running); `k3diff report --compare` where NEW covers
+                     # less than BASE (cases, boundaries crossed, expert-id ranges routed) or was
+                     # judged under another budget table (its fingerprint differs): as loud as a new
+                     # failure, but not "the candidate is wrong"
 
 MEANING = {PASS: "passed", FAIL: "a candidate failed", INTERRUPTED: "interrupted", USAGE: "bad command",
            NO_TESTS: "nothing collected", NOTHING_JUDGED: "nothing judged", OUTPUT_LOST: "output lost",
-           BACKEND: "bad backend", SEED: "bad seed", PATH: "bad output path", MACHINE: "not on this machine"}
+           BACKEND: "bad backend", SEED: "bad seed", PATH: "bad output path", MACHINE: "not on this machine",
+           INCOMPLETE: "incomplete"}
 
 
 def status_of(exc: BaseException) -> int:

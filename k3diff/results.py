@@ -1,7 +1,9 @@
 """The results file: what `pytest --k3diff --k3diff-report FILE` writes, one JSON object a line.
 
 Line 1 is the run (`"kind": "run"`): format, seed, profile, backend, device, shard, start time, the
-declared boundaries and every version that can change a verdict (`environment()`). Then one line per
+declared boundaries, every version that can change a verdict (`environment()`, the GPU's name
+among them) and the fingerprint of the budget table in force (`budget_table`, optional: older
+files lack it). Then one line per
 judged case (`"kind": "case"`, `record()`, written and flushed as it is judged, with `phase`
 "generate" or "shrink": Hypothesis's shrink steps re-judge variants of one failure), one per saved
 failure (`"kind": "failure"`: its seed file, replay command and the test item), and last an end
@@ -154,7 +156,15 @@ def run_header(session, shard: str | None, worker: str | None = None, parts=()) 
             "backend": session.backend_name, "device": session.device, "shard": shard,
             "worker": worker, "parts": list(parts), "started": now(), "started_unix": round(time.time(), 3),
             "boundaries": {k: list(v) for k, v in dict(getattr(space, "boundaries", None) or {}).items()},
-            "argv": sys.argv[1:], "environment": environment()}
+            "argv": sys.argv[1:], "environment": environment(), "budget_table": _budget_table()}
+
+
+def _budget_table() -> str | None:
+    """The fingerprint of the budget table this run judges by (k3diff/budget_fingerprint.py);
+    optional in the record: files written before it load, and say "not recorded"."""
+    from k3diff.budget_fingerprint import fingerprint
+
+    return fingerprint()
 
 
 def loaded_record(session) -> dict:

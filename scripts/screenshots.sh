@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# The report's screenshots (docs/), from results files, in headless Chromium:
+# The report's screenshots, from results files, in headless Chromium:
 #   scripts/screenshots.sh PASSING.jsonl BROKEN.jsonl OUTDIR [TERMINAL.txt]
 # writes OUTDIR/report-pass.png, report-broken.png, compare.png (PASSING as BASE, BROKEN as NEW: run
 # both with one --k3diff-seed so the cases match) and progress.png (the progress lines the broken
 # run showed, replayed from its results file by `python -m k3diff.progress`), and the HTML pages;
 # with TERMINAL.txt (a live run's `tmux capture-pane -p`), also progress-terminal.png of it.
+#   scripts/screenshots.sh --header RESULTS OUT.png
+# writes OUT.png, the top of RESULTS's report page (the verdict, what was judged: candidate, device,
+# GPU, preset, profile, seed, budget table, the command; the near-edge lines), and OUT.html beside
+# it. RESULTS is any results file or folder (a CPU torch-blocked run, a GPU megakernel run...).
 # Chromium: $CHROMIUM, else chromium / chromium-browser / google-chrome on PATH.
 set -euo pipefail
-if [ $# -lt 3 ] || [ $# -gt 4 ]; then echo "usage: $0 PASSING.jsonl BROKEN.jsonl OUTDIR [TERMINAL.txt]" >&2; exit 2; fi
-pass=$1 broken=$2 out=$3 term=${4:-}
-for f in "$pass" "$broken"; do [ -e "$f" ] || { echo "$0: $f: no such results file" >&2; exit 2; }; done
+usage="usage: $0 PASSING.jsonl BROKEN.jsonl OUTDIR [TERMINAL.txt]  |  $0 --header RESULTS OUT.png"
+if [ "${1:-}" = --header ]; then
+  [ $# -eq 3 ] || { echo "$usage" >&2; exit 2; }
+  [ -e "$2" ] || { echo "$0: $2: no such results file" >&2; exit 2; }
+elif [ $# -lt 3 ] || [ $# -gt 4 ]; then echo "$usage" >&2; exit 2; fi
 browser=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)}
 [ -n "$browser" ] || { echo "$0: no chromium (apt-get install chromium, or set CHROMIUM)" >&2; exit 3; }
-mkdir -p "$out"
 profile=$(mktemp -d)
 trap 'rm -rf "$profile"' EXIT
 shot() {   # HTML PNG WIDTH HEIGHT
@@ -22,6 +27,19 @@ shot() {   # HTML PNG WIDTH HEIGHT
   echo "wrote $2"
 }
 py=${PYTHON:-python3}
+if [ "$1" = --header ]; then
+  png=$3 html=${3%.png}.html
+  mkdir -p "$(dirname "$png")"
+  # the page's verdict is k3diff report's status: 0 PASS, 1 FAIL, 12 INCOMPLETE all draw a page;
+  # anything else (2: a file it cannot read) has said why on stderr
+  rc=0; "$py" -m k3diff.cli report "$2" -o "$html" || rc=$?
+  case $rc in 0|1|12) ;; *) exit "$rc" ;; esac
+  shot "$html" "$png" 1200 900
+  exit 0
+fi
+pass=$1 broken=$2 out=$3 term=${4:-}
+for f in "$pass" "$broken"; do [ -e "$f" ] || { echo "$0: $f: no such results file" >&2; exit 2; }; done
+mkdir -p "$out"
 "$py" -m k3diff.cli report "$pass" -o "$out/report-pass.html" >/dev/null
 "$py" -m k3diff.cli report "$broken" -o "$out/report-broken.html" >/dev/null
 "$py" -m k3diff.cli report --compare "$pass" "$broken" -o "$out/compare.html" >/dev/null || true   # 1: new failures

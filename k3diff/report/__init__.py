@@ -5,13 +5,26 @@
 
 Modules, one job each: load (read and merge, worker parts, cut-short files), tables (the numbers),
 failures (distinct failures, shrink steps folded), plots (SVG figures, clipped axes), html (the page:
-verdict banner first), compare (BASE vs NEW, matched by case). Exit status: 0 ok, 1 NEW has new failures (--compare: on a matched
-case, or on a case BASE did not run), 6 nothing compared (--compare: no case matched), 2 bad input
-(one line on stderr).
+verdict banner first), header (what was judged), verdict (the run's verdict and its exit status),
+schema (the fields a results line may hold, and their types), compare (BASE vs NEW, matched by case).
+
+Exit status (k3diff/exit_codes.py): `k3diff report` exits with the page's verdict: 0 PASS, 1 FAIL,
+12 INCOMPLETE (a file cut short). `--compare`: 1 NEW fails where BASE did not (on a matched case,
+or on a case BASE did not run), 6 nothing compared (no case matched), 12 a coverage drop (cases,
+boundaries crossed or expert-id ranges routed in BASE and not in NEW) or another budget table,
+else 0. 2 a results file or output path it cannot use (one line on stderr: results files are
+data, k3diff/report/load.py).
 """
 from __future__ import annotations
 
+import errno
+import os
+import stat
 import sys
+
+# a results file or output path k3diff report cannot use (one line on stderr); older than the one
+# table's numbers and documented in docs/guide.md, where 2 is otherwise pytest's Ctrl-C
+BAD_INPUT = 2
 
 
 def add_arguments(p) -> None:
@@ -26,13 +39,30 @@ def add_arguments(p) -> None:
 
 
 def _write(path, text, mode="w") -> None:
+    """Write the page (or append the markdown), refusing anything but a regular file: opening a FIFO
+    would wait for a reader forever, and a device (/dev/zero) would swallow the page while the
+    command says it wrote it. O_NONBLOCK makes opening a FIFO fail or return at once."""
+    from k3diff.report.load import ReportInputError
+
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if mode == "a" else 0)
     try:
-        with open(path, mode) as fh:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:                # a FIFO with no reader
+            raise ReportInputError(f"{path}: not a regular file (a FIFO, device or socket): refused") from None
+        raise ReportInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ReportInputError(f"{path}: not a regular file (a FIFO, device or socket): refused")
+        os.set_blocking(fd, True)
+        if mode != "a":
+            os.ftruncate(fd, 0)
+        with os.fdopen(fd, "w", encoding="utf-8", closefd=False) as fh:
             fh.write(text)
     except OSError as exc:
-        from k3diff.report.load import ReportInputError
-
         raise ReportInputError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
 
 
 def run(args) -> int:
@@ -61,6 +91,7 @@ def run(args) -> int:
         if not args.results:
             raise loader.ReportInputError("no results file given (k3diff report RESULTS... or --compare BASE NEW)")
         from k3diff.report.html import run_report
+        from k3diff.report.verdict import STATUS, WORDS, verdict
 
         merged = loader.load(args.results)
         for w in merged.warnings:
@@ -71,10 +102,18 @@ def run(args) -> int:
             _write(args.markdown, tables.markdown(merged), "a")
         from k3diff.report.failures import distinct
 
-        fails = len(distinct(merged))
-        print(f"{'FAIL' if fails else 'pass'}: {len(tables.judged(merged.cases))} cases from {len(merged.files)} "
-              f"file(s), {fails} distinct failing case(s); wrote {out}")
-        return 0
+        fails = distinct(merged)
+        state = verdict(merged, fails)              # the page's verdict, word for word
+        print(f"{WORDS[state]}: {len(tables.judged(merged.cases))} cases from {len(merged.files)} file(s), "
+              f"{len(fails)} distinct failing case(s)"
+              + (f", {len(merged.truncated)} file(s) cut short" if merged.truncated else "") + f"; wrote {out}")
+        return STATUS[state]
     except loader.ReportInputError as exc:
         print(f"k3diff report: {exc}", file=sys.stderr)
-        return 2
+        return BAD_INPUT
+    except (TypeError, KeyError, ValueError, AttributeError, IndexError, RecursionError) as exc:
+        # a results line whose shape k3diff/report/schema.py does not pin down tripped a table: the
+        # files are data, so it is a bad input's one line, never a traceback
+        print(f"k3diff report: {', '.join(map(str, args.compare or args.results))}: a results line of a shape "
+              f"the report cannot use ({type(exc).__name__}: {str(exc)[:200]})", file=sys.stderr)
+        return BAD_INPUT

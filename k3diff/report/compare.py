@@ -4,6 +4,12 @@ by draw order, so the cases still match after NEW fails and Hypothesis goes off 
 shrink steps are matched to nothing; they are variants of NEW's failure, not cases of the run). Per tensor the share of budget before and after, the cases that newly
 fail, the largest movements; a short text summary and an HTML page.
 
+A coverage drop is as loud as a new failure (its own line first in every summary, exit 12
+INCOMPLETE): cases only in BASE, a declared boundary BASE crossed and NEW did not, an expert-id
+range BASE routed to and NEW never. So is a changed budget table (the runs' fingerprints differ,
+k3diff/budget_fingerprint.py): the same code, since either way NEW's pass is not evidence of the
+same strength as BASE's. A file without the fingerprint (older) is a warning, not a change.
+
 A compare is a pass only when it compared something and NEW failed nowhere new: NEW's failures on
 cases BASE never ran are new failures too (`unmatched_failures`), two runs that matched no case
 compared nothing (`disjoint`), and every summary says how many cases matched and, loudly, how many
@@ -14,6 +20,7 @@ from dataclasses import dataclass, field
 
 from k3diff import exit_codes
 from k3diff.report import html, plots, tables
+from k3diff.report.verdict import WORDS
 from k3diff.budgets import pct
 
 
@@ -29,6 +36,19 @@ class Comparison:
     movements: list = field(default_factory=list)         # (|delta|, delta, stage/tensor, label, base, new)
     accuracy: list = field(default_factory=list)          # the same, for accuracy (u*sum|a||b| units)
     warnings: list = field(default_factory=list)
+    lost_boundaries: list = field(default_factory=list)   # "stage dim n": crossed by BASE, not by NEW
+    lost_ranges: list = field(default_factory=list)       # "stage range": expert ids BASE routed to, NEW never
+    budgets: tuple = (None, None)                         # (BASE's, NEW's) budget table fingerprints
+
+    @property
+    def budgets_changed(self) -> bool:
+        """Both runs name their budget table and the tables differ (k3diff/budget_fingerprint.py)."""
+        b, n = self.budgets
+        return bool(b and n and b != n)
+
+    @property
+    def coverage_dropped(self) -> bool:
+        return bool(self.only_base or self.lost_boundaries or self.lost_ranges)
 
 
 def _index(run) -> dict:
@@ -53,8 +73,61 @@ def _accuracy(c) -> dict:
     return {t["tensor"]: t["accuracy"] for t in c.get("tensors") or () if t.get("accuracy") is not None}
 
 
+def _bounds(*runs) -> dict:
+    """Every boundary either run's backend declared (dim -> sorted values)."""
+    out = {}
+    for run in runs:
+        for h in run.headers:
+            for dim, ns in (h.get("boundaries") or {}).items():
+                out.setdefault(dim, set()).update(ns)
+    return {d: sorted(ns) for d, ns in out.items()}
+
+
+def _not_crossed(run, bounds) -> set:
+    """'stage dim n' of each declared boundary this run's cases did not cross (k3diff.coverage)."""
+    from k3diff.coverage import missed_boundaries
+
+    return {m.split(" (seen", 1)[0] for m in missed_boundaries(tables.judged(run.cases), bounds)}
+
+
+def _crossable(run, bounds) -> set:
+    """'stage dim n' of each declared boundary whose dimension some case of the stage has."""
+    out = set()
+    for c in tables.judged(run.cases):
+        dims = ((c.get("coverage") or {}).get("dims") or {})
+        stage = c["stage"].split("-", 1)[0]
+        out |= {f"{stage} {dim} {n}" for dim in dims if dim in bounds for n in bounds[dim]}
+    return out
+
+
+def _routed(run) -> set:
+    """'stage range' of each expert-id range (k3diff.coverage.RANGES, E-1) some case routed to; a
+    stage's batch-invariance cases (moe-inv) count for their stage, as in k3diff.coverage."""
+    out = set()
+    for c in tables.judged(run.cases):
+        for name, n in ((c.get("coverage") or {}).get("expert_ids") or {}).items():
+            if isinstance(n, (int, float)) and n > 0:
+                out.add(f"{c['stage'].split('-', 1)[0]} {name}")
+    return out
+
+
+def _budget_table(run):
+    tables_ = {h.get("budget_table") for h in run.shards if h.get("budget_table")}
+    return ", ".join(sorted(tables_)) or None
+
+
 def compare(base, new) -> Comparison:
     cmp = Comparison(warnings=list(base.warnings) + list(new.warnings))
+    bounds = _bounds(base, new)
+    crossed_base = _crossable(base, bounds) - _not_crossed(base, bounds)
+    crossed_new = _crossable(new, bounds) - _not_crossed(new, bounds)
+    cmp.lost_boundaries = sorted(crossed_base - crossed_new)
+    cmp.lost_ranges = sorted(_routed(base) - _routed(new))
+    cmp.budgets = (_budget_table(base), _budget_table(new))
+    if bool(cmp.budgets[0]) != bool(cmp.budgets[1]):
+        side = "BASE" if not cmp.budgets[0] else "NEW"
+        cmp.warnings.append(f"warning: {side} did not record its budget table (a results file older than the "
+                            "fingerprint): whether the budgets changed is unknown")
     if base.seeds != new.seeds:
         cmp.warnings.append(f"warning: BASE seed(s) {base.seeds} != NEW seed(s) {new.seeds}: "
                             "few cases will match")
@@ -95,10 +168,13 @@ def failing(cmp) -> bool:
 
 def status(cmp) -> int:
     """The exit status of `k3diff report --compare`: 1 NEW fails where BASE did not (matched or
-    not), else 6 (nothing judged) when no case matched, else 0."""
+    not), else 6 (nothing judged) when no case matched, else 12 (incomplete) when NEW covers less
+    than BASE or was judged under another budget table, else 0."""
     if failing(cmp):
         return exit_codes.FAIL
-    return exit_codes.NOTHING_JUDGED if disjoint(cmp) else exit_codes.PASS
+    if disjoint(cmp):
+        return exit_codes.NOTHING_JUDGED
+    return exit_codes.INCOMPLETE if cmp.coverage_dropped or cmp.budgets_changed else exit_codes.PASS
 
 
 def headline(cmp) -> list:
@@ -111,6 +187,16 @@ def headline(cmp) -> list:
         total = cmp.only_base + cmp.matched
         out.append(f"COVERAGE DROP: NEW did not run {cmp.only_base} of BASE's {total} case(s) "
                    f"({100 * cmp.only_base / total:.0f}%): those are compared with nothing")
+    if cmp.lost_boundaries:
+        out.append(f"COVERAGE DROP: NEW did not cross {len(cmp.lost_boundaries)} boundary(ies) BASE crossed: "
+                   + ", ".join(cmp.lost_boundaries))
+    if cmp.lost_ranges:
+        out.append(f"COVERAGE DROP: NEW routed to no expert id in {len(cmp.lost_ranges)} range(s) BASE routed to: "
+                   + ", ".join(cmp.lost_ranges))
+    if cmp.budgets_changed:
+        out.append(f"BUDGETS CHANGED: BASE was judged under budget table {cmp.budgets[0]}, NEW under "
+                   f"{cmp.budgets[1]}: shares of budget do not compare, and a loosened row hides a regression "
+                   "(`k3diff budgets` lists the table in force)")
     return out
 
 
@@ -178,9 +264,10 @@ def _replay(cn, new) -> str:
 def compare_report(cmp, base, new) -> str:
     from k3diff.report.failures import distinct
 
-    bad = status(cmp) != exit_codes.PASS
+    code = status(cmp)
+    state = "pass" if code == exit_codes.PASS else "incomplete" if code == exit_codes.INCOMPLETE else "fail"
     fresh = [cn for _, cn in cmp.new_failures] + list(cmp.unmatched_failures)
-    body = [f'<div id="banner" class="{"fail" if bad else "pass"}"><b class="verdict">{"FAIL" if bad else "PASS"}</b>'
+    body = [f'<div id="banner" class="{state}"><b class="verdict">{WORDS[state]}</b>'
             f"{len(cmp.new_failures)} case(s) newly failing in NEW and {len(cmp.unmatched_failures)} failing where "
             f"BASE did not run (shrunk to {len(distinct(new))} distinct failing case(s)), {len(cmp.fixed)} fixed, "
             f"{cmp.matched} matched by case</div>"]
@@ -206,9 +293,9 @@ def compare_report(cmp, base, new) -> str:
     body.append("<h2>NEW vs BASE share of budget</h2>" + html.img(plots.before_after(cmp.pairs),
                                                                    "NEW vs BASE share of budget"))
     body.append("<h2>Runs compared</h2>")
-    body.append(html.table(("", "files", "seed(s)", "backend(s)", "commit(s)"), [
+    body.append(html.table(("", "files", "seed(s)", "backend(s)", "budget table", "commit(s)"), [
         (side, ", ".join(r.files), ", ".join(map(str, r.seeds)),
-         ", ".join(sorted({str(h.get("backend")) for h in r.headers})),
+         ", ".join(sorted({str(h.get("backend")) for h in r.headers})), _budget_table(r) or "not recorded",
          ", ".join(sorted({html._short_commit((h.get("environment") or {}).get("git_commit")) for h in r.headers})))
         for side, r in (("BASE", base), ("NEW", new))]))
     body += ["<h2>Share of budget per tensor, before and after</h2>",

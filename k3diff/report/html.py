@@ -9,7 +9,8 @@ from html import escape
 import time
 
 from k3diff.report import failures as failing_mod
-from k3diff.report import plots, tables
+from k3diff.report import header, plots, tables
+from k3diff.report.verdict import WORDS, verdict
 
 MAX_HEATMAPS = 12        # failures drawn with their error map; the rest are listed
 
@@ -23,7 +24,10 @@ code,pre{font-size:.8em;background:#f6f6f6}pre{padding:.4em;white-space:pre-wrap
 #banner{padding:.7em 1em;border-radius:6px;margin:.5em 0 1em;font-size:1.05em}
 #banner.pass{background:#e6f4ea;border:2px solid #1e8e3e}#banner.fail{background:#fce8e6;border:2px solid #c00}
 #banner.incomplete{background:#fff3cd;border:2px solid #b06000}#banner b.verdict{font-size:1.4em;margin-right:.5em}
-#banner ul{margin:.3em 0 0;padding-left:1.2em}details{margin:.3em 0 .3em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
+#banner ul{margin:.3em 0 0;padding-left:1.2em}
+#judged{border:1px solid #bbb;border-radius:6px;padding:.5em 1em;margin:.5em 0 1em}#judged table{font-size:.9em}
+#judged td:first-child{font-weight:600}#judged code.candidate{font-size:1.25em;font-weight:bold}.standin{background:#fff3cd;border:2px solid #b06000;padding:.4em .7em;
+font-weight:bold;margin:.3em 0}#edge pre{background:#fff8e1}details{margin:.3em 0 .3em 0;border:1px solid #ddd;border-radius:4px;padding:.2em .6em}
 details>summary{cursor:pointer;font-weight:600;overflow-wrap:anywhere}details.group{border-color:#e0a0a0}
 .minimal{background:#c00;color:#fff;border-radius:3px;padding:0 .35em;font-size:.8em;margin-right:.4em}
 .never{color:#b06000;font-weight:bold}p,li{overflow-wrap:anywhere}
@@ -78,13 +82,35 @@ def _join(values) -> str:
     return ", ".join(sorted({str(v) for v in values if v not in (None, "")})) or "-"
 
 
+def judged_header(run) -> str:
+    """What was judged: candidate, device, GPU, presets, profile, seed, budget table, the command."""
+    f = header.facts(run)
+    rows = [("candidate", Raw(f"<code class=\"candidate\">{esc(f['candidate'])}</code>")), ("device", f["device"]), ("GPU", f["gpu"]),
+            ("presets (cases)", f["presets"]), ("profile", f["profile"]), ("seed", f["seed"]),
+            ("budget table", Raw(f"<code id=\"budget-table\">{esc(f['budget_table'])}</code>")),
+            ("command", Raw(f"<pre id=\"command\">{esc(f['command'])}</pre>" if f["command"] else "not recorded"))]
+    notes = "".join(f'<p class="standin">{esc(n)}</p>' for n in f["notes"])
+    return f'<div id="judged">{notes}{table(("what was judged", ""), rows)}</div>'
+
+
+def edge_lines(run) -> list[str]:
+    """The terminal summary's near-the-edge and whole-tensor lines, from the same functions."""
+    from k3diff.summary import l2_lines, near_edge_lines
+
+    lines = near_edge_lines(run.cases) + l2_lines(run.cases)
+    if not lines:
+        return ['<p id="edge"><small>no passing case near the edge of its budget, none with a whole-tensor '
+                "error close to the rule</small></p>"]
+    return [f'<div id="edge" class="warn"><pre>{esc(chr(10).join(lines))}</pre></div>']
+
+
 def banner(run, distinct) -> str:
     """Is this change safe? pass/fail, what ran, when, how long, on what."""
     judged = tables.judged(run.cases)
     shrink = sum(map(tables.is_shrink, run.cases))
     skipped = len({(c["stage"], c["id"]) for c in run.cases if c.get("skipped")})
-    state = "fail" if distinct else "incomplete" if run.truncated else "pass"
-    word = {"fail": "FAIL", "incomplete": "INCOMPLETE", "pass": "PASS"}[state]
+    state = verdict(run, distinct)
+    word = WORDS[state]
     what = (f"{len(distinct)} distinct failing case(s)" if distinct else "no failing case") + (
         f"; {len(run.truncated)} file(s) cut short" if run.truncated else "")
     shards = run.shards
@@ -236,8 +262,8 @@ def _environments(run) -> list[str]:
 
 def run_report(run, title="k3diff report") -> str:
     distinct = failing_mod.distinct(run)
-    body = [banner(run, distinct)] + _failures(run, distinct) + _coverage(run) + _summary(run) + _errors(run)
+    body = [banner(run, distinct), judged_header(run)] + edge_lines(run) + _failures(run, distinct) + _coverage(run) + _summary(run) + _errors(run)
     body += _ties_and_slowest(run) + _environments(run)
     return page(title, body, meta={"k3diff-cases": len(tables.judged(run.cases)),
                                    "k3diff-failures": len(distinct),
-                                   "k3diff-verdict": "fail" if distinct else "incomplete" if run.truncated else "pass"})
+                                   "k3diff-verdict": verdict(run, distinct)})

@@ -65,10 +65,16 @@ def markdown(run) -> str:
     """The per-stage table as GitHub markdown (for $GITHUB_STEP_SUMMARY)."""
     lines = ["| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
     lines += ["| " + " | ".join(map(str, row)) + " |" for row in stage_rows(run)]
+    from k3diff.report import header, verdict
+
     total, fails = len(judged(run.cases)), distinct_failures(run.cases)
-    head = (f"**k3diff**: {'FAIL' if fails else 'pass'}: {total} cases from {len(run.shards)} shard(s), "
-            f"{fails} distinct failure(s); seed {', '.join(map(str, run.seeds))}")
-    return "\n".join([head, ""] + lines + [""] + run.warnings) + "\n"
+    facts = header.facts(run)
+    head = (f"**k3diff**: {verdict.WORDS[verdict.of(run)]}: {total} cases from {len(run.shards)} shard(s), "
+            f"{fails} distinct failure(s); candidate `{facts['candidate']}` on {facts['device']}"
+            + (f" ({facts['gpu']})" if facts["gpu"] != "none recorded" else "")
+            + f"; seed {', '.join(map(str, run.seeds))}; budget table `{facts['budget_table']}`")
+    notes = [x for n in facts["notes"] for x in (f"**{n}**", "")]        # a paragraph each
+    return "\n".join([head, ""] + notes + lines + [""] + run.warnings) + "\n"
 
 
 def _bucket(n):
@@ -81,10 +87,11 @@ def _bucket(n):
 
 
 def coverage(run) -> dict:
-    """What the run exercised: each axis of the case space, value -> number of cases."""
+    """What the run exercised: each axis of the case space, value -> number of cases, each judged
+    case once (tables.judged: shrink steps, skips and a case's repeated records left out)."""
     axes = {"batch size": Counter(), "max cache length (bucket)": Counter(), "routing mode": Counter(),
             "expert format": Counter(), "value distribution": Counter(), "preset": Counter(), "steps": Counter()}
-    for c in run.cases:
+    for c in judged(run.cases):
         case = c.get("case") or {}
         axes["batch size"][c.get("batch", case.get("batch"))] += 1
         if c.get("max_cache_len") is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from k3diff import exit_codes
 from k3diff.budgets import DEFAULT
 from k3diff.case import Case
 from k3diff.divergence import TensorReport, compare
@@ -165,7 +166,7 @@ def test_a_coverage_drop_is_said_loudly_and_the_matched_count_always(tmp_path, c
     new = _write_run(tmp_path / "new.jsonl", 5, _cases([0.1]))
     code, out, err = _main(capsys, "report", "--compare", base, new, "-o", tmp_path / "c.html",
                            "--markdown", tmp_path / "m.md")
-    assert code == 0, out + err
+    assert code == exit_codes.INCOMPLETE, out + err        # as loud as a new failure: not a pass
     assert out.startswith("COVERAGE DROP: NEW did not run 3 of BASE's 4 case(s) (75%)") and "1 cases matched" in out
     assert "k3diff report: COVERAGE DROP" in err
     assert "**COVERAGE DROP" in (tmp_path / "m.md").read_text()
@@ -317,7 +318,9 @@ def test_a_file_without_its_end_record_is_called_cut_short(tmp_path, capsys):
     run = load([path])
     assert run.truncated == [str(path)] and "ended without its end record" in run.warnings[0]
     code, out, err = _main(capsys, "report", path, "-o", tmp_path / "x.html")
-    assert code == 0 and "ended without its end record" in err
+    # the command says what the page says: INCOMPLETE, with its own status (not 0, not 1)
+    assert code == exit_codes.INCOMPLETE and "ended without its end record" in err
+    assert out.startswith("INCOMPLETE: 2 cases") and "1 file(s) cut short" in out
     assert 'class="incomplete"' in (tmp_path / "x.html").read_text()
 
 

@@ -28,6 +28,14 @@ PYEOF
 )
 [ "${#FLOORS[@]}" -eq 4 ] || { echo "FAILED: pyproject.toml declares ${#FLOORS[@]} of the 4 floors (torch, numpy, pytest, hypothesis)"; exit 1; }
 
+why() {   # pip's reason, in a few words
+  if grep -qE 'NewConnectionError|Failed to establish|Name or service not known|Temporary failure in name' "$W/pip.log"; then
+    echo "no route to the index"
+  else
+    grep '^ERROR' "$W/pip.log" | tail -n 1 | cut -c1-200
+  fi
+}
+
 cannot() {
   echo "min versions: not checked: $1"
   [ "${K3DIFF_MIN_VERSIONS_REQUIRED:-0}" = 1 ] && exit 1
@@ -41,9 +49,9 @@ for f in "${FLOORS[@]}"; do case "$f" in torch==*) TORCH=$f ;; *) OTHERS+=("$f")
 # the listed floors exactly; what they need (sympy, filelock, pluggy, ...) at its newest
 # torch from that index alone (its dependencies are mirrored there): never PyPI's CUDA build
 "$VPY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 --index-url "$TORCH_INDEX" \
-  "$TORCH" >"$W/pip.log" 2>&1 || cannot "$TORCH from $TORCH_INDEX: $(grep '^ERROR' "$W/pip.log" | tail -n 1 | cut -c1-200)"
+  "$TORCH" >"$W/pip.log" 2>&1 || cannot "$TORCH from $TORCH_INDEX: $(why)"
 "$VPY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 "${OTHERS[@]}" >>"$W/pip.log" 2>&1 \
-  || cannot "${OTHERS[*]}: $(grep '^ERROR' "$W/pip.log" | tail -n 1 | cut -c1-200)"
+  || cannot "${OTHERS[*]}: $(why)"
 
 cd "$ROOT"
 export PYTHONPATH=$ROOT

@@ -55,7 +55,7 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-from k3diff import caches
+from k3diff import caches, closed_output, orphans
 from k3diff.fatal import CRASH, HANG, CandidateFailed, signal_name
 from k3diff.judge import judge
 from k3diff.time_limits import MAX_WAIT, checked_seconds
@@ -216,7 +216,7 @@ def _child_entry(fd: int, parent_pid: int) -> None:
             return
         if msg is None:
             return
-        answer = _serve(host, msg, device)
+        answer = closed_output.checked(_serve(host, msg, device))
         if answer[0] == "sticky":
             reply(*answer)
             os._exit(70)       # the context is unusable: the parent starts a fresh child
@@ -436,9 +436,10 @@ class IsolatedChecker:
         try:
             proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(theirs.fileno()), json.dumps(sys.path),
                                      str(os.getpid())], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, env=orphans.marked_env())
         finally:
             theirs.close()
+        orphans.started(proc.pid)        # what it daemonises is adopted by this process (k3diff/orphans.py)
         self._proc, self._sock = proc, mine
         self.tokens.reset()
         try:
@@ -552,6 +553,7 @@ class IsolatedChecker:
                 proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
+            orphans.ended(proc.pid)         # what it daemonised dies with it (k3diff/orphans.py)
 
     def close(self):
         """A polite stop (the child may flush), then the group killed all the same: whatever the

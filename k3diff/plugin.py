@@ -382,45 +382,17 @@ def _start_progress(config, nodeids) -> None:
     mode = os.environ.get("K3DIFF_PROGRESS")
     if tr is None or config.option.verbose < 0 or mode == "off" or not config.getoption(opt.ENABLE):
         return
-    from k3diff.progress import Progress, Tail
+    from k3diff.progress import Progress, Tail, TerminalLine
 
-    # under xdist the controller prints each worker's result as it lands, so a live line drawn
-    # between them would erase its dots: whole lines there (pytest's own write_line), never a rewrite
-    tty = mode == "tty" or (mode != "log" and bool(tr.isatty) and not _xdist_on(config))
-    state = {"saved": None}       # pytest's own line (its dots) while ours is drawn below it
-    capman = config.pluginmanager.getplugin("capturemanager")
-    tw = tr._tw
-
-    def draw(text, newline):
-        if newline:
-            tr.write_line(text)
-            return
-        if state["saved"] is None:                       # first draw under pytest's line: open ours
-            state["saved"] = getattr(tw, "_current_line", "")
-            tw.write("\n")
-        tw.write("\r" + text + "\x1b[K", flush=True)
-
-    def restore():
-        """Before pytest writes an item's result: our line erased, the cursor back at the end of
-        pytest's line, so its dots land where it thinks they do."""
-        if state["saved"] is None:
-            return
-        col = len(state["saved"])
-        tw.write("\r\x1b[K\x1b[A" + (f"\x1b[{col}C" if col else ""), flush=True)
-        if hasattr(tw, "_current_line"):
-            tw._current_line = state["saved"]
-        state["saved"] = None
-
-    def write(text, newline):
-        # cases are judged inside a test's call, while pytest captures the output (as live logging does)
-        if capman is None:
-            return draw(text, newline)
-        with capman.global_and_fixture_disabled():
-            draw(text, newline)
+    # under xdist the controller prints each worker's result as it lands, and our cases arrive in
+    # the same hook: whole lines there, never a live line (K3DIFF_PROGRESS=tty included);
+    # k3diff/progress.py draws through pytest's public terminal API either way
+    tty = not _xdist_on(config) and (mode == "tty" or (mode != "log" and bool(tr.isatty)))
+    write = TerminalLine(tr, tty, config.pluginmanager.getplugin("capturemanager"))
 
     interval = os.environ.get("K3DIFF_PROGRESS_INTERVAL")
     config._k3diff_progress = Progress(budgets, write, tty, float(interval) if interval else None)
-    config._k3diff_progress_restore = restore if tty else None
+    config._k3diff_progress_restore = write.end if tty else None
     report = config.getoption(opt.REPORT)
     if _xdist_on(config) and report:        # the workers' parts, tailed: cases as they are judged
         config._k3diff_tail = Tail(report, config._k3diff_progress)
@@ -605,7 +577,7 @@ class _Collector:
     def pytest_runtest_logreport(self, report):
         restore = getattr(self.config, "_k3diff_progress_restore", None)
         if restore is not None:
-            restore()                       # the live progress line yields to pytest's own output
+            restore()                       # the live progress line ends: pytest's own output below it
         if report.when == "teardown":
             # before junitxml reads them: a few short fields per item, not every case record
             # (those are in the results file)

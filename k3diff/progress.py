@@ -1,8 +1,14 @@
-"""The progress line of a long run: per stage, cases judged of the budget, cases/s, failures so far,
-ETA. On a terminal one live line (rewritten at most twice a second); on a CI log (not a terminal)
-one line per stage a minute; off with -q. Fed with case records (k3diff/results.py) as they are
-judged: in this process, or under xdist by tailing the parts the workers stream (`Tail`), so a
-250-example invariance item is not silent for 14 minutes.
+"""The progress line of a long run: the whole run's cases judged of its budget, cases/s, failures
+so far and ETA, with the stage under way; per stage the same. On a terminal one live line (redrawn
+at most twice a second); on a CI log (not a terminal) or under xdist one line a minute; off with -q.
+Fed with case records (k3diff/results.py) as they are judged: in this process, or under xdist by
+tailing the parts the workers stream (`Tail`), so a 250-example invariance item is not silent for
+14 minutes.
+
+Drawn through pytest's public terminal API only (`TerminalLine`): the live line is a line of its
+own, redrawn in place (`TerminalReporter.rewrite`) only while nothing else has been written after
+it, and ended before pytest writes an item's result, so pytest's dots, its [ NN%] and any other
+plugin's output are never overwritten.
 
     python -m k3diff.progress RESULTS.jsonl [--at SECONDS]   the line(s) a run showed at a moment
 """
@@ -15,6 +21,9 @@ from pathlib import Path
 
 LOG_INTERVAL = 60.0          # seconds between lines on a CI log
 TTY_INTERVAL = 0.5
+# a live line left behind by pytest's output (an item's result) is opened again below it at most
+# this often: a run of quick items gets a line now and then, not one line under every dot
+REOPEN_INTERVAL = 10.0
 
 
 def _eta(seconds) -> str:
@@ -70,15 +79,89 @@ class Progress:
             self._maybe_draw(name, now)
 
     def _maybe_draw(self, name, now) -> None:
-        key = name if not self.tty else "*"
-        last = self._drawn.get(key)
+        last = self._drawn.get("*")
         if last is not None and now - last < self.interval:
             return
-        self._drawn[key] = now
-        self.write(self.stages[name].line(name, now), not self.tty)
+        self._drawn["*"] = now
+        self.write(self.run_line(now, name), not self.tty)
+
+    def run_line(self, now: float | None = None, current: str | None = None) -> str:
+        """The whole run: cases judged of the whole budget, its rate since the first case, failures,
+        the run's ETA; then the stage under way (`current`) in short."""
+        budget = sum(s.budget for s in self.stages.values())
+        judged = sum(s.judged for s in self.stages.values())
+        counted = sum(min(s.judged, s.budget) for s in self.stages.values() if s.budget)
+        failing = sum(s.failing for s in self.stages.values())
+        firsts = [s.first for s in self.stages.values() if s.first is not None]
+        lasts = [s.last for s in self.stages.values() if s.last is not None]
+        spent = max(1e-9, (now if now else max(lasts)) - min(firsts)) if firsts else None
+        rate = judged / spent if spent and judged > 1 else None
+        of = f"/{budget}" if budget else ""
+        pct = f" ({100 * counted // budget}%)" if budget else ""
+        eta = _eta(max(0, budget - counted) / rate) if rate and budget else "?"
+        stage = self.stages.get(current)
+        now_at = (f"; now {current} {stage.judged}{f'/{stage.budget}' if stage.budget else ''}"
+                  f"{f', shrinking ({stage.shrink} steps)' if stage.shrink else ''}") if stage else ""
+        return (f"k3diff: {judged}{of} cases{pct}, {'%.2f' % rate if rate else '-'} cases/s, "
+                f"{failing} failing, run ETA {eta}{now_at}")
 
     def lines(self, now: float | None = None) -> list[str]:
         return [s.line(n, now) for n, s in self.stages.items() if s.judged or s.shrink]
+
+
+class TerminalLine:
+    """`Progress.write` on pytest's terminal, through its public API only (TerminalReporter.write,
+    write_line, rewrite, ensure_newline; the writer's width_of_current_line). Live: the text on a
+    line of its own, redrawn in place while that line is still the last thing on the terminal (the
+    writer's current line is exactly as wide as we left it), else opened anew below whatever came
+    since (at most every REOPEN_INTERVAL s); `end()` before pytest writes an item's result. Not
+    live: a whole line each time. Cases are judged inside a test's call, while pytest captures the
+    output: drawn with capturing suspended, as pytest's live logging does."""
+
+    def __init__(self, reporter, live: bool, capture=None, clock=time.monotonic, reopen=REOPEN_INTERVAL):
+        self.tr, self.live, self.capture, self.clock, self.reopen = reporter, live, capture, clock, reopen
+        self.tw = reporter.config.get_terminal_writer()
+        self.lock = threading.RLock()
+        self._width = None          # the width of our line while it is the terminal's last, else None
+        self._opened = None
+
+    def __call__(self, text: str, newline: bool) -> None:
+        with self.lock, self._uncaptured():
+            if not self.live or newline:
+                self._own_line()
+                self.tr.write_line(text)
+                return
+            text = text[:max(20, self.tw.fullwidth - 1)]        # a wrapped line cannot be redrawn
+            if self._width is not None and self.tw.width_of_current_line == self._width:
+                self.tr.rewrite(text, erase=True)
+            elif self._opened is None or self.clock() - self._opened >= self.reopen:
+                self._own_line()
+                self.tr.write(text)
+                self._opened = self.clock()
+            else:
+                return
+            self.tr.flush()
+            self._width = self.tw.width_of_current_line
+
+    def end(self) -> None:
+        """Our live line ends here: whatever pytest writes next starts below it."""
+        with self.lock:
+            if self._width is not None and self.tw.width_of_current_line == self._width:
+                with self._uncaptured():
+                    self.tr.write("\n", flush=True)
+            self._width = None
+
+    def _own_line(self) -> None:
+        """Start at the beginning of a fresh line: pytest's own line (its path and dots) ended, not
+        overwritten."""
+        self.tr.ensure_newline()
+        if self.tw.width_of_current_line:
+            self.tr.write("\n")
+
+    def _uncaptured(self):
+        from contextlib import nullcontext
+
+        return nullcontext() if self.capture is None else self.capture.global_and_fixture_disabled()
 
 
 class Tail(threading.Thread):

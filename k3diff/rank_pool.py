@@ -32,6 +32,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from k3diff import orphans
 from k3diff.ep_config import Layout
 from k3diff.fatal import CRASH, HANG, signal_name
 
@@ -182,6 +183,7 @@ def _die_with(owner: int) -> None:
 def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: str, timeout: float,
                owner: int, on_gpu: bool = False) -> None:
     _die_with(owner)
+    orphans.mark_this_process()        # what it daemonises: swept by the owner (k3diff/orphans.py)
     import datetime
 
     import torch
@@ -287,6 +289,7 @@ class RankPool:
         ctx = multiprocessing.get_context("forkserver")
         ctx.set_forkserver_preload(["torch", "torch.distributed", "k3diff.rank_pool"])
         self.procs, self.conns, self.pids = [], [], []
+        orphans.adopt()                  # a rank's daemonised child is reparented here, not to init
         _POOLS.add(self)
         for r in range(world):
             parent, child = ctx.Pipe()
@@ -382,6 +385,7 @@ class RankPool:
             conn.close()
         self.procs, self.conns = [], []
         shutil.rmtree(self.dir, ignore_errors=True)
+        orphans.ended()                  # and whatever the ranks daemonised (k3diff/orphans.py)
 
     def close(self) -> None:
         for conn in self.conns:

@@ -2,6 +2,7 @@
 options against `pytest --help`, docs/guide.md's table of the `k3diff` command against its parser
 (what `k3diff SUBCOMMAND --help` prints). A planted mismatch fails."""
 from __future__ import annotations
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 import argparse
 import re
@@ -34,7 +35,7 @@ def readme_options(text: str) -> set[str]:
 
 def plugin_options() -> set[str]:
     out = subprocess.run([sys.executable, "-m", "pytest", "-p", "k3diff.plugin", "--help"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120).stdout
+                         capture_output=True, text=True, timeout=limit(120)).stdout
     return set(re.findall(r"(?<![\w-])(--k3diff(?:-[a-z]+)*)", out))
 
 

@@ -14,6 +14,7 @@ What runs here without the libraries or a GPU:
 The library-dependent tests (the real kernels) are skipped with the adapter's own one-line reason.
 """
 from __future__ import annotations
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 import pytest
 import torch
@@ -389,5 +390,5 @@ def test_real_fla_kernels_interpreted_on_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join([str(root)] + [p for p in sys.path if p]))
     r = subprocess.run([sys.executable, "-W", "ignore", str(root / "scripts" / "fla_cpu_check.py"),
-                        "--examples", "3"], env=env, capture_output=True, text=True, timeout=600)
+                        "--examples", "3"], env=env, capture_output=True, text=True, timeout=limit(600))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]

@@ -3,6 +3,7 @@ scripts/attacks.sh), as the test that failed before its fix. In-process where th
 CI on 2 cores); a subprocess only where the process boundary is the point (signals, orphans, exit
 codes of the CLI or pytest)."""
 import dataclasses
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import json
 import os
 import re
@@ -35,7 +36,7 @@ def _env(**extra):
 
 def _cli(cwd, *args, **env):
     return subprocess.run([sys.executable, "-m", "k3diff.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=_env(**env))
+                          timeout=limit(300), env=_env(**env))
 
 
 def _seed(tmp_path, name="seed.json", case=None, **extra):
@@ -321,7 +322,7 @@ def test_broken_pipe_and_full_disk_on_stdout_are_one_line(monkeypatch, capsys):
 def test_the_suite_from_another_folder_finds_the_shipped_corpus_and_writes_nothing(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "--pyargs", "k3diff.suite", "--k3diff", "--co", "-q",
                            "-p", "no:cacheprovider", "-k", "test_seed"], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=limit(300))
     shipped = len(list((ROOT / "corpora" / "regressions").glob("*.json")))
     assert f"{shipped} tests collected" in done.stdout or f"{shipped}/" in done.stdout, done.stdout + done.stderr
     left = [p.name for p in tmp_path.iterdir() if p.name != ".benchmarks"]     # that one is pytest-benchmark's

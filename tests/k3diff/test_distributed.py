@@ -3,6 +3,7 @@ torch-blocked-ep judged over gloo, the planted dispatch bug caught, and --k3diff
 About 25 s of CPU on 2 cores (more wall time on a loaded machine): the first rank pool of a
 process (a forkserver importing torch), one `pytest --k3diff` run, and a 10 s hang timeout."""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess
 import sys
 import time
@@ -258,7 +259,7 @@ def test_ranks_reach_the_strategy_space():
     assert session.space.ranks == 0
 
 
-def _pytest(*args, timeout=300):
+def _pytest(*args, timeout=limit(300)):
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 

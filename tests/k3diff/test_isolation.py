@@ -1,6 +1,7 @@
 """Crash and hang isolation (k3diff.isolation): a candidate that aborts, segfaults, exits, reports a
 sticky CUDA error or never returns fails the case; the next case runs in a fresh child."""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import os
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_hang_is_killed_after_the_timeout(tmp_path):
 def _cli(cwd, *args):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{HERE}"}
     return subprocess.run([sys.executable, "-m", "k3diff.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=limit(600), env=env)
 
 
 def _seed(tmp_path, case=None, **extra):

@@ -11,6 +11,7 @@ k3diff.early_exit, k3diff.time_limits, k3diff.sizing.own_out_of_memory):
 - a candidate's out of memory on a tiny case is its failure, with a seed.
 """
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import os
 import subprocess
 import sys
@@ -37,7 +38,7 @@ def _checker(name, tmp_path, timeout=None):
 def _cli(cwd, *args, env=None):
     env = {**os.environ, "PYTHONPATH": f"{ROOT}:{HERE}", **(env or {})}
     return subprocess.run([sys.executable, "-m", "k3diff.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+                          timeout=limit(600), env=env)
 
 
 def _seed(tmp_path, batch=3):

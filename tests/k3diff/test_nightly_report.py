@@ -3,6 +3,7 @@ artifacts download them, one missing, one cut short, one failing, and the previo
 every way a shard can judge nothing (its backend did not load, nothing judged, a bad seed, a 0-byte
 file, two artifacts of one shard, another seed) fails the merge with its own status and one line."""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import os
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def _shard(root, name, cases, end=True, seed=5, status=None, saved=None, folder=
 def _job(tmp_path, *args):
     summary = tmp_path / "summary.md"
     done = subprocess.run([sys.executable, str(SCRIPT), str(tmp_path / "shards"), "--out", str(tmp_path / "out"),
-                           "--summary", str(summary), *args], capture_output=True, text=True, timeout=300)
+                           "--summary", str(summary), *args], capture_output=True, text=True, timeout=limit(300))
     return done.returncode, done.stdout + done.stderr, summary.read_text() if summary.exists() else ""
 
 
@@ -162,7 +163,7 @@ def test_a_real_shard_whose_backend_does_not_load_fails_the_merge(tmp_path):
     done = subprocess.run([sys.executable, "-m", "pytest", "test_suite.py", "--k3diff", "--k3diff-backend",
                            "no_such_module:Thing", "--k3diff-seed", "5", "--k3diff-report",
                            str(folder / "results-small-mla.jsonl"), "-p", "no:cacheprovider", "-p", "no:randomly"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 8, done.stdout + done.stderr
     lines = [json.loads(line) for line in (folder / "results-small-mla.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in lines] == ["run", "end"] and lines[0]["seed"] == 5

@@ -1,5 +1,6 @@
 """The pytest plugin itself, driven through pytester in subprocesses (as a user would run it)."""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import re
 import subprocess
 import sys
@@ -26,7 +27,7 @@ def project(pytester):
 
 def _cli(cwd, *args):
     return subprocess.run([sys.executable, "-m", "k3diff.cli", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=limit(600))
 
 
 def _console(cwd, *args):
@@ -34,7 +35,7 @@ def _console(cwd, *args):
     sys.path, unlike `python -m`'s, does not start with the current folder."""
     cmd = [sys.executable, "-c", "import sys; del sys.path[0]; from k3diff.cli import main; "
            "sys.exit(main())"]
-    return subprocess.run(cmd + list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd + list(args), cwd=cwd, capture_output=True, text=True, timeout=limit(600))
 
 
 def _one_line_error(result, message, status=ex.USAGE):
@@ -335,7 +336,7 @@ def test_the_output_contract_is_checked_after_each_run(tmp_path):
     seed = _write(tmp_path / "s.json", {"k3diff_seed_format": 1, "case": {"stage": "moe", "version": 1}})
     done = subprocess.run([sys.executable, "-m", "k3diff.cli", "replay", str(seed), "--backend",
                            "crashing_candidates:ReallocatesOutput", "--isolate", "off"], cwd=HERE,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=limit(600))
     assert done.returncode == 1, done.stderr
     assert ("FAIL moe/out: contract: out['out'] was replaced by a new tensor float64[1, 64]; "
             "required bfloat16[1, 64]") in done.stdout
@@ -447,7 +448,7 @@ def test_processes_saving_one_seed_at_once_all_succeed(tmp_path):
               "    load(save(case, {'passed': False}, sys.argv[1], 'torch-blocked'))\n")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path)], cwd=ROOT,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
+    errors = [p.communicate(timeout=limit(300))[1] for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, errors
     assert [f.suffix for f in tmp_path.iterdir()] == [".json"]
 
@@ -484,7 +485,7 @@ def test_path_options_keep_the_rootdir_or_are_refused_in_one_line(tmp_path, form
     args = [option, value] if form == "space" else [f"{option}={value}"]
     done = subprocess.run([sys.executable, "-m", "pytest", "--k3diff", "--k3diff-backend", "torch-blocked", "--co",
                            "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=limit(600))
     out = done.stdout
     if form == "space":
         # pytest takes the value for a test path before k3diff is loaded; public API cannot redo its
@@ -502,7 +503,7 @@ def test_path_options_keep_the_rootdir_or_are_refused_in_one_line(tmp_path, form
 def test_the_default_run_does_not_collect_the_planted_bug_suite():
     def collected(*extra):
         done = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", *extra,
-                               "tests/differential"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                               "tests/differential"], cwd=ROOT, capture_output=True, text=True, timeout=limit(600))
         return [line for line in done.stdout.splitlines() if "::" in line]
 
     # (with --k3diff-mutants they are collected: scripts/test runs them, and fails on none collected)
@@ -536,7 +537,8 @@ def test_progress_line_counts_budget_rate_failures_and_eta():
     for k in range(10):
         prog.add({"stage": "moe", "ok": k != 3, "skipped": None, "phase": "generate"}, at=100.0 + 10 * k)
     prog.add({"stage": "moe", "ok": False, "skipped": None, "phase": "shrink"}, at=200.0)
-    # a CI log: one line a minute per stage (at 100 s and 160 s), each on its own line
+    # a CI log: one whole line a minute for the whole run (at 100 s and 160 s)
     assert [n for _, n in shown] == [True, True] and len(shown) == 2
+    assert shown[-1][0].startswith("k3diff: 7/26 cases (26%)") and "run ETA" in shown[-1][0]
     line = prog.lines(190.0)[0]
     assert line.startswith("k3diff moe: 10/20 cases (50%), 0.11 cases/s, 1 failing, shrinking (1 steps), ETA 1 min")

@@ -1,6 +1,7 @@
 """Results files and `k3diff report`: the record format, load/merge/compare, bad input, and a
 simulated nightly (2 shards x 2 xdist workers on the CPU) merged into one self-contained HTML page."""
 import importlib.metadata
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import json
 import os
 import subprocess
@@ -109,7 +110,7 @@ def test_compare_finds_new_failures_and_movements(tmp_path):
 def _cli(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "k3diff.cli", *map(str, args)], cwd=cwd or ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=limit(300))
 
 
 def _main(capsys, *args):
@@ -241,7 +242,7 @@ def simulate_nightly(where: Path, seed=123, shards=2, workers=2, select="moe or 
              "--k3diff-backend", backend, "--k3diff-shard", f"{i}/{shards}", "-n", str(workers),
              "--k3diff-seed", str(seed), "--k3diff-report", str(results), "--junitxml", str(junit),
              "--k3diff-save", "seeds", "-k", select, "-q", "-p", "no:cacheprovider"],
-            cwd=where, env=env, capture_output=True, text=True, timeout=600)
+            cwd=where, env=env, capture_output=True, text=True, timeout=limit(600))
         assert results.exists() and junit.exists(), done.stdout[-3000:] + done.stderr[-3000:]
         files.append((results, done.returncode))
     return files
@@ -367,7 +368,7 @@ def test_report_reads_json_without_importing_torch(tmp_path):
     code = ("import sys; from k3diff.cli import main; rc = main(['report', sys.argv[1], '-o', sys.argv[2]]); "
             "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "x.html")], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=limit(300))
     assert done.returncode == 0, done.stderr
 
 

@@ -2,6 +2,7 @@
 checked for the verdict banner at the top and the failure block under it (their colours, where
 the page puts them). Chromium is installed by .ci/run; without it the test skips, except under CI."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import shutil
 import subprocess
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_the_broken_report_shows_the_banner_then_the_failure_block(tmp_path):
     subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                     f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1200,900",
                     f"--screenshot={shot}", page.resolve().as_uri()],
-                   capture_output=True, timeout=120, check=False)
+                   capture_output=True, timeout=limit(120), check=False)
     assert shot.exists() and shot.stat().st_size > 10_000, "chromium took no screenshot"
     img = Image.open(shot).convert("RGB")
     banner, group, badge = (_rows_with(img, c) for c in (FAIL_BANNER, GROUP_BORDER, MINIMAL))

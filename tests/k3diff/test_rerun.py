@@ -1,5 +1,6 @@
 """The rerun line (k3diff/rerun.py): the command a run prints to repeat itself repeats it."""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import os
 import re
 import shlex
@@ -60,7 +61,7 @@ def test_the_printed_line_of_a_failing_run_reruns_it(tmp_path):
          "--k3diff-save", str(tmp_path / "seeds a"), "--k3diff-report", str(tmp_path / "a.jsonl"),
          "--k3diff-timeout", "300", "--junitxml", str(tmp_path / "j.xml"), "-p", "no:cacheprovider",
          "-p", "no:randomly", "tests/differential"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+        cwd=ROOT, capture_output=True, text=True, timeout=limit(900), env=env)
     assert first.returncode == 1, first.stdout[-3000:] + first.stderr
     found = re.search(r"^next: .*rerun with `([^`]+)`", first.stdout, re.M)
     assert found, first.stdout[-3000:]
@@ -71,7 +72,7 @@ def test_the_printed_line_of_a_failing_run_reruns_it(tmp_path):
     junit = (tmp_path / "j.xml").read_text()
     assert 'name="k3diff_rerun"' in junit and "j.xml" not in line, junit[:2000]
     second = subprocess.run(["bash", "-c", line + " --k3diff-report " + shlex.quote(str(tmp_path / "b.jsonl"))],
-                            cwd=ROOT, capture_output=True, text=True, timeout=900, env=env)
+                            cwd=ROOT, capture_output=True, text=True, timeout=limit(900), env=env)
     assert second.returncode == 1, second.stdout[-3000:] + second.stderr
     # the cases drawn and their verdicts, and the minimal failure; the shrink steps between are left
     # out (two runs of one seed were seen to take different steps to the same minimal case)
@@ -86,6 +87,6 @@ def test_the_printed_line_of_a_failing_run_reruns_it(tmp_path):
 def test_a_hunt_prints_the_line_that_repeats_it(tmp_path):
     done = subprocess.run([sys.executable, "-m", "k3diff.cli", "hunt", "--backend", "torch-blocked", "--stage", "moe",
                            "--examples", "1", "--isolate", "off"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                          timeout=limit(600), env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rerun: k3diff hunt --backend torch-blocked --stage moe --examples 1 --isolate off --seed 0" in done.stdout

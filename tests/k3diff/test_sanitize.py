@@ -1,6 +1,7 @@
 """`k3diff sanitize`: the compute-sanitizer report parser on recorded outputs (sanitizer_output/),
 and the command end to end with a stand-in for compute-sanitizer (no GPU here)."""
 from __future__ import annotations
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 import os
 import stat
@@ -73,7 +74,7 @@ sys.exit(rc)
 def _sanitize(*args):
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "k3diff.cli", "sanitize", *args], capture_output=True, text=True,
-                          env=env, cwd=ROOT, timeout=600)
+                          env=env, cwd=ROOT, timeout=limit(600))
 
 
 def test_a_finding_fails_the_command_with_one_line_naming_kernel_and_case(tmp_path):

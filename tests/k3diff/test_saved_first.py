@@ -1,5 +1,6 @@
 """Earlier runs' failing seeds replayed first (k3diff/saved_first.py), as Hypothesis's database does."""
 import shutil
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _collected(cwd, *args):
     done = subprocess.run([sys.executable, "-m", "pytest", "--k3diff", "--k3diff-backend", "torch-blocked", "--co",
                            "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--k3diff-seed", "1", *args,
-                           str(ROOT / "tests" / "differential")], cwd=cwd, capture_output=True, text=True, timeout=600)
+                           str(ROOT / "tests" / "differential")], cwd=cwd, capture_output=True, text=True, timeout=limit(600))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     return [line for line in done.stdout.splitlines() if "::" in line]
 

@@ -2,6 +2,7 @@
 the coverage table, the judging of a scheduled run's raw tensors, the neighbour-content check, the
 schedule mutants' registration. What needs a GPU is in test_schedule_gpu.py."""
 from __future__ import annotations
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 import json
 from dataclasses import replace
@@ -346,7 +347,7 @@ def test_the_co_runner_kernel_polls_its_flag_and_streams_its_buffer():
 
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
-    done = subprocess.run([sys.executable, "-c", _SPIN_CHECK], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _SPIN_CHECK], capture_output=True, text=True, env=env, timeout=limit(300))
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

@@ -2,6 +2,7 @@
 runs, a report per seed written as it goes, one merged table; a planted bug shows as failing cases
 in that table, and the lane is red."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ def _soak(tmp_path, backend, stage="kda"):
                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "k3diff"), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), str(tmp_path), "soak",
                            "--", "-k", stage, "--k3diff-profile", "quick"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit(600))
     return done, (tmp_path / "soak" / "stdout.txt").read_text()
 
 

@@ -1,6 +1,7 @@
 """The throughput bench's verdict comparison (k3diff/tools/throughput.py): a speed-up may move a
 float64 number in its last bits, never a verdict."""
 from k3diff.tools.throughput import agreement
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 V = {"ok": True, "error": None, "reports": [{"name": "out", "ratio": 0.25, "max_abs": 1e-3, "ok": True}]}
 
@@ -46,7 +47,7 @@ def test_workers_share_the_cases_and_judge_each_once():
 
     root = Path(__file__).resolve().parents[2]
     run = lambda *a: subprocess.run([sys.executable, "-m", "k3diff.tools.throughput", *a],  # noqa: E731
-                                    cwd=root, capture_output=True, text=True, timeout=300)
+                                    cwd=root, capture_output=True, text=True, timeout=limit(300))
     got = run("--stages", "kda", "--cases", "6", "--compare-with", "none", "--workers", "2", "--weights-first")
     assert got.returncode == 0, got.stderr[-2000:]
     assert "2 worker processes per side" in got.stdout

@@ -3,6 +3,7 @@ each lane's commands; its lane runner takes each lane once over the GPUs it is g
 lane's GPU, time and exit status, folds the logs into one file, and fails when a lane fails or
 hits its timeout; the full and time lanes are red without K3's real dims (a fake pytest)."""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import os
 import shutil
 import subprocess
@@ -18,7 +19,7 @@ DEFAULT = ["tests", "ci", "full", "mutants", "sanitize", "side"]
 def _run(out, *lanes, script=SCRIPT, **env):
     e = dict(os.environ, **env)
     r = subprocess.run(["bash", str(script), str(out), *lanes], cwd=ROOT, env=e, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=limit(300))
     tsv = Path(out) / "lanes.tsv"
     rows = [ln.split("\t") for ln in tsv.read_text().splitlines()[1:]] if tsv.exists() else []
     return r, rows
@@ -77,7 +78,7 @@ def test_a_failing_or_timed_out_lane_fails_the_run_and_keeps_the_others(tmp_path
     (None, {}, "usage: bash scripts/gpu_check.sh OUTDIR")])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, env, msg):
     cmd = ["bash", str(SCRIPT)] + ([] if args is None else [str(tmp_path / "out"), *args])
-    r = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, **env), capture_output=True, text=True, timeout=limit(60))
     assert r.returncode == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 

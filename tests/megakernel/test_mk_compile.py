@@ -1,6 +1,7 @@
 """CPU: every kernel compiles for the H200 (sm_90a) and GB300 (sm_103a), no GPU needed: here at
 the small dims; scripts/test's last step compiles them at the full dims (each set once in CI)."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess
 import sys
 
@@ -13,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
 def test_compile_all_kernels(arch):
     r = subprocess.run([sys.executable, "-m", "megakernel", "compile", "--arch", arch,
-                        "--dims", "small"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+                        "--dims", "small"], cwd=ROOT, capture_output=True, text=True, timeout=limit(600))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith(arch)]
     assert lines and all(ln.endswith(" ok") for ln in lines), r.stdout

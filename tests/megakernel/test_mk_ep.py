@@ -7,6 +7,7 @@ setting; a dispatch to the wrong rank and rows at a wrong offset caught; the `me
 declaration loaded as a distributed candidate that says in one line why it cannot run without
 a GPU. On a GPU the same plumbing runs the kernels: tests/megakernel/test_mk_ep_gpu.py."""
 import subprocess
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -137,7 +138,7 @@ def test_the_ipc_exchange_holds_what_all_to_all_single_gives_on_gloo_ranks(tmp_p
         for p in procs:
             p.start()
     try:
-        got = sorted(answers.get(timeout=240) for _ in procs)
+        got = sorted(answers.get(timeout=limit(240)) for _ in procs)
     finally:
         for p in procs:
             p.join(30)
@@ -248,7 +249,7 @@ def test_megakernel_ep_is_a_declared_distributed_candidate():
 def test_pytest_k3diff_megakernel_ep_without_a_gpu_is_one_line():
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--k3diff",
                           "--k3diff-backend", "megakernel-ep", "--k3diff-ranks", "2", "tests/differential"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+                         cwd=ROOT, capture_output=True, text=True, timeout=limit(300))
     assert run.returncode == 8, run.stdout[-2000:] + run.stderr[-2000:]   # k3diff/exit_codes.py BACKEND
     lines = [ln for ln in run.stderr.splitlines() if "megakernel-ep" in ln]
     assert lines and "cannot run here" in lines[0], run.stderr[-2000:]

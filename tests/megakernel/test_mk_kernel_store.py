@@ -3,6 +3,7 @@ what the first compiled; a corrupt file is compiled again; the cache can be turn
 holds no environment (every setting that changes a binary is in the kernel's variant). (Bit equality of loaded kernels is checked on the GPU:
 tests/megakernel/test_mk_gpu.py.)"""
 import json
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import os
 import subprocess
 import sys
@@ -30,7 +31,7 @@ def _run(tmp_path, env=None):
     e = dict(os.environ, MEGAKERNEL_CACHE=str(tmp_path / "mk"), PYTHONPATH=ROOT + (os.pathsep + path if path else ""))
     e.update(env or {})
     r = subprocess.run([sys.executable, "-c", PROBE, json.dumps(KERNELS)], cwd=ROOT, env=e,
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=limit(300))
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1]), r.stderr
 

@@ -4,6 +4,7 @@ wgmma attention (the H200's default) with its wgmma and no more than its measure
 the yardstick of tools/mla_ksplit.py (the latent merged from a kernel's split partials) is the
 softmax it stands for."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import shutil
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def test_ksplit_builds_without_spilling(variant, arch, tmp_path):
                            CUTE_DSL_DUMP_DIR=str(tmp_path), MEGAKERNEL_CACHE="off")
     ptx = tmp_path / "k.ptx"
     r = subprocess.run([sys.executable, "-c", CHILD, variant, str(ptx)], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=limit(600))
     assert r.returncode == 0, r.stderr[-2000:]
     text = ptx.read_text()
     assert "mma.sync.aligned.m16n8k16" in text
@@ -40,7 +41,7 @@ def test_ksplit_builds_without_spilling(variant, arch, tmp_path):
         pytest.skip("no ptxas here to count spills")
     from megakernel.tools.spills import parse_ptxas
     p = subprocess.run(["ptxas", f"-arch={arch}", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=limit(600))
     regs, st, ld = parse_ptxas(p.stdout + p.stderr)
     assert (st, ld) == (0, 0) and regs <= 255
 
@@ -57,7 +58,7 @@ def test_wgmma_attention_builds_with_its_measured_spill(tmp_path):
                            CUTE_DSL_DUMP_DIR=str(tmp_path), MEGAKERNEL_CACHE="off")
     ptx = tmp_path / "k.ptx"
     r = subprocess.run([sys.executable, "-c", WG_CHILD, "dict()", str(ptx)], env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=limit(600))
     assert r.returncode == 0, r.stderr[-2000:]
     text = ptx.read_text()
     assert text.count("wgmma.mma_async.sync.aligned.m64n64k16") == 2 * 36   # tile 0, then j + 1
@@ -66,7 +67,7 @@ def test_wgmma_attention_builds_with_its_measured_spill(tmp_path):
         pytest.skip("no ptxas here to count spills")
     from megakernel.tools.spills import parse_ptxas
     p = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(ptx), "-o", str(tmp_path / "k.cubin")],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=limit(600))
     regs, st, ld = parse_ptxas(p.stdout + p.stderr)
     assert regs <= 255 and st <= 80, (regs, st, ld)
 
@@ -110,12 +111,12 @@ def _tile_loop(variant, tmp_path):
     env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx",
                            CUTE_DSL_DUMP_DIR=str(d), MEGAKERNEL_CACHE="off")
     r = subprocess.run([sys.executable, "-c", TMA_CHILD, variant, str(d / "k.ptx")], env=env,
-                       cwd=d, capture_output=True, text=True, timeout=600)
+                       cwd=d, capture_output=True, text=True, timeout=limit(600))
     assert r.returncode == 0, r.stderr[-2000:]
     subprocess.run(["ptxas", "-arch=sm_90a", str(d / "k.ptx"), "-o", str(d / "k.cubin")],
-                   check=True, timeout=600)
+                   check=True, timeout=limit(600))
     sass = subprocess.run([cuobjdump(), "-sass", str(d / "k.cubin")], capture_output=True,
-                          text=True, check=True, timeout=600).stdout
+                          text=True, check=True, timeout=limit(600)).stdout
     loops = [lp for lp in loop_spills(sass) if lp[2] > 1000]     # the tile loop: ~1.8k instructions
     assert len(loops) == 1, loops
     return loops[0][3], loops[0][4]

@@ -4,6 +4,7 @@ what was measured (fifteenth session), so that a kernel change that spills in a 
 K block or cache tile shows here, before it is timed. A spill that goes away is good news: lower
 the entry. Skipped without nvidia-cutlass-dsl, ptxas or cuobjdump."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import shutil
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def test_default_kernels_spill_in_hot_loops_only_where_known(tmp_path):
     env = config.child_env(path_first=ROOT, CUTE_DSL_ARCH="sm_90a", MEGAKERNEL_CACHE="off")
     r = subprocess.run([sys.executable, "-m", "megakernel.tools.ptx_dump", "--out", str(tmp_path),
                         "--arch", "sm_90a", "--dims", "full"], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=1200)
+                       capture_output=True, text=True, timeout=limit(1200))
     assert r.returncode == 0, r.stderr[-2000:]
     files = sorted(tmp_path.glob("full__*.ptx"))
     assert len(files) > 50, len(files)

@@ -3,6 +3,7 @@ a machine without a GPU with one line and exit 2, whatever the arguments; bench_
 persistent_regs, timeline, ep_time and `megakernel compile` (an arch or dims it does not build)
 refuse bad arguments (timeline: bad --modes) with one line and exit 2 on any machine."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ def refused(tool, args):
            ["-m", "megakernel", "bench"] if tool == "megakernel bench" else
            ["-m", "megakernel", "compile"] if tool == "megakernel compile" else
            ["-m", f"megakernel.tools.{tool}"])
-    r = subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, timeout=300,
+    r = subprocess.run([sys.executable, *cmd, *args], capture_output=True, text=True, timeout=limit(300),
                        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
                            p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)))
     assert r.returncode == 2, r.stderr[-2000:]
@@ -139,7 +140,7 @@ def test_tune_gemv_compiles_its_kernels_without_a_gpu(tmp_path):
     args = ["--compile-only", "--preset", "small", "--shapes", "kda_fb", "--batches", "1",
             "--own-ks", "--U", "1", "--RTKS", "2x2,4x2", "--PIPE", "0,1"]
     r = subprocess.run([sys.executable, "-m", "megakernel.tools.tune_gemv", *args],
-                       capture_output=True, text=True, timeout=600, env=env)
+                       capture_output=True, text=True, timeout=limit(600), env=env)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "tune_gemv: 5 kernels compiled"   # 1 + 4 variants
     assert len(list(tmp_path.rglob("*.o"))) == 5

@@ -3,6 +3,7 @@ sm_90a and sm_103a, as a CTA of one warp with no CTA barrier; `compile --experim
 at the KDA step's dims; it takes the shipped core's arguments, so tune_attn binds it to the same
 buffers. Its bits against the shipped core's are a GPU check (tune_attn --splits 8,w16,w32)."""
 import os
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def test_the_one_warp_core_compiles_without_a_cta_barrier(arch, tmp_path):
     env = dict(os.environ, CUTE_DSL_ARCH=arch, CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path),
                MEGAKERNEL_CACHE=str(tmp_path / "cache"))
     r = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=300)
+                       text=True, timeout=limit(300))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     rows = [ln.split() for ln in r.stdout.splitlines()]
     from megakernel.experimental import WARP_SPLITS

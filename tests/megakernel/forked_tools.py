@@ -18,7 +18,7 @@ import textwrap
 # ([argv, stdout path, stderr path]) with one line back (the child's exit status). It forks from
 # its main thread only (nothing here starts a thread), so the children inherit no held lock.
 _ZYGOTE = textwrap.dedent(r"""
-    import io, json, os, runpy, sys, traceback
+    import atexit, io, json, os, runpy, sys, traceback
     saved = os.dup(2)
     err = open(sys.argv[1], "w")
     os.dup2(err.fileno(), 2)
@@ -59,6 +59,7 @@ _ZYGOTE = textwrap.dedent(r"""
                 except BaseException:
                     traceback.print_exc()
                     code = 1
+                atexit._run_exitfuncs()        # what an interpreter's exit runs, os._exit skips
                 sys.stdout.flush(); sys.stderr.flush()
             finally:
                 os._exit(code)

@@ -24,7 +24,9 @@ n = sum(f.startswith('k3diff/corpora/regressions/') and f.endswith('.json') for 
 sys.exit(None if n else 'FAILED: the wheel holds no regression seeds (k3diff/corpora/regressions)')" "$WHEEL"
 
 step "install into a venv (system site packages for torch)"
-"$PY" -m venv --system-site-packages "$W/venv"
+# --without-pip: ensurepip cost ~5 s of CPU a venv; the machine's pip (a system-site venv sees it,
+# `pip --python` serves the bare one) installs into the venv all the same
+"$PY" -m venv --system-site-packages --without-pip "$W/venv"
 "$W/venv/bin/python" -m pip install -q --no-deps --no-index --force-reinstall "$WHEEL" 2>&1 | grep -v "outside environment" || true
 mkdir "$W/empty"; cd "$W/empty"
 export PATH="$W/venv/bin:$PATH"
@@ -58,8 +60,8 @@ a=$(printf '%s\n' "$first" | grep "^FAILED " | sort); b=$(printf '%s\n' "$second
 echo "  same failure: $(printf '%s\n' "$a" | head -n 1)"
 
 step "k3diff report without matplotlib (a bare venv)"
-"$PY" -m venv "$W/bare"
-"$W/bare/bin/python" -m pip install -q --no-deps --no-index "$WHEEL"
+"$PY" -m venv --without-pip "$W/bare"
+"$PY" -m pip --python "$W/bare/bin/python" install -q --no-deps --no-index "$WHEEL"
 echo '{"kind": "run"}' > r.jsonl
 set +e
 msg=$("$W/bare/bin/k3diff" report r.jsonl 2>&1); rc=$?

@@ -34,10 +34,14 @@ python -c "import k3diff, sys; p = k3diff.__file__
 sys.exit(None if p.startswith('$W/venv/') else 'FAILED: k3diff imported from ' + p + ', not the wheel')"
 
 step "pytest --k3diff from an empty folder (the README's first command; -k: the seeds and moe, for time)"
-seeds=$(python -m pytest --k3diff --co -q -p no:cacheprovider | grep -c "test_seed\[" || true)
-[ "$seeds" -ge 1 ] || { echo "FAILED: no shipped regression seed collected from $W/empty"; exit 1; }
-python -m pytest --k3diff -k "test_seed or moe" -q -p no:cacheprovider -p no:randomly | tail -n 3
-echo "  ($seeds shipped regression seeds replayed)"
+# one run, its seeds counted from its own -rp lines (PASSED ...): a separate --co run only to count them cost
+# CI an interpreter with torch and a collection (7 s of CPU); a failing run shows its tail and fails here
+run=$(python -m pytest --k3diff -k "test_seed or moe" -q -rp -p no:cacheprovider -p no:randomly) ||
+  { printf '%s\n' "$run" | grep -v "^PASSED " | tail -n 30; echo "FAILED: pytest --k3diff from $W/empty"; exit 1; }
+printf '%s\n' "$run" | grep -v -e "^PASSED " -e "short test summary info" | tail -n 2
+seeds=$(printf '%s\n' "$run" | grep -c "^PASSED .*test_seed\[" || true)
+[ "$seeds" -ge 1 ] || { echo "FAILED: no shipped regression seed replayed from $W/empty"; printf '%s\n' "$run" | tail -n 20; exit 1; }
+echo "  ($seeds shipped regression seeds replayed and passed)"
 
 step "a failing run's rerun line reruns it"
 cat > mycand.py <<'PYEOF'

@@ -24,7 +24,9 @@ n = sum(f.startswith('k3diff/corpora/regressions/') and f.endswith('.json') for 
 sys.exit(None if n else 'FAILED: the wheel holds no regression seeds (k3diff/corpora/regressions)')" "$WHEEL"
 
 step "install into a venv (system site packages for torch)"
-"$PY" -m venv --system-site-packages "$W/venv"
+# --without-pip: ensurepip cost ~5 s of CPU a venv; the machine's pip (a system-site venv sees it,
+# `pip --python` serves the bare one) installs into the venv all the same
+"$PY" -m venv --system-site-packages --without-pip "$W/venv"
 "$W/venv/bin/python" -m pip install -q --no-deps --no-index --force-reinstall "$WHEEL" 2>&1 | grep -v "outside environment" || true
 mkdir "$W/empty"; cd "$W/empty"
 export PATH="$W/venv/bin:$PATH"
@@ -32,10 +34,14 @@ python -c "import k3diff, sys; p = k3diff.__file__
 sys.exit(None if p.startswith('$W/venv/') else 'FAILED: k3diff imported from ' + p + ', not the wheel')"
 
 step "pytest --k3diff from an empty folder (the README's first command; -k: the seeds and moe, for time)"
-seeds=$(python -m pytest --k3diff --co -q -p no:cacheprovider | grep -c "test_seed\[" || true)
-[ "$seeds" -ge 1 ] || { echo "FAILED: no shipped regression seed collected from $W/empty"; exit 1; }
-python -m pytest --k3diff -k "test_seed or moe" -q -p no:cacheprovider -p no:randomly | tail -n 3
-echo "  ($seeds shipped regression seeds replayed)"
+# one run, its seeds counted from its own -rp lines (PASSED ...): a separate --co run only to count them cost
+# CI an interpreter with torch and a collection (7 s of CPU); a failing run shows its tail and fails here
+run=$(python -m pytest --k3diff -k "test_seed or moe" -q -rp -p no:cacheprovider -p no:randomly) ||
+  { printf '%s\n' "$run" | grep -v "^PASSED " | tail -n 30; echo "FAILED: pytest --k3diff from $W/empty"; exit 1; }
+printf '%s\n' "$run" | grep -v -e "^PASSED " -e "short test summary info" | tail -n 2
+seeds=$(printf '%s\n' "$run" | grep -c "^PASSED .*test_seed\[" || true)
+[ "$seeds" -ge 1 ] || { echo "FAILED: no shipped regression seed replayed from $W/empty"; printf '%s\n' "$run" | tail -n 20; exit 1; }
+echo "  ($seeds shipped regression seeds replayed and passed)"
 
 step "a failing run's rerun line reruns it"
 cat > mycand.py <<'PYEOF'
@@ -58,8 +64,8 @@ a=$(printf '%s\n' "$first" | grep "^FAILED " | sort); b=$(printf '%s\n' "$second
 echo "  same failure: $(printf '%s\n' "$a" | head -n 1)"
 
 step "k3diff report without matplotlib (a bare venv)"
-"$PY" -m venv "$W/bare"
-"$W/bare/bin/python" -m pip install -q --no-deps --no-index "$WHEEL"
+"$PY" -m venv --without-pip "$W/bare"
+"$PY" -m pip --python "$W/bare/bin/python" install -q --no-deps --no-index "$WHEEL"
 echo '{"kind": "run"}' > r.jsonl
 set +e
 msg=$("$W/bare/bin/k3diff" report r.jsonl 2>&1); rc=$?

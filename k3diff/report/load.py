@@ -47,6 +47,7 @@ def expand(paths) -> list[Path]:
     for p in map(Path, paths):
         if p.is_dir():
             found = sorted([*p.rglob("*.jsonl"), *p.rglob("*.jsonl.gz")])
+            found = [f for f in found if not f.name.endswith(".observations.jsonl")]   # k3diff/observations.py
             if not found:
                 raise ReportInputError(f"{p}: folder holds no *.jsonl results file")
             out += found

@@ -43,9 +43,11 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
     `explicit` values are judged first, as Hypothesis's @example (not counted in `examples`, never
     shrunk): a production space's boundary sweep (k3diff.strategies.boundary_plan).
     With `aim`, each passing case's worst share of budget is told to hypothesis.target(), and
-    Hypothesis's target phase climbs toward the cases closest to a bound once half of `examples`
-    are drawn (never sooner: the draws before are the same either way). Whether it catches the
-    planted bugs sooner: scripts/target_effect.py."""
+    Hypothesis's target phase climbs toward the cases closest to a bound once max(examples // 2, 10)
+    are drawn (never sooner: the draws before are the same either way). A search of 10 examples or
+    fewer (a ci chunk: 40 // 4; a quick one: 4) ends before that phase can start, so `aim` changes
+    nothing there (tests/k3diff/test_target.py); a nightly chunk (62) and a hunt (40 a stage) give
+    it the second half. Whether it catches the planted bugs sooner: scripts/target_effect.py."""
     from hypothesis import HealthCheck, Phase, example, given, settings, target
     from hypothesis import seed as hyp_seed
 

@@ -152,7 +152,8 @@ class Session:
     verdict)` for every case it judges, so a caller can record them as they happen. Cases are
     judged in a child process unless `isolate` is False (k3diff.isolation)."""
 
-    def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir, isolate=True, timeout=None):
+    def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir, isolate=True, timeout=None,
+                 aim=False):
         from k3diff import backends
 
         self.checker, self.backend = open_candidate(backend_name, device=device, isolate=isolate, timeout=timeout,
@@ -165,6 +166,7 @@ class Session:
         self.space = choose_space(device, preset, self.backend)
         self.save_dir = save_dir
         self.isolate = isolate
+        self.aim = aim          # hypothesis.target() on each case's worst share of budget (--k3diff-target)
 
     def close(self):
         self.checker.close()
@@ -186,7 +188,7 @@ class Session:
                            self.profile["chunks"]) if self.profile.get("sweep") else []
         verdict, _ = find_failure(cases(stage, self.space), stop_on_fatal(self.check, on_case),
                                   examples=max(1, self.profile["examples"] // self.profile["chunks"]),
-                                  seed=sub_seed(self.seed, stage, chunk), explicit=sweep)
+                                  seed=sub_seed(self.seed, stage, chunk), explicit=sweep, aim=self.aim)
         return verdict
 
     def fuzz_invariance(self, stage, on_case):

@@ -19,7 +19,6 @@ TIMEOUT = "--k3diff-timeout"
 ISOLATE = "--k3diff-isolate"
 RANKS = "--k3diff-ranks"
 REPLAY_SAVED = "--k3diff-replay-saved"
-TARGET = "--k3diff-target"
 
 PRESETS = ("tiny", "small", "full")
 DEFAULT_SAVE = str(Path("corpora") / "failures")
@@ -63,9 +62,6 @@ def add_options(parser, profiles) -> None:
     group.addoption(REPLAY_SAVED, default="on", choices=["on", "off"],
                     help=f"replay the seeds in the {SAVE} folder first, as Hypothesis replays its saved "
                          "failures (default on; k3diff/saved_first.py)")
-    group.addoption(TARGET, default="off", choices=["on", "off"],
-                    help="tell hypothesis.target() each passing case's worst share of budget, so the search "
-                         "climbs toward the edge of the error budget (default off: k3diff/search.py says why)")
     group.addoption(RANKS, default=None, type=int, metavar="N",
                     help="run a distributed candidate (torch-blocked-ep) on N ranks: moe cases draw a placement "
                          "of the experts over them (k3diff/ep_config.py); gloo on the CPU, NCCL on GPUs")

@@ -173,8 +173,7 @@ def _make_session(config):
         session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
-                          isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout,
-                          aim=config.getoption(opt.TARGET) == "on")
+                          isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout)
         from k3diff.distributed import apply_ranks  # a distributed candidate's ranks
 
         apply_ranks(session, config.getoption(opt.RANKS))

@@ -19,6 +19,21 @@ PROFILES = {
 }
 
 
+TARGET_ENV = "K3DIFF_TARGET"
+
+
+def target_wanted(environ=None) -> bool:
+    """K3DIFF_TARGET=on|off (default off): each fuzzed case's worst share of budget told to
+    hypothesis.target() (k3diff/search.py: it can act only in a search of more than 10 examples,
+    a nightly chunk, and scripts/target_effect.py measured what it does for the planted bugs)."""
+    import os
+
+    value = (os.environ if environ is None else environ).get(TARGET_ENV, "off").strip().lower() or "off"
+    if value not in ("on", "off"):
+        raise UsageProblem(f"{TARGET_ENV}={value!r}: on or off")
+    return value == "on"
+
+
 def pick_device(requested: str | None = None) -> str:
     """The device named (checked: it must exist here), else cuda when present."""
     import torch
@@ -153,8 +168,12 @@ class Session:
     judged in a child process unless `isolate` is False (k3diff.isolation)."""
 
     def __init__(self, *, backend_name, device, seed, profile, preset=None, save_dir, isolate=True, timeout=None,
-                 aim=False):
+                 aim=None):
         from k3diff import backends
+
+        # hypothesis.target() on each case's worst share of budget: K3DIFF_TARGET, read once, first
+        # (a bad value is one line before any candidate process starts)
+        aim = target_wanted() if aim is None else aim
 
         self.checker, self.backend = open_candidate(backend_name, device=device, isolate=isolate, timeout=timeout,
                                                     inflight_dir=save_dir)
@@ -166,7 +185,7 @@ class Session:
         self.space = choose_space(device, preset, self.backend)
         self.save_dir = save_dir
         self.isolate = isolate
-        self.aim = aim          # hypothesis.target() on each case's worst share of budget (--k3diff-target)
+        self.aim = aim
 
     def close(self):
         self.checker.close()

@@ -8,7 +8,7 @@ row per bug prints the examples to its first catch at each seed side by side ('-
 within the budget), as `k3diff mutants --seed N --examples E` counts them. Hypothesis starts its
 target phase once half of the examples of a stage are drawn, so a bug caught before that is caught
 at the same example either way: the rows that can differ are the late or missed ones.
-Exit 0 when the table printed; 4 for a bad argument.
+Exit 0 when the table printed; 4 (exit_codes.USAGE) for a bad argument.
 """
 from __future__ import annotations
 
@@ -86,10 +86,12 @@ def main(argv=None) -> int:
     p.add_argument("--examples", type=_examples, default=40, help="examples per stage (the ci profile's budget)")
     p.add_argument("--only", default=None, metavar="NAME[,NAME]")
     p.add_argument("--device", default="cpu")
+    from k3diff.exit_codes import USAGE
+
     try:
         args = p.parse_args(argv)
     except SystemExit as exc:
-        return 4 if exc.code else 0
+        return USAGE if exc.code else 0
     from k3diff.mutants import BY_NAME, for_device
     from k3diff.session import choose_space
 
@@ -98,7 +100,7 @@ def main(argv=None) -> int:
         unknown = [n for n in args.only.split(",") if n not in BY_NAME]
         if unknown:
             print(f"target_effect: unknown mutant {unknown[0]!r}", file=sys.stderr)
-            return 4
+            return USAGE
         chosen = [BY_NAME[n] for n in args.only.split(",")]
     # the space `k3diff mutants` hunts in (k3diff.cli._mutant_space)
     space = choose_space(args.device, "small" if str(args.device).startswith("cuda") else None)

@@ -66,3 +66,26 @@ def test_k3diff_target_is_read_once_and_reaches_every_fuzzed_chunk(monkeypatch, 
         finally:
             session.close()
         assert asked.pop() is want
+
+
+def test_the_measurement_table_sets_each_mutant_side_by_side():
+    import importlib.util
+    from pathlib import Path
+
+    from k3diff.mutants import HuntResult
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "target_effect.py"
+    spec = importlib.util.spec_from_file_location("target_effect", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+
+    def hunts(*counts):
+        return [HuntResult("m", "a", c is not None, c or 40, 0.0) for c in counts]
+
+    rows = [("early", 1, hunts(2, 2), hunts(2, 2)), ("late", 1, hunts(30, None), hunts(25, 33)),
+            ("worse", 1, hunts(21, 22), hunts(None, 22))]
+    lines = script.table(rows, [0, 1], 40)
+    assert lines[2].split()[-1] == "same" and lines[3].split()[-1] == "sooner" and lines[4].split()[-1] == "later"
+    assert " 30  -" in lines[3] and " 25 33" in lines[3] and lines[3].split()[-3:-1] == ["70", "58"]
+    assert lines[-1] == "3 mutants x 2 seeds: caught 5 without, 5 with; target() sooner on 1, later on 1, the same on 1"
+    assert script.main(["--only", "no_such_mutant"]) == 4

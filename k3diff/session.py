@@ -27,7 +27,7 @@ def target_wanted(environ=None) -> bool:
     Off by default, because it has not been seen to help: it can act only in a search of more than
     10 examples (k3diff/search.py: a nightly chunk, not a quick or ci one), and over the planted
     bugs at 40 examples a stage and seeds 0-4 on the CPU (scripts/target_effect.py) it caught none
-    sooner in total: 26 of 27 measured the same at every seed (most are caught within 7 examples,
+    sooner in total: 35 of the 36 the same at every seed (most are caught within 8 examples,
     before the target phase can start); ties_to_higher_id caught at seed 2 in 19 examples, not 39,
     but at seed 1 only after 70 judged cases where the run without it stopped at its 40."""
     import os

@@ -489,7 +489,7 @@ class HuntResult:
 
 
 def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space, device="cpu",
-                  case_filter=None):
+                  case_filter=None, aim=False):
     """Fuzz `backend` until k3diff flags it; no shrinking, since only the time to the first catch
     matters here. `case_filter` keeps only the cases where the bug can show (a mutant's).
     Returns (verdict or None, examples run, seconds, stage)."""
@@ -501,10 +501,10 @@ def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space,
         return cases(stage, space) if case_filter is None else cases(stage, space).filter(case_filter)
 
     return first_failure_over(stages, strategy, lambda case: check_case(case, backend, device=device),
-                              examples=examples_per_stage, seed=seed)
+                              examples=examples_per_stage, seed=seed, aim=aim)
 
 
-def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu") -> HuntResult:
+def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="cpu", aim=False) -> HuntResult:
     backend = mutant.backend() if mutant.backend else MutantBackend(mutant)
     space = replace(space, ranks=mutant.ranks) if mutant.ranks else space
     space = schedule_mutants.hunt_space(backend, space, device)     # a schedule bug's schedules
@@ -512,7 +512,7 @@ def hunt(mutant: Mutant, *, examples_per_stage: int, seed: int, space, device="c
         verdict, count, seconds, stage = first_failure(backend, mutant.stages,
                                                        examples_per_stage=examples_per_stage, seed=seed,
                                                        space=space, device=device,
-                                                       case_filter=mutant.case_filter)
+                                                       case_filter=mutant.case_filter, aim=aim)
     finally:
         getattr(backend, "close", lambda: None)()      # a distributed one's ranks
     if verdict is None:

@@ -167,6 +167,9 @@ def _make_session(config):
 
             config._k3diff_report = open_report(worker_path(report, worker) if worker else report)
             _write_start_record(config, worker, report)     # before the backend loads
+            from k3diff import observations                 # the cases as Hypothesis observability lines
+
+            observations.start(config, worker_path(report, worker) if worker else report)
         session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
@@ -256,6 +259,9 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_unconfigure(config):
+    from k3diff import observations
+
+    observations.finish(config)
     tail = getattr(config, "_k3diff_tail", None)
     if tail is not None:
         tail.stop.set()
@@ -474,6 +480,9 @@ class _ItemRun:
         self.item.user_properties.append((_REPORT_KEY, record))
         config = self.item.config
         _write_report(config, record)               # streamed here, on this worker or the only process
+        from k3diff import observations
+
+        observations.add(config, record)
         if config._k3diff_progress is not None:
             config._k3diff_progress.add(record)
 

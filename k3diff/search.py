@@ -7,6 +7,11 @@ workers agree on them.
 """
 from __future__ import annotations
 
+import math
+
+# the label of hypothesis.target() on a passing case's worst share of budget (`aim`, below)
+TARGET_LABEL = "worst share of budget"
+
 
 class Stop(BaseException):
     """Raised by a judge to end the search at once with `verdict`, without shrinking (a crash or a
@@ -18,17 +23,36 @@ class Stop(BaseException):
         self.verdict = verdict
 
 
-def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = True, explicit=()):
+def share_of_budget(verdict):
+    """The verdict's worst share of budget, or None (skipped, no graded tensor, not a finite number)."""
+    if verdict.skipped:
+        return None
+    worst = verdict.worst()
+    ratio = getattr(worst, "ratio", None)
+    try:
+        ratio = float(ratio)
+    except (TypeError, ValueError):
+        return None
+    return ratio if math.isfinite(ratio) else None
+
+
+def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = True, explicit=(), aim: bool = False):
     """Draw up to `examples` values of `strategy`, calling judge(value) -> verdict on each.
     Returns (failing verdict or None, number of values judged). With shrink, the verdict returned
     is Hypothesis's minimal failing example (its final replay); without, the first failure.
     `explicit` values are judged first, as Hypothesis's @example (not counted in `examples`, never
-    shrunk): a production space's boundary sweep (k3diff.strategies.boundary_plan)."""
-    from hypothesis import HealthCheck, Phase, example, given, settings
+    shrunk): a production space's boundary sweep (k3diff.strategies.boundary_plan).
+    With `aim`, each passing case's worst share of budget is told to hypothesis.target(), and
+    Hypothesis's target phase climbs toward the cases closest to a bound once max(examples // 2, 10)
+    are drawn (never sooner: the draws before are the same either way). A search of 10 examples or
+    fewer (a ci chunk: 40 // 4; a quick one: 4) ends before that phase can start, so `aim` changes
+    nothing there (tests/k3diff/test_target.py); a nightly chunk (62) and a hunt (40 a stage) give
+    it the second half. Whether it catches the planted bugs sooner: scripts/target_effect.py."""
+    from hypothesis import HealthCheck, Phase, example, given, settings, target
     from hypothesis import seed as hyp_seed
 
     state = {"count": 0, "failure": None}
-    phases = [Phase.explicit, Phase.generate] + ([Phase.shrink] if shrink else [])
+    phases = [Phase.explicit, Phase.generate] + ([Phase.target] if aim else []) + ([Phase.shrink] if shrink else [])
 
     def one(value):
         state["count"] += 1
@@ -36,6 +60,9 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
         if not verdict.ok and not verdict.skipped:
             state["failure"] = verdict
             raise AssertionError(verdict.headline())
+        share = share_of_budget(verdict) if aim else None
+        if share is not None:
+            target(share, label=TARGET_LABEL)
 
     for value in reversed(list(explicit)):      # @example runs them in the order written
         one = example(value)(one)
@@ -72,7 +99,7 @@ def stop_on_fatal(check, on_case=None, counts=None):
     return judge
 
 
-def first_failure_over(stages, strategy_for, check, *, examples: int, seed: int, counts=None):
+def first_failure_over(stages, strategy_for, check, *, examples: int, seed: int, counts=None, aim: bool = False):
     """Stage after stage, the first failing verdict without shrinking (a hunt: only the time to the
     first catch matters). Returns (verdict or None, values judged, seconds, stage or "")."""
     import time
@@ -80,7 +107,8 @@ def first_failure_over(stages, strategy_for, check, *, examples: int, seed: int,
     count, start = 0, time.perf_counter()
     judge = stop_on_fatal(check, counts=counts)
     for stage in stages:
-        verdict, n = find_failure(strategy_for(stage), judge, examples=examples, seed=seed, shrink=False)
+        verdict, n = find_failure(strategy_for(stage), judge, examples=examples, seed=seed, shrink=False,
+                                  aim=aim)
         count += n
         if verdict is not None:
             return verdict, count, time.perf_counter() - start, stage

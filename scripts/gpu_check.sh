@@ -33,7 +33,7 @@
 # of running them, GPU_CHECK_LANES (lines of name=command) replaces the lanes: the CPU tests of
 # this script (tests/megakernel/test_gpu_check.py) use both.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ME=scripts/gpu_check.sh
 DEFAULT="tests ci full mutants sanitize side"
 EVERY="tests ci full time mutants sanitize side bench soak adapters"
@@ -242,12 +242,12 @@ NAMES=(); EXTRA=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; EXTRA=("$@"); break ;;
-    all) NAMES+=($EVERY) ;;
+    all) read -ra ALL <<<"$EVERY"; NAMES+=("${ALL[@]}") ;;
     *) [[ " $EVERY " == *" $1 "* ]] || die "unknown lane '$1' (lanes: $EVERY, all)"; NAMES+=("$1") ;;
   esac
   shift
 done
-[ ${#NAMES[@]} -gt 0 ] || NAMES=($DEFAULT)
+[ ${#NAMES[@]} -gt 0 ] || read -ra NAMES <<<"$DEFAULT"
 L=()
 for n in "${NAMES[@]}"; do L+=("$n=bash $ME --lane $n $OUT/$n -- ${EXTRA[*]}"); done
 if [ -n "${GPU_CHECK_LANES:-}" ]; then

@@ -4,7 +4,7 @@
 # process at a time (pip, a venv, one pytest and its candidate child), so they run side by side on
 # CI's 2 cores; each one's output is printed whole when both are done, in a fixed order.
 set -uo pipefail
-cd "$(dirname "$0")"
+cd "$(dirname "$0")" || exit 1
 status=0
 L=$(mktemp -d); trap 'rm -rf "$L"' EXIT
 bash ./wheel_check.sh > "$L/wheel" 2>&1 & wheel=$!

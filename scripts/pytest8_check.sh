@@ -3,6 +3,7 @@
 # packages (torch, Hypothesis, xdist) with pytest 8.4.2 installed into it, then the plugin's tests
 # that exercise pytest's API (options, the rootdir refusal, the default suite, the JUnit fields,
 # the rerun line) and a short differential run. pytest 9 is what every other step runs.
+# PYTEST_VERSION=9.0.3 runs the same under another pin (the premerge workflow's pytest matrix).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -11,11 +12,12 @@ unset PYTEST_ADDOPTS
 # --without-pip: ensurepip cost ~5 s of CPU; the machine's pip, seen through the system site
 # packages, installs into the venv all the same
 "$PY" -m venv --system-site-packages --without-pip "$W/venv"
-"$W/venv/bin/python" -m pip install -q --no-deps "pytest==8.4.2"
+PIN=${PYTEST_VERSION:-8.4.2}
+"$W/venv/bin/python" -m pip install -q --no-deps "pytest==$PIN"
 cd "$ROOT"
 export PYTHONPATH=$ROOT
 V=$("$W/venv/bin/python" -c "import pytest; print(pytest.__version__)")
-[ "${V%%.*}" = 8 ] || { echo "FAILED: the venv runs pytest $V, not 8"; exit 1; }
+[ "$V" = "$PIN" ] || { echo "FAILED: the venv runs pytest $V, not $PIN"; exit 1; }
 echo "+ pytest $V: the plugin's tests"
 "$W/venv/bin/python" -m pytest -q -p no:cacheprovider -p no:randomly tests/k3diff/test_rerun.py tests/k3diff/test_plugin.py \
   -k "seed_pinned or cli_line or skipped_without or bad_options or junit or rootdir"

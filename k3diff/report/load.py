@@ -71,6 +71,7 @@ def expand(paths) -> list[Path]:
                 found = sorted([*p.rglob("*.jsonl"), *p.rglob("*.jsonl.gz")])
             except (OSError, RuntimeError) as exc:
                 raise ReportInputError(f"{p}: cannot list the folder ({_why(exc)})") from None
+            found = [f for f in found if not f.name.endswith(".observations.jsonl")]   # k3diff/observations.py
             if not found:
                 raise ReportInputError(f"{p}: folder holds no *.jsonl results file")
             out += found

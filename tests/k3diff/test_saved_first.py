@@ -34,3 +34,13 @@ def test_saved_seeds_run_first_in_every_shard_unless_turned_off(tmp_path):
     rest = [set(i for i in ids if "[saved-" not in i) for ids in shards]
     assert rest[0] and rest[1] and not rest[0] & rest[1]
     assert sum(f"saved-{seed.name}" in i for i in shards[0]) == 0
+
+
+def test_the_default_save_folder_is_replayed_without_any_flag(tmp_path):
+    # what a kernel engineer expects after a failing run: rerunning the same command (no flag, the
+    # default save folder in the folder it ran from) tries the failures it saved before anything else
+    seed = sorted(SHIPPED_REGRESSIONS.glob("mla-*.json"))[0]
+    (tmp_path / "corpora" / "failures").mkdir(parents=True)
+    shutil.copy(seed, tmp_path / "corpora" / "failures" / "mla-000000000000.json")
+    ids = _collected(tmp_path)
+    assert ids[0].endswith("test_seed[saved-mla-000000000000.json]"), ids[:3]

@@ -1,7 +1,8 @@
 """The pytest plugin: `pytest --k3diff` runs the differential suite (`k3diff.suite`) against a candidate.
 
 Hooks only (after Hypothesis's own plugin and pytest-randomly): options named once in
-`k3diff.options`; the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
+`k3diff.options`; the run's state one object in `config.stash` (`k3diff.run_state`);
+the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
 nothing when k3diff is off; one run seed drawn on the controller and handed to xdist workers
 (the xdist hook is registered only when xdist is present); the seed and profile in the report
 header; every case streamed to the results file as it is judged (under xdist each worker writes its
@@ -31,6 +32,7 @@ import pytest
 
 from k3diff import exit_codes
 from k3diff import options as opt
+from k3diff.run_state import run_state
 from k3diff.session import PROFILES
 
 # the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
@@ -88,9 +90,10 @@ def _run_id(config) -> str:
     worker = getattr(config, "workerinput", None)
     if worker and "k3diff_run_id" in worker:
         return worker["k3diff_run_id"]
-    if not hasattr(config, "_k3diff_run_id"):
-        config._k3diff_run_id = f"{random.getrandbits(48):012x}"
-    return config._k3diff_run_id
+    state = run_state(config)
+    if state.run_id is None:
+        state.run_id = f"{random.getrandbits(48):012x}"
+    return state.run_id
 
 
 def _run_seed(config):
@@ -100,9 +103,10 @@ def _run_seed(config):
     worker = getattr(config, "workerinput", None)
     if worker and "k3diff_seed" in worker:
         return worker["k3diff_seed"]
-    if not hasattr(config, "_k3diff_seed"):
-        config._k3diff_seed = random.getrandbits(31)
-    return config._k3diff_seed
+    state = run_state(config)
+    if state.seed is None:
+        state.seed = random.getrandbits(31)
+    return state.seed
 
 
 def _worker_device(config):
@@ -165,7 +169,7 @@ def _make_session(config):
             # file holds the run line, the saved failures and the end record
             from k3diff.results import worker_path
 
-            config._k3diff_report = open_report(worker_path(report, worker) if worker else report)
+            run_state(config).report = open_report(worker_path(report, worker) if worker else report)
             _write_start_record(config, worker, report)     # before the backend loads
         session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
@@ -174,7 +178,7 @@ def _make_session(config):
         from k3diff.distributed import apply_ranks  # a distributed candidate's ranks
 
         apply_ranks(session, config.getoption(opt.RANKS))
-        if config._k3diff_report is not None:
+        if run_state(config).report is not None:
             from k3diff.results import loaded_record
 
             _write_report(config, loaded_record(session))
@@ -206,19 +210,20 @@ def _write_start_record(config, worker, report):
         from k3diff.rerun import pytest_record
 
         header["rerun"] = pytest_record(config, known.seed)
-    config._k3diff_started = header["started_unix"]
+    run_state(config).started = header["started_unix"]
     _write_report(config, header)
 
 
 def _write_stop_record(config, status, line):
     """The end record of a run that stops before any case (pytest's sessionfinish never comes):
     its exit status and its one line."""
-    if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
+    state = run_state(config)
+    if state.report is None or state.started is None:
         return
     from k3diff.results import end_record
 
-    _write_report(config, end_record(config._k3diff_started, status, 0, 0, error=line))
-    config._k3diff_started = None           # one end record
+    _write_report(config, end_record(state.started, status, 0, 0, error=line))
+    state.started = None                    # one end record
 
 
 # ---------------------------------------------------------------- pytest hooks
@@ -226,18 +231,14 @@ def _write_stop_record(config, status, line):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}: a k3diff differential test (runs with {opt.ENABLE})")
     config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with {opt.MUTANTS})")
-    config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
-    config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
-    config._k3diff_bad_inputs, config._k3diff_failed_reports = [], 0
-    config._k3diff_asked = []
-    config._k3diff = config._k3diff_report = config._k3diff_progress = None
-    config._k3diff_started = None
-    if config._k3diff_shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
+    state = run_state(config)
+    state.shard = _parse_shard(config.getoption(opt.SHARD))
+    if state.shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
         raise pytest.UsageError(f"{opt.SHARD} needs {opt.SEED} N: every shard must draw the same run "
                                 f"(e.g. {opt.SHARD} {config.getoption(opt.SHARD)} {opt.SEED} 1234)")
     if config.getoption(opt.ENABLE) or config.getoption(opt.MUTANTS):
         _run_seed(config)
-        config._k3diff = _make_session(config)
+        state.session = _make_session(config)
         _check_replay_paths(config)
         config.pluginmanager.register(_Collector(config), "k3diff-collector")
         if config.pluginmanager.hasplugin("xdist"):
@@ -256,30 +257,30 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_unconfigure(config):
-    tail = getattr(config, "_k3diff_tail", None)
-    if tail is not None:
-        tail.stop.set()
-    session = getattr(config, "_k3diff", None)
-    if session is not None:
-        session.close()
-    if getattr(config, "_k3diff_report", None) is not None:
+    state = run_state(config)
+    if state.tail is not None:
+        state.tail.stop.set()
+    if state.session is not None:
+        state.session.close()
+    if state.report is not None:
         try:
-            config._k3diff_report.close()
+            state.report.close()
         except OSError:             # its last flush on a full disk: said at sessionfinish if it was lost
             pass
 
 
 def _write_report(config, record):
     """One JSON line per case, as it arrives (a killed run keeps what it did)."""
-    sink = getattr(config, "_k3diff_report", None)
+    state = run_state(config)
+    sink = state.report
     if sink is not None:
         try:
             sink.write(json.dumps(record, sort_keys=True) + "\n")
             sink.flush()
         except OSError as exc:      # disk full: the run goes on; one line and its exit status at the end
-            config._k3diff_report = None
-            config._k3diff_report_lost = (f"k3diff: {opt.REPORT} {config.getoption(opt.REPORT)}: write failed "
-                                          f"({exc.strerror or exc}); the results file is incomplete")
+            state.report = None
+            state.report_lost = (f"k3diff: {opt.REPORT} {config.getoption(opt.REPORT)}: write failed "
+                                 f"({exc.strerror or exc}); the results file is incomplete")
             try:
                 sink.close()
             except OSError:
@@ -298,7 +299,7 @@ def _rerun_line(config) -> str:
 
 class _XdistHooks:
     def pytest_configure_node(self, node):
-        node.workerinput["k3diff_seed"] = node.config._k3diff.seed
+        node.workerinput["k3diff_seed"] = run_state(node.config).session.seed
         node.workerinput["k3diff_run_id"] = _run_id(node.config)
         node.workerinput["k3diff_rerun"] = _rerun_line(node.config)
 
@@ -316,14 +317,15 @@ def pytest_pycollect_makeitem(collector, name, obj):
 def _write_end_record(session, exitstatus):
     """The end record: a results file without it was cut short (killed, or still running)."""
     config = session.config
-    if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
+    state = run_state(config)
+    if state.report is None or state.started is None:
         return
     from k3diff.results import end_record
 
     # on a worker these are its own items' records (its collector saw its reports first)
-    judged = distinct_judged(config._k3diff_results)
-    failing = len(minimal_failures(config._k3diff_results, config._k3diff_failures))
-    _write_report(config, end_record(config._k3diff_started, exitstatus, len(judged), failing))
+    judged = distinct_judged(state.results)
+    failing = len(minimal_failures(state.results, state.failures))
+    _write_report(config, end_record(state.started, exitstatus, len(judged), failing))
 
 
 def _check_replay_paths(config):
@@ -340,10 +342,11 @@ def _check_replay_paths(config):
 
 
 def pytest_report_header(config):
-    session = config._k3diff
+    state = run_state(config)
+    session = state.session
     if session is None:
         return None
-    shard = f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""
+    shard = f"; shard {config.getoption(opt.SHARD)}" if state.shard else ""
     return (f"k3diff: backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
             f"seed {session.seed}{shard} (rerun: {opt.SEED} {session.seed})")
 
@@ -373,10 +376,11 @@ def _start_progress(config, nodeids) -> None:
     """The live progress line (k3diff/progress.py), on the process that owns the terminal."""
     import os
 
-    if hasattr(config, "workerinput") or config._k3diff is None or getattr(config, "_k3diff_budgets", None):
+    run = run_state(config)
+    if hasattr(config, "workerinput") or run.session is None or run.budgets_sent:
         return
-    config._k3diff_budgets = True            # once: xdist calls this for every worker
-    budgets = budgets_from_ids(nodeids, config._k3diff.profile)
+    run.budgets_sent = True                 # once: xdist calls this for every worker
+    budgets = budgets_from_ids(nodeids, run.session.profile)
     _write_report(config, {"kind": "budgets", "budgets": budgets})
     tr = config.pluginmanager.get_plugin("terminalreporter")
     mode = os.environ.get("K3DIFF_PROGRESS")
@@ -419,12 +423,12 @@ def _start_progress(config, nodeids) -> None:
             draw(text, newline)
 
     interval = os.environ.get("K3DIFF_PROGRESS_INTERVAL")
-    config._k3diff_progress = Progress(budgets, write, tty, float(interval) if interval else None)
-    config._k3diff_progress_restore = restore if tty else None
+    run.progress = Progress(budgets, write, tty, float(interval) if interval else None)
+    run.progress_restore = restore if tty else None
     report = config.getoption(opt.REPORT)
     if _xdist_on(config) and report:        # the workers' parts, tailed: cases as they are judged
-        config._k3diff_tail = Tail(report, config._k3diff_progress)
-        config._k3diff_tail.start()
+        run.tail = Tail(report, run.progress)
+        run.tail.start()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -446,8 +450,9 @@ def pytest_collection_modifyitems(config, items):
         return
     from k3diff import saved_first          # earlier runs' failing seeds: every shard, and first
 
-    if config._k3diff_shard:
-        i, n = config._k3diff_shard
+    shard = run_state(config).shard
+    if shard:
+        i, n = shard
         ordered = sorted((it for it in marked if not saved_first.is_saved(it)), key=lambda it: it.nodeid)
         drop = {it.nodeid for k, it in enumerate(ordered) if k % n != i - 1}
         deselected = [it for it in items if it.nodeid in drop]
@@ -462,7 +467,7 @@ def pytest_collection_modifyitems(config, items):
 def _k3diff_rerun_property(request):
     """The rerun line as a JUnit <testsuite> property (pytest's record_testsuite_property; under
     xdist, which that fixture does not support, a failing testcase carries it instead)."""
-    session = request.config._k3diff
+    session = run_state(request.config).session
     if session is not None and not hasattr(request.config, "workerinput"):
         request.getfixturevalue("record_testsuite_property")("k3diff_rerun", _rerun_line(request.config))
 
@@ -470,7 +475,7 @@ def _k3diff_rerun_property(request):
 @pytest.fixture
 def k3diff(request):
     """The k3diff run of this process, bound to the calling test item."""
-    session = request.config._k3diff
+    session = run_state(request.config).session
     if session is None:
         pytest.skip(f"k3diff differential suite: run with {opt.ENABLE}")
     return _ItemRun(session, request.node)
@@ -502,8 +507,9 @@ class _ItemRun:
         self.item.user_properties.append((_REPORT_KEY, record))
         config = self.item.config
         _write_report(config, record)               # streamed here, on this worker or the only process
-        if config._k3diff_progress is not None:
-            config._k3diff_progress.add(record)
+        progress = run_state(config).progress
+        if progress is not None:
+            progress.add(record)
 
     def _guard(self, run):
         from k3diff.backends import BackendError
@@ -603,7 +609,8 @@ class _Collector:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
-        restore = getattr(self.config, "_k3diff_progress_restore", None)
+        state = run_state(self.config)
+        restore = state.progress_restore
         if restore is not None:
             restore()                       # the live progress line yields to pytest's own output
         if report.when == "teardown":
@@ -612,18 +619,17 @@ class _Collector:
             report.user_properties = junit_properties(report.user_properties)
             return
         if report.failed:
-            self.config._k3diff_failed_reports += 1
+            state.failed_reports += 1
         if report.when != "call":
             return
-        sinks = {BAD_INPUT_KEY: self.config._k3diff_bad_inputs, _REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
-                 _MUTANT_KEY: self.config._k3diff_mutants, _ASKED_KEY: self.config._k3diff_asked}
+        sinks = {BAD_INPUT_KEY: state.bad_inputs, _REPORT_KEY: state.results, _FAILURE_KEY: state.failures,
+                 _MUTANT_KEY: state.mutants, _ASKED_KEY: state.asked}
         from_worker = getattr(report, "node", None) is not None
         for key, value in report.user_properties:
             if key in sinks:
                 sinks[key].append(value)
-            if key == _REPORT_KEY and from_worker and self.config._k3diff_progress is not None \
-                    and getattr(self.config, "_k3diff_tail", None) is None:
-                self.config._k3diff_progress.add(value)   # a worker's cases, once its item ends
+            if key == _REPORT_KEY and from_worker and state.progress is not None and state.tail is None:
+                state.progress.add(value)   # a worker's cases, once its item ends
             elif key == _FAILURE_KEY and not hasattr(self.config, "workerinput"):
                 _write_report(self.config, dict(value, kind="failure"))    # a saved seed, wherever it ran
 
@@ -633,10 +639,11 @@ def _unjudged_stages(config) -> list:
     replayed) of which no case was judged: every one refused (`stages`, supports()), or none met.
     Every stage asked counts, not only those the candidate claims: a candidate that implements
     none of them judged nothing, and that is not a pass."""
+    state = run_state(config)
     by_stage = defaultdict(list)
-    for stage in getattr(config, "_k3diff_asked", ()):
+    for stage in state.asked:
         by_stage[stage]
-    for r in config._k3diff_results:
+    for r in state.results:
         by_stage[str(r["stage"]).split("-")[0]].append(r)
     # refused by the candidate (k3diff.runner: "backend ... does not ..."); a case the machine
     # could not hold or judge in time is the machine's, reported with its own line and exit 11
@@ -646,8 +653,9 @@ def _unjudged_stages(config) -> list:
 
 def _bad_input_status(config):
     """The status of a run whose every failure was an input it could not judge (None otherwise)."""
-    bad = config._k3diff_bad_inputs
-    if not bad or config._k3diff_failed_reports > len(bad):
+    state = run_state(config)
+    bad = state.bad_inputs
+    if not bad or state.failed_reports > len(bad):
         return None                                 # some test failed for another reason: exit 1
     return exit_codes.worst(b["status"] for b in bad)
 
@@ -659,7 +667,8 @@ def pytest_sessionfinish(session, exitstatus):
     import sys
 
     config = session.config
-    if getattr(config, "_k3diff", None) is None:
+    state = run_state(config)
+    if state.session is None:
         return
     if hasattr(config, "workerinput"):
         _write_end_record(session, session.exitstatus)      # a worker's own part of the results
@@ -673,31 +682,32 @@ def pytest_sessionfinish(session, exitstatus):
     if unjudged and session.exitstatus in (exit_codes.PASS, exit_codes.FAIL):
         print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: the candidate refused every case "
               "(stages, supports()); that is not a pass", file=sys.stderr)
-    if getattr(config, "_k3diff_report_lost", None):
-        print(config._k3diff_report_lost, file=sys.stderr)
+    if state.report_lost:
+        print(state.report_lost, file=sys.stderr)
     if session.exitstatus == 0 and unjudged:
         session.exitstatus = EXIT_NOTHING_JUDGED
-    elif session.exitstatus == 0 and getattr(config, "_k3diff_report_lost", None):
+    elif session.exitstatus == 0 and state.report_lost:
         session.exitstatus = EXIT_REPORT_LOST
     _write_end_record(session, session.exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if config._k3diff is None or hasattr(config, "workerinput"):
+    state = run_state(config)
+    if state.session is None or hasattr(config, "workerinput"):
         return
-    tr, session = terminalreporter, config._k3diff
-    if config._k3diff_mutants:
+    tr, session = terminalreporter, state.session
+    if state.mutants:
         from k3diff.mutants import HuntResult, table
 
         tr.section("k3diff mutants")
-        for line in table([HuntResult(**r) for r in sorted(config._k3diff_mutants, key=lambda r: r["mutant"])]):
+        for line in table([HuntResult(**r) for r in sorted(state.mutants, key=lambda r: r["mutant"])]):
             tr.write_line(line)
-    results, failures = config._k3diff_results, config._k3diff_failures
-    if config._k3diff_mutants and not results and not config.getoption(opt.ENABLE):
+    results, failures = state.results, state.failures
+    if state.mutants and not results and not config.getoption(opt.ENABLE):
         return                                      # a mutant run: its table above is the summary
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
-                  f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
+                  f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if state.shard else ""))
     for line in summary_lines(results, failures):
         tr.write_line(line)
     from k3diff.coverage import coverage_lines
@@ -721,9 +731,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")
     elif _bad_input_status(config):
-        lines = sorted({b["line"] for b in config._k3diff_bad_inputs})
+        lines = sorted({b["line"] for b in state.bad_inputs})
         status = _bad_input_status(config)
-        tr.write_line(f"next: exit {status} ({exit_codes.MEANING[status]}): {len(config._k3diff_bad_inputs)} "
+        tr.write_line(f"next: exit {status} ({exit_codes.MEANING[status]}): {len(state.bad_inputs)} "
                       f"test(s) could not be judged here, not the candidate's fault; "
                       + ("a machine with more memory judges it: " if status == exit_codes.MACHINE else "fix the input: ")
                       + lines[0]

@@ -23,22 +23,33 @@ machine (no such device, a case too big for its GPU, too many workers). Each is 
 from __future__ import annotations
 
 import json
+import math
+import os
 import random
+import shlex
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from k3diff import exit_codes
+from k3diff import exit_codes, rerun, saved_first
 from k3diff import options as opt
+from k3diff.early_exit import guard_command_line
+from k3diff.progress import Progress, Tail
+from k3diff.refusals import refusal_lines
+from k3diff.results import end_record, loaded_record, record, run_header, worker_path
 from k3diff.run_state import run_state
-from k3diff.session import PROFILES
+from k3diff.session import (PROFILES, Session, UsageProblem, check_output_dir, compare_with_record,
+                            hunt_mutant, open_report)
 
 # the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
 from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
                             distinct_judged, junit_properties, l2_lines, minimal_failures, near_edge_lines,
                             summary_lines)
+from k3diff.usage import MachineProblem
 
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
@@ -128,8 +139,6 @@ def _worker_device(config):
         why = isinstance(n, int) and workers_too_many(n, torch.cuda.device_count(),
                                                       torch.cuda.get_device_properties(0).total_memory)
         if why:
-            from k3diff.usage import MachineProblem
-
             raise _stop(MachineProblem(f"k3diff: {why}"))
     if device == "cuda" and worker:
         import torch
@@ -148,16 +157,12 @@ def _worker_device(config):
 
 def _make_session(config):
     from k3diff.backends import BackendError
-    import math
-
-    from k3diff.session import Session, UsageProblem, check_output_dir, open_report
 
     timeout = config.getoption(opt.TIMEOUT)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
     if config.getoption(opt.ISOLATE) == "off" and not hasattr(config, "workerinput"):
-        from k3diff.early_exit import guard_command_line   # before the backend loads: an early exit is never green
-
+        # before the backend loads: an early exit is never green
         guard_command_line(config.getoption(opt.SAVE), tuple(config.invocation_params.args))
     try:
         worker = getattr(config, "workerinput", {}).get("workerid")
@@ -167,20 +172,18 @@ def _make_session(config):
         if report:
             # under xdist each worker streams its own part (results.worker_path); the controller's
             # file holds the run line, the saved failures and the end record
-            from k3diff.results import worker_path
-
             run_state(config).report = open_report(worker_path(report, worker) if worker else report)
             _write_start_record(config, worker, report)     # before the backend loads
         session = Session(backend_name=config.getoption(opt.BACKEND), device=_worker_device(config),
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
                           isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout)
-        from k3diff.distributed import apply_ranks  # a distributed candidate's ranks
+        # a distributed candidate's ranks; imported here, as k3diff.rank_pool reads K3DIFF_RANK_TIMEOUT
+        # at import and every pytest run in this environment loads the plugin
+        from k3diff.distributed import apply_ranks
 
         apply_ranks(session, config.getoption(opt.RANKS))
         if run_state(config).report is not None:
-            from k3diff.results import loaded_record
-
             _write_report(config, loaded_record(session))
         return session
     except (BackendError, UsageProblem) as exc:
@@ -197,19 +200,14 @@ def _make_session(config):
 def _write_start_record(config, worker, report):
     """Line 1 of the results file from the command line alone, written before the backend loads,
     so a backend that cannot load leaves a file that names the run (k3diff.results.run_header)."""
-    from types import SimpleNamespace
-
-    from k3diff.results import run_header
-
     known = SimpleNamespace(seed=_run_seed(config), profile_name=config.getoption(opt.PROFILE),
                             backend_name=config.getoption(opt.BACKEND), device=config.getoption(opt.DEVICE))
     header = run_header(known, config.getoption(opt.SHARD), worker=worker,
                         parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
     header["run_id"] = _run_id(config)
     if worker is None:                      # the command that repeats the run, as data (k3diff/rerun.py)
-        from k3diff.rerun import pytest_record
 
-        header["rerun"] = pytest_record(config, known.seed)
+        header["rerun"] = rerun.pytest_record(config, known.seed)
     run_state(config).started = header["started_unix"]
     _write_report(config, header)
 
@@ -220,7 +218,6 @@ def _write_stop_record(config, status, line):
     state = run_state(config)
     if state.report is None or state.started is None:
         return
-    from k3diff.results import end_record
 
     _write_report(config, end_record(state.started, status, 0, 0, error=line))
     state.started = None                    # one end record
@@ -292,9 +289,8 @@ def _rerun_line(config) -> str:
     worker = getattr(config, "workerinput", None)
     if worker and "k3diff_rerun" in worker:
         return worker["k3diff_rerun"]
-    from k3diff.rerun import pytest_line
 
-    return pytest_line(config, _run_seed(config))
+    return rerun.pytest_line(config, _run_seed(config))
 
 
 class _XdistHooks:
@@ -320,7 +316,6 @@ def _write_end_record(session, exitstatus):
     state = run_state(config)
     if state.report is None or state.started is None:
         return
-    from k3diff.results import end_record
 
     # on a worker these are its own items' records (its collector saw its reports first)
     judged = distinct_judged(state.results)
@@ -363,9 +358,7 @@ def pytest_generate_tests(metafunc):
                 paths += seed_files(root)
             except CorpusError as exc:
                 raise pytest.UsageError(str(exc)) from None
-        from k3diff import saved_first      # earlier runs' failing seeds, replayed first
-
-        saved = saved_first.seeds(config, already=paths)
+        saved = saved_first.seeds(config, already=paths)        # earlier runs' failing seeds, replayed first
         metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths + saved],
                              ids=[p.name for p in paths] + [saved_first.PREFIX + p.name for p in saved])
     if "k3diff_chunk" in metafunc.fixturenames:
@@ -374,8 +367,6 @@ def pytest_generate_tests(metafunc):
 
 def _start_progress(config, nodeids) -> None:
     """The live progress line (k3diff/progress.py), on the process that owns the terminal."""
-    import os
-
     run = run_state(config)
     if hasattr(config, "workerinput") or run.session is None or run.budgets_sent:
         return
@@ -386,7 +377,6 @@ def _start_progress(config, nodeids) -> None:
     mode = os.environ.get("K3DIFF_PROGRESS")
     if tr is None or config.option.verbose < 0 or mode == "off" or not config.getoption(opt.ENABLE):
         return
-    from k3diff.progress import Progress, Tail
 
     # under xdist the controller prints each worker's result as it lands, so a live line drawn
     # between them would erase its dots: whole lines there (pytest's own write_line), never a rewrite
@@ -448,7 +438,6 @@ def pytest_collection_modifyitems(config, items):
         for it in marked:
             it.add_marker(skip)
         return
-    from k3diff import saved_first          # earlier runs' failing seeds: every shard, and first
 
     shard = run_state(config).shard
     if shard:
@@ -458,7 +447,7 @@ def pytest_collection_modifyitems(config, items):
         deselected = [it for it in items if it.nodeid in drop]
         items[:] = [it for it in items if it.nodeid not in drop]
         config.hook.pytest_deselected(items=deselected)
-    saved_first.first(items)
+    saved_first.first(items)                # earlier runs' failing seeds: every shard, and first
     if not _xdist_on(config):
         _start_progress(config, [it.nodeid for it in items if it.get_closest_marker(MARKER)])
 
@@ -554,8 +543,6 @@ class _ItemRun:
     def replay(self, path):
         from k3diff.corpus import CorpusError
 
-        from k3diff.session import compare_with_record
-
         try:
             verdict, record = self._guard(lambda: self.session.replay(
                 path, lambda c, v: self._on_case(c, v, phase="replay")))
@@ -569,7 +556,6 @@ class _ItemRun:
 
     def hunt_mutant(self, name):
         from k3diff.mutants import BY_NAME
-        from k3diff.session import hunt_mutant
 
         result = hunt_mutant(name, examples=self.session.profile["examples"],
                              seed=self.item.config.getoption(opt.SEED))
@@ -579,8 +565,6 @@ class _ItemRun:
                         pytrace=False)
 
     def _fail_with_seed(self, verdict, existing=None, prefix="", extra=()):
-        import shlex
-
         from k3diff.corpus import case_id
 
         path = existing if existing else self.session.save_failure(verdict)[0]
@@ -596,9 +580,8 @@ class _ItemRun:
 
 def _record(case, verdict):
     from k3diff.coverage import coverage_fields
-    from k3diff.results import record  # the results-file format lives in k3diff/results.py
 
-    return dict(record(case, verdict), **coverage_fields(case, verdict))
+    return dict(record(case, verdict), **coverage_fields(case, verdict))   # the format: k3diff/results.py
 
 
 class _Collector:
@@ -664,8 +647,6 @@ def _bad_input_status(config):
 def pytest_sessionfinish(session, exitstatus):
     """A run that judged nothing for a stage the candidate claims, or lost its results file, is not
     a pass: its own exit status and one line."""
-    import sys
-
     config = session.config
     state = run_state(config)
     if state.session is None:
@@ -713,8 +694,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     from k3diff.coverage import coverage_lines
     for line in coverage_lines(distinct_judged(results), session.space.boundaries):
         tr.write_line(line)
-    from k3diff.refusals import refusal_lines        # cases the candidate refused (supports())
-    for line in refusal_lines(results):
+    for line in refusal_lines(results):         # cases the candidate refused (supports())
         tr.write_line(line)
     for line in near_edge_lines(results) + l2_lines(results):
         tr.write_line(line)

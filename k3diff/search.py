@@ -7,6 +7,10 @@ workers agree on them.
 """
 from __future__ import annotations
 
+import time
+
+from k3diff.fatal import is_fatal
+
 
 class Stop(BaseException):
     """Raised by a judge to end the search at once with `verdict`, without shrinking (a crash or a
@@ -57,8 +61,6 @@ def stop_on_fatal(check, on_case=None, counts=None):
     """The judge every k3diff search uses: `check(value)` -> verdict, told to `on_case(value,
     verdict)`, counted in `counts` ("judged": not skipped), and the search ended at once (Stop) on a
     crash or hang verdict."""
-    from k3diff.fatal import is_fatal
-
     def judge(value):
         verdict = check(value)
         if on_case is not None:
@@ -75,8 +77,6 @@ def stop_on_fatal(check, on_case=None, counts=None):
 def first_failure_over(stages, strategy_for, check, *, examples: int, seed: int, counts=None):
     """Stage after stage, the first failing verdict without shrinking (a hunt: only the time to the
     first catch matters). Returns (verdict or None, values judged, seconds, stage or "")."""
-    import time
-
     count, start = 0, time.perf_counter()
     judge = stop_on_fatal(check, counts=counts)
     for stage in stages:

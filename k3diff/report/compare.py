@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diff import exit_codes
-from k3diff.report import html, plots, tables
 from k3diff.budgets import pct
+from k3diff.report import html, plots, tables
+from k3diff.report.failures import distinct
 
 
 @dataclass
@@ -176,8 +177,6 @@ def _replay(cn, new) -> str:
 
 
 def compare_report(cmp, base, new) -> str:
-    from k3diff.report.failures import distinct
-
     bad = status(cmp) != exit_codes.PASS
     fresh = [cn for _, cn in cmp.new_failures] + list(cmp.unmatched_failures)
     body = [f'<div id="banner" class="{"fail" if bad else "pass"}"><b class="verdict">{"FAIL" if bad else "PASS"}</b>'

@@ -18,11 +18,12 @@ import torch
 
 from k3diff import exit_codes
 from k3diff.schedule_mutants import BUGS, CONTROLS, hunt_space
+from k3diff.search import first_failure_over
+from k3diff.session import choose_space
 
 
 def _hunt(backend, stages, space, examples, seed, device):
     from k3diff.runner import check_case
-    from k3diff.search import first_failure_over
     from k3diff.strategies import cases
 
     return first_failure_over(stages, lambda st: cases(st, space), lambda c: check_case(c, backend, device=device),
@@ -32,8 +33,6 @@ def _hunt(backend, stages, space, examples, seed, device):
 def with_and_without(examples: int, seed: int, device: str) -> tuple[list, bool]:
     """(table lines, all good): each bug hunted with and without the schedule dimension, then
     each control under it. Good: every bug caught with it and every control passing."""
-    from k3diff.session import choose_space
-
     base = choose_space(device, "small")
     lines = [f"{'planted bug':36} {'with':5} {'ex':>4} {'s':>7}   {'without':7} {'ex':>4} {'s':>7}  first failure (with)"]
     good = True

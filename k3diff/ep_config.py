@@ -28,7 +28,6 @@ MAX_RANKS = 8               # gloo on 2 CPU cores; a GPU host has at most 8 NVLi
 # would be 59 GB); E's boundaries (256, 512) are crossed at the small widths (fit_experts)
 EP_EXPERT_BYTES = 2 << 30
 FIELDS = ("ep_ranks", "ep_placement", "ep_owners")
-DEFAULTS = {"ep_ranks": 0, "ep_placement": "", "ep_owners": ()}
 
 
 # ------------------------------------------------------------------ placements

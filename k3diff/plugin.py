@@ -45,19 +45,16 @@ from k3diff.run_state import run_state
 from k3diff.session import (PROFILES, Session, UsageProblem, check_output_dir, compare_with_record,
                             hunt_mutant, open_report)
 
-# the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
-from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
+# the summary's numbers, JUnit's short fields, the progress line's budgets, the user_properties keys
+from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,
                             distinct_judged, junit_properties, l2_lines, minimal_failures, near_edge_lines,
                             summary_lines)
 from k3diff.usage import MachineProblem
 
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
-_REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
 # a stage an item was run for (the nothing-judged rule); dropped before JUnit (summary.junit_properties)
 _ASKED_KEY = "k3diff_asked"
-EXIT_NOTHING_JUDGED = exit_codes.NOTHING_JUDGED      # past pytest's own 0-5
-EXIT_REPORT_LOST = exit_codes.OUTPUT_LOST
 # pytest's way to end a run with a status of one's own before any test; named ERROR so that its one
 # line reads like pytest's usage errors ("ERROR: ...")
 _Stop = type("ERROR", (pytest.exit.Exception,), {})
@@ -493,7 +490,7 @@ class _ItemRun:
             self.failed_once = True
         if getattr(verdict, "too_large", False):         # k3diff.session.skip_too_large
             self.too_large.append(verdict.skipped)
-        self.item.user_properties.append((_REPORT_KEY, record))
+        self.item.user_properties.append((REPORT_KEY, record))
         config = self.item.config
         _write_report(config, record)               # streamed here, on this worker or the only process
         progress = run_state(config).progress
@@ -559,7 +556,7 @@ class _ItemRun:
 
         result = hunt_mutant(name, examples=self.session.profile["examples"],
                              seed=self.item.config.getoption(opt.SEED))
-        self.item.user_properties.append((_MUTANT_KEY, dict(vars(result))))
+        self.item.user_properties.append((MUTANT_KEY, dict(vars(result))))
         if not result.caught:
             pytest.fail(f"mutant {name} ({BY_NAME[name].description}) survived {result.examples} examples",
                         pytrace=False)
@@ -571,7 +568,7 @@ class _ItemRun:
         # shell-quoted: a seed path with a space or a backend module:object pastes as one word
         command = shlex.join(["k3diff", "replay", str(path), "--backend", self.session.backend_name])
         headline = prefix + verdict.headline()
-        self.item.user_properties.append((_FAILURE_KEY, {
+        self.item.user_properties.append((FAILURE_KEY, {
             "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline,
             "item": self.item.nodeid, "id": case_id(verdict.case), "rerun": _rerun_line(self.item.config)}))
         details = "\n".join("  " + line for line in list(verdict.failures()) + list(verdict.notes) + list(extra))
@@ -605,15 +602,15 @@ class _Collector:
             state.failed_reports += 1
         if report.when != "call":
             return
-        sinks = {BAD_INPUT_KEY: state.bad_inputs, _REPORT_KEY: state.results, _FAILURE_KEY: state.failures,
-                 _MUTANT_KEY: state.mutants, _ASKED_KEY: state.asked}
+        sinks = {BAD_INPUT_KEY: state.bad_inputs, REPORT_KEY: state.results, FAILURE_KEY: state.failures,
+                 MUTANT_KEY: state.mutants, _ASKED_KEY: state.asked}
         from_worker = getattr(report, "node", None) is not None
         for key, value in report.user_properties:
             if key in sinks:
                 sinks[key].append(value)
-            if key == _REPORT_KEY and from_worker and state.progress is not None and state.tail is None:
+            if key == REPORT_KEY and from_worker and state.progress is not None and state.tail is None:
                 state.progress.add(value)   # a worker's cases, once its item ends
-            elif key == _FAILURE_KEY and not hasattr(self.config, "workerinput"):
+            elif key == FAILURE_KEY and not hasattr(self.config, "workerinput"):
                 _write_report(self.config, dict(value, kind="failure"))    # a saved seed, wherever it ran
 
 
@@ -666,9 +663,9 @@ def pytest_sessionfinish(session, exitstatus):
     if state.report_lost:
         print(state.report_lost, file=sys.stderr)
     if session.exitstatus == 0 and unjudged:
-        session.exitstatus = EXIT_NOTHING_JUDGED
+        session.exitstatus = exit_codes.NOTHING_JUDGED      # past pytest's own 0-5
     elif session.exitstatus == 0 and state.report_lost:
-        session.exitstatus = EXIT_REPORT_LOST
+        session.exitstatus = exit_codes.OUTPUT_LOST
     _write_end_record(session, session.exitstatus)
 
 

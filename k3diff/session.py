@@ -110,17 +110,6 @@ def open_candidate(spec, *, device, isolate=True, timeout=None, inflight_dir=Non
     return InProcessChecker(backend, device=device, inflight_dir=inflight_dir), backend
 
 
-def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_dir=None):
-    """Where an already loaded backend's cases are judged: a child process (default) or this one.
-    An object that is not loadable by name (a MutantBackend instance) always runs here."""
-    if isolate and isinstance(spec, str):
-        import torch
-
-        return IsolatedChecker(spec, getattr(backend, "name", spec), device=device, timeout=timeout,
-                               inflight_dir=inflight_dir, threads=torch.get_num_threads())
-    return InProcessChecker(backend, device=device, inflight_dir=inflight_dir)
-
-
 def choose_space(device: str, preset: str | None = None, backend=None):
     """The strategy space: the preset named (tiny, small, full), else on a GPU small dims with one
     case in three at K3's real dims, and `tiny` on the CPU; with the backend's declared boundaries

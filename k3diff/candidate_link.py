@@ -14,8 +14,11 @@ import time
 import weakref
 from collections import OrderedDict
 
+import torch
+
 from k3diff import caches, features, weight_guard
 from k3diff.controls import run_candidate
+from k3diff.distributed import bind_case
 from k3diff.fatal import CRASH, CandidateFailed, describe
 from k3diff.transfer import shared
 
@@ -26,8 +29,6 @@ def failure_of(exc: BaseException, during: str) -> CandidateFailed:
     """The candidate's exception as the failure k3diff records: an ordinary exception in run() fails
     the case with its message; anything else (in prepare(), supports(), provides(), or SystemExit)
     is a crash before its verdict; out of memory is judged by size (k3diff.judge)."""
-    import torch
-
     if isinstance(exc, torch.OutOfMemoryError):
         return CandidateFailed(f"{CRASH} the candidate raised {describe(exc)} before its verdict", oom=True)
     if during == "run" and isinstance(exc, Exception):
@@ -71,8 +72,6 @@ class CandidateHost:
     def run(self, case, cfg, token, weights, calls, provides) -> dict:
         """prepare() once per (weight set, stage), then the candidate into `calls`; the facts of
         k3diff.controls.run_candidate. The weights are sent with the first call of their set."""
-        from k3diff.distributed import bind_case
-
         if weights is not None:
             self._weights[token] = weights
         weights = self._weights[token]

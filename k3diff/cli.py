@@ -22,9 +22,25 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
+import shlex
 import sys
+import tempfile
+from pathlib import Path
 
-from k3diff import exit_codes as ex
+from k3diff import __version__, exit_codes as ex
+from k3diff.budgets import describe
+from k3diff.early_exit import guard
+from k3diff.extras import check
+from k3diff.isolation import DEFAULT_TIMEOUT
+from k3diff.options import DEFAULT_SAVE
+from k3diff.report import add_arguments, run as _report
+from k3diff.rerun import cli_line
+from k3diff.sanitize import run as _sanitize
+from k3diff.search import first_failure_over
+from k3diff.session import choose_space
+from k3diff.time_limits import checked_seconds
+from k3diff.usage import MachineProblem, UsageProblem
 
 EXIT = {"pass": ex.PASS, "fail": ex.FAIL, "usage": ex.USAGE, "nothing judged": ex.NOTHING_JUDGED,
         "output": ex.OUTPUT_LOST, "interrupted": 130}
@@ -43,8 +59,6 @@ def positive_seconds(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expects seconds, got {text!r}") from None
-    from k3diff.time_limits import checked_seconds
-    from k3diff.usage import UsageProblem
 
     try:
         return checked_seconds(value, "--timeout")     # finite, > 0, not absurd (the one rule)
@@ -72,8 +86,6 @@ def at_least_one(text: str) -> int:
 
 
 def _parser():
-    from k3diff import __version__
-
     p = _Parser(prog="k3diff", description="k3diff seed tools")
     p.add_argument("--version", action="version", version=f"k3diff {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
@@ -106,7 +118,6 @@ def _parser():
     m.add_argument("--control-examples", type=at_least_one, default=10, help="examples per stage for each control")
     m.add_argument("--device", default="cpu", help="cpu, or cuda: the GPU space and the CUDA-only controls (TF32)")
     # -- report (k3diff/report/): the HTML report of results files, or --compare BASE NEW
-    from k3diff.report import add_arguments
     add_arguments(sub.add_parser("report", help="HTML report of results files (shards merged), or --compare BASE NEW"))
     _sanitize_args(sub)
     return p
@@ -120,9 +131,6 @@ def _sanitize_args(sub):
 
 
 def _isolation_args(p):
-    from k3diff.isolation import DEFAULT_TIMEOUT
-    from k3diff.options import DEFAULT_SAVE
-
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT,
                    help=f"per-case limit in seconds; past it the case is a hang (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--isolate", choices=["on", "off"], default="on",
@@ -135,8 +143,6 @@ def _isolation_args(p):
 
 
 def _replay(args) -> int:
-    from pathlib import Path
-
     from k3diff.backends.base import BackendError
     from k3diff.corpus import CorpusError, seed_files
 
@@ -274,15 +280,12 @@ def printable(text: str) -> str:
 def shell_word(word: str) -> str:
     """One shell word that pastes back as `word`: shlex.quote, or where `word` holds a character
     that cannot be shown (a control character in a file name) bash's $'...' with it escaped."""
-    import shlex
-
     if word.isprintable():
         return shlex.quote(word)
     return "$'" + printable(word.replace("\\", "\\\\").replace("'", "\\'")) + "'"
 
 
 def _hunt(args) -> int:
-    from k3diff.search import first_failure_over
     from k3diff.session import choose_space, open_candidate, pick_device
     from k3diff.strategies import cases
 
@@ -319,8 +322,6 @@ def _hunt(args) -> int:
 
 
 def _print_rerun(args):
-    from k3diff.rerun import cli_line
-
     print(f"rerun: {cli_line(args.argv, '--seed', args.seed)}")
 
 
@@ -370,19 +371,13 @@ def _mutant_space(device):
     """Planted bugs and correct variants are torch-blocked (a PyTorch candidate): on a GPU they are
     judged at the small production dims, not at K3's real ones, where dequantising 896 experts
     in PyTorch runs the card out of memory (seen on the H200: 37 GiB asked with 9 free)."""
-    from k3diff.session import choose_space
-
     return choose_space(device, "small" if str(device).startswith("cuda") else None)
 
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)       # the `rerun:` line (k3diff/rerun.py)
-    if argv is None and getattr(args, "isolate", None) == "off":
-        import tempfile
-
-        from k3diff.early_exit import guard    # the command itself (not a caller's main([...])): before the backend loads
-
+    if argv is None and getattr(args, "isolate", None) == "off":   # the command itself: before the backend loads
         guard(getattr(args, "save", None) or tempfile.gettempdir())
     try:
         status = _run(args)
@@ -403,8 +398,6 @@ def main(argv=None) -> int:
 def _quiet_stdout():
     """After stdout failed, point it at /dev/null so the interpreter's exit flush cannot print a
     second error (Python's own 'Exception ignored ... BrokenPipeError')."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
@@ -419,14 +412,11 @@ def _run(args) -> int:
             print("k3diff report: give results files (k3diff report RESULTS...) or --compare BASE NEW, "
                   "one of the two", file=sys.stderr)
             return ex.USAGE
-        from k3diff.extras import check
-        from k3diff.usage import MachineProblem
         try:
             check("report")                 # its optional dependency: one line, exit 11
         except MachineProblem as exc:
             print(str(exc), file=sys.stderr)
             return ex.status_of(exc)
-        from k3diff.report import run as _report
         return _report(args)
     from k3diff.backends.base import BackendError
     from k3diff.case import CaseError
@@ -444,9 +434,7 @@ def _run(args) -> int:
         if args.command == "mutants":
             return _mutants(args)
         if args.command == "sanitize":
-            from k3diff.sanitize import run as _sanitize
             return _sanitize(args)
-        from k3diff.budgets import describe
         for where, rule, reason in describe():
             print(f"{where:32} {rule:36} {reason}")
         return 0

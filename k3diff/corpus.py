@@ -16,8 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
+import secrets
+import stat
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+import torch
+
+import k3diff
 from k3diff import exit_codes
 from k3diff.case import Case, CaseError
 
@@ -66,8 +74,6 @@ def write_new(path: Path, text: str) -> None:
     never followed) under a name of its own (pid and random: runs and xdist workers saving the
     same case's seed at once each land), then renamed over `path` (a rename replaces a link at
     `path` itself, never writes through it). Parallel writers never leave half a file."""
-    import secrets
-
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     for attempt in range(8):
         tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
@@ -99,8 +105,6 @@ def read_json(path: str | Path, what: str, *, max_bytes: int = MAX_SEED_BYTES, m
     files from another machine are data, so a FIFO (which would block), a device (/dev/zero: no
     end), a folder named x.json, a symlink loop or a deeply nested document is one line of
     `error` (CorpusError by default), never a hang, a traceback or memory exhausted."""
-    import stat
-
     error = error or CorpusError
     path = Path(path)
     try:
@@ -219,15 +223,7 @@ _ENV_CACHE: dict = {}
 
 def environment(backend=None) -> dict:
     """Where a verdict was reached: versions of everything that can change a kernel's result."""
-    import platform
-    import subprocess
-    from importlib.metadata import PackageNotFoundError, version
-
     if "base" not in _ENV_CACHE:
-        import torch
-
-        import k3diff
-
         env = {"k3diff": k3diff.__version__, "python": platform.python_version(), "torch": torch.__version__,
                "cuda": torch.version.cuda, "git": None, "gpu": None, "driver": None, "cute_dsl": None}
         try:

@@ -26,7 +26,6 @@ from k3diff import ep_config, verify_coverage
 # the expert-id ranges the coverage table counts and routing mode high_ids aims past (the
 # megakernel's route scores ids tid, tid + 256, tid + 512: a bug in a later pass needs such ids)
 HIGH_ID_EDGES = (256, 512)
-MOE_DIMS = ("n_experts", "top_k", "latent_dim", "moe_intermediate")
 KEY = "coverage"
 LAST = "E-1"
 

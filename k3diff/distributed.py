@@ -26,9 +26,11 @@ next case starts a fresh pool.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from k3diff.ep_config import MAX_RANKS, Layout, layout_of
 from k3diff.rank_pool import RANK_TIMEOUT, RankPool, _pack, _shared, _to_cpu, _unpack, load_impl
+from k3diff.usage import UsageProblem
 
 
 def is_distributed(backend) -> bool:
@@ -45,10 +47,6 @@ def bind_case(candidate, case) -> None:
 def apply_ranks(session, ranks) -> None:
     """`--k3diff-ranks N` checked against the session's backend, device and preset, then put in its
     strategy space; UsageProblem (one line, pytest exit 4) for a bad combination."""
-    from dataclasses import replace
-
-    from k3diff.usage import UsageProblem
-
     name = session.backend_name
     if ranks is None:
         if is_distributed(session.backend):

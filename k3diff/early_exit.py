@@ -17,9 +17,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
+
+from k3diff.fatal import CRASH, signal_name
 
 END = b"k3diff: the run reached its end\n"
 _GUARDED = False
@@ -93,8 +96,6 @@ def _wait(pid: int, r: int, inflight_dir: Path) -> None:
 
 def early_line(code: int, note: Path) -> str:
     """The one line of a run that ended before its end: how it ended and the case in flight."""
-    from k3diff.fatal import CRASH, signal_name
-
     how = f"k3diff: {CRASH} the run ended before its end ({signal_name(code)}) with isolation off"
     try:
         record = json.loads(note.read_text())
@@ -104,7 +105,6 @@ def early_line(code: int, note: Path) -> str:
         backend = str(record.get("backend") or "")
     except (OSError, ValueError, KeyError, TypeError):
         return how + "; no case was in flight (the backend's import or load, or between cases)"
-    import shlex
 
     again = f"k3diff replay {shlex.quote(str(note))}" + (f" --backend {shlex.quote(backend)}" if backend else "")
     return f"{how}, judging {label}; the case: `{again}`"

@@ -17,7 +17,8 @@ its experts and come back to its home rank, which combines them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 
 PLACEMENTS = ("contiguous", "strided", "uneven", "scattered")
 MAX_RANKS = 8               # gloo on 2 CPU cores; a GPU host has at most 8 NVLink peers
@@ -27,7 +28,6 @@ MAX_RANKS = 8               # gloo on 2 CPU cores; a GPU host has at most 8 NVLi
 # would be 59 GB); E's boundaries (256, 512) are crossed at the small widths (fit_experts)
 EP_EXPERT_BYTES = 2 << 30
 FIELDS = ("ep_ranks", "ep_placement", "ep_owners")
-DEFAULTS = {"ep_ranks": 0, "ep_placement": "", "ep_owners": ()}
 
 
 # ------------------------------------------------------------------ placements
@@ -160,8 +160,6 @@ def hot_experts(seed: int, E: int, k: int) -> list:
 def placed(case, ranks: int, placement: str = "contiguous", owners=None, rng=None):
     """`case` on `ranks` ranks, validated: the given owners, else the placement's (contiguous,
     strided; uneven: every expert on rank 0; scattered: drawn from `rng`, a random.Random)."""
-    from dataclasses import replace
-
     E, N = case.config().n_experts, ranks
     if owners is None:
         owners = {"contiguous": lambda: contiguous(E, N), "strided": lambda: strided(E, N),
@@ -173,8 +171,6 @@ def placed(case, ranks: int, placement: str = "contiguous", owners=None, rng=Non
 def sweep_layout(case, ranks: int, i: int, rng):
     """Case number i of a boundary sweep (k3diff/strategies.py boundary_plan) on `ranks` ranks:
     its experts fitted (fit_experts), the placements in turn (uneven: all on rank i mod N)."""
-    from dataclasses import replace
-
     case = replace(case, overrides=fit_experts(case.config(), case.overrides))
     placement = PLACEMENTS[i % len(PLACEMENTS)]
     out = placed(case, ranks, placement, rng=rng)
@@ -224,8 +220,6 @@ def coverage_fields(case, cfg) -> dict:
 
 def coverage_lines(covs: list) -> list:
     """The `  ep ...` lines of one stage's block of the coverage table."""
-    from collections import Counter
-
     eps = [c["ep"] for c in covs if "ep" in c]
     if not eps:
         return []

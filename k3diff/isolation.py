@@ -39,6 +39,7 @@ without shrinking (shrinking a crash would relaunch the crash dozens of times).
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import re
@@ -57,7 +58,9 @@ from pathlib import Path
 
 from k3diff import caches, closed_output, orphans
 from k3diff.fatal import CRASH, HANG, CandidateFailed, signal_name
+from k3diff.host_memory import keep_freed_memory
 from k3diff.judge import judge
+from k3diff.schedule import declared, problem
 from k3diff.time_limits import MAX_WAIT, checked_seconds
 
 DEFAULT_TIMEOUT = 600.0     # generous: the first call of a kernel may compile it
@@ -108,7 +111,6 @@ def _info(spec: str, backend) -> dict:
 
 def _schedules(spec: str, backend) -> tuple:
     from k3diff.backends import BackendError
-    from k3diff.schedule import declared
 
     try:
         return declared(backend)
@@ -117,7 +119,6 @@ def _schedules(spec: str, backend) -> tuple:
 
 
 def _info_from(d) -> BackendInfo:
-    from k3diff.schedule import problem
     from k3diff.strategies import normalize_boundaries
     from k3diff.transfer import Malformed
 
@@ -184,8 +185,6 @@ def _child_entry(fd: int, parent_pid: int) -> None:
     except (EOFError, OSError):
         return
     import torch
-
-    from k3diff.host_memory import keep_freed_memory
 
     keep_freed_memory()         # the candidate's buffers are made and dropped per case here too
     if threads:
@@ -267,10 +266,6 @@ def _give_back(device: str) -> None:
     tensors, the parent's shared experts included), the caches built on them (captured graphs,
     k3diff.caches), and the allocator's cache returned to the device (the candidate's per-case
     transients stay cached otherwise: memory the judging process cannot use)."""
-    import gc
-
-    from k3diff import caches
-
     gc.collect()
     caches.weights_dropped()            # ends with torch.cuda.empty_cache() where there is a GPU
 

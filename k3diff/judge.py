@@ -27,6 +27,7 @@ candidate is k3diff's own and is not turned into a verdict against the candidate
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import threading
 
@@ -125,8 +126,6 @@ def out_of_memory(exc: BaseException) -> bool:
 def give_memory_back() -> None:
     """Every weight set and everything built from them (prepared copies) dropped, the allocator's
     cache returned to the device."""
-    import gc
-
     from k3diff import caches, materialize
 
     gc.collect()                        # a cycle through a frame of the failed attempt keeps its tensors

@@ -14,9 +14,11 @@ from collections import OrderedDict
 
 import torch
 
-from k3diff import verify_dims
+from k3diff import caches, verify_dims
 from k3diff.case import Case
+from k3diff.gpu_share import gpu_share
 from k3diff.routing import apply_routing
+from k3diff.score_modes import apply_scores
 from reference import materialize as ref_mat
 
 _WEIGHT_CACHE: OrderedDict = OrderedDict()
@@ -104,8 +106,6 @@ def weight_bytes(case: Case, experts: bool = True) -> int:
 def _cache_budget(device) -> int:
     dev = torch.device(device)
     if dev.type == "cuda":
-        from k3diff.gpu_share import gpu_share
-
         return int(_GPU_CACHE_SHARE * gpu_share(dev) * torch.cuda.get_device_properties(dev).total_memory)
     return _CPU_CACHE_BYTES
 
@@ -133,7 +133,6 @@ def evict_weights(keep_bytes: int = 0) -> bool:
     if dropped:
         for vkey in [k for k in _VIEWS if k[0] not in _WEIGHT_CACHE]:
             del _VIEWS[vkey]
-        from k3diff import caches
 
         caches.weights_dropped()        # prepared copies and stale buffers go with them (k3diff.caches)
     return dropped
@@ -235,7 +234,6 @@ def materialize(case: Case, device="cpu"):
     if case.stage == "moe":
         weights, inputs = apply_routing(case, cfg, weights, inputs)
     if case.scores != "natural":               # softmax-stressing caches (k3diff/score_modes.py)
-        from k3diff.score_modes import apply_scores
 
         apply_scores(case, cfg, weights, inputs)
     if "state_idx" in inputs:

@@ -18,7 +18,10 @@ import torch
 
 from k3diff import schedule_mutants
 from k3diff.backends import blocked, blocked_attn, blocked_ep, blocked_fp8, blocked_moe, blocked_ops
+from k3diff.features import refusal_of
+from k3diff.search import first_failure_over
 from k3diff.stages import STATE
+from k3diff.verify_dims import accepted_at
 
 _IMPL_MODULES = (blocked, blocked_attn, blocked_moe, blocked_ops)
 
@@ -90,8 +93,6 @@ class MutantBackend:
 
     def supports(self, cfg, stage, features=frozenset()):
         """The inner candidate's (k3diff/features.py): torch-blocked serves verify steps and FP8."""
-        from k3diff.features import refusal_of
-
         return refusal_of(self.inner, cfg, stage, features)
 
     def prepare(self, cfg, stage, weights):
@@ -362,7 +363,6 @@ def _live_acceptance(case, ok) -> bool:
     """A KDA verify case where some live sequence's first-step acceptance satisfies ok(a, W)."""
     if case.stage != "kda" or not case.widths:
         return False
-    from k3diff.verify_dims import accepted_at
 
     acc = accepted_at(case, 0)
     return any(s > 0 and ok(a, w) for s, a, w in zip(case.state_idx, acc, case.widths))
@@ -494,7 +494,6 @@ def first_failure(backend, stages, *, examples_per_stage: int, seed: int, space,
     matters here. `case_filter` keeps only the cases where the bug can show (a mutant's).
     Returns (verdict or None, examples run, seconds, stage)."""
     from k3diff.runner import check_case
-    from k3diff.search import first_failure_over
     from k3diff.strategies import cases
 
     def strategy(stage):

@@ -1,7 +1,8 @@
 """The pytest plugin: `pytest --k3diff` runs the differential suite (`k3diff.suite`) against a candidate.
 
 Hooks only (after Hypothesis's own plugin and pytest-randomly): options named once in
-`k3diff.options`; the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
+`k3diff.options`; the run's state one object in `config.stash` (`k3diff.run_state`);
+the library (torch, Hypothesis, the backends) imported lazily, so the plugin costs
 nothing when k3diff is off; one run seed drawn on the controller and handed to xdist workers
 (the xdist hook is registered only when xdist is present); the seed and profile in the report
 header; every case streamed to the results file as it is judged (under xdist each worker writes its
@@ -22,29 +23,38 @@ machine (no such device, a case too big for its GPU, too many workers). Each is 
 from __future__ import annotations
 
 import json
+import math
+import os
 import random
+import shlex
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from k3diff import exit_codes
+from k3diff import exit_codes, observations, rerun, saved_first
 from k3diff import options as opt
-from k3diff.session import PROFILES
+from k3diff.early_exit import guard_command_line
+from k3diff.progress import Progress, Tail, TerminalLine
+from k3diff.refusals import refusal_lines
+from k3diff.results import end_record, loaded_record, record, run_header, worker_path
+from k3diff.run_state import run_state
+from k3diff.session import (PROFILES, Session, UsageProblem, check_output_dir, compare_with_record,
+                            hunt_mutant, open_report)
 
-# the summary's numbers, JUnit's short fields and the progress line's budgets: k3diff/summary.py
-from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,  # noqa: E402,F401
+# the summary's numbers, JUnit's short fields, the progress line's budgets, the user_properties keys
+from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,
                             distinct_judged, junit_properties, l2_lines, minimal_failures, near_edge_lines,
                             summary_lines)
+from k3diff.usage import MachineProblem
 
 MARKER = "k3diff"
 MUTANT_MARKER = "k3diff_mutants"
-_REPORT_KEY, _FAILURE_KEY, _MUTANT_KEY = REPORT_KEY, FAILURE_KEY, MUTANT_KEY     # user_properties keys
 # a stage an item was run for (the nothing-judged rule); dropped before JUnit (summary.junit_properties)
 _ASKED_KEY = "k3diff_asked"
-EXIT_NOTHING_JUDGED = exit_codes.NOTHING_JUDGED      # past pytest's own 0-5
-EXIT_REPORT_LOST = exit_codes.OUTPUT_LOST
 # pytest's way to end a run with a status of one's own before any test; named ERROR so that its one
 # line reads like pytest's usage errors ("ERROR: ...")
 _Stop = type("ERROR", (pytest.exit.Exception,), {})
@@ -88,9 +98,10 @@ def _run_id(config) -> str:
     worker = getattr(config, "workerinput", None)
     if worker and "k3diff_run_id" in worker:
         return worker["k3diff_run_id"]
-    if not hasattr(config, "_k3diff_run_id"):
-        config._k3diff_run_id = f"{random.getrandbits(48):012x}"
-    return config._k3diff_run_id
+    state = run_state(config)
+    if state.run_id is None:
+        state.run_id = f"{random.getrandbits(48):012x}"
+    return state.run_id
 
 
 def _run_seed(config):
@@ -100,9 +111,10 @@ def _run_seed(config):
     worker = getattr(config, "workerinput", None)
     if worker and "k3diff_seed" in worker:
         return worker["k3diff_seed"]
-    if not hasattr(config, "_k3diff_seed"):
-        config._k3diff_seed = random.getrandbits(31)
-    return config._k3diff_seed
+    state = run_state(config)
+    if state.seed is None:
+        state.seed = random.getrandbits(31)
+    return state.seed
 
 
 def _worker_device(config):
@@ -124,8 +136,6 @@ def _worker_device(config):
         why = isinstance(n, int) and workers_too_many(n, torch.cuda.device_count(),
                                                       torch.cuda.get_device_properties(0).total_memory)
         if why:
-            from k3diff.usage import MachineProblem
-
             raise _stop(MachineProblem(f"k3diff: {why}"))
     if device == "cuda" and worker:
         import torch
@@ -144,16 +154,12 @@ def _worker_device(config):
 
 def _make_session(config):
     from k3diff.backends import BackendError
-    import math
-
-    from k3diff.session import Session, UsageProblem, check_output_dir, open_report
 
     timeout = config.getoption(opt.TIMEOUT)
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise pytest.UsageError(f"{opt.TIMEOUT} must be > 0 seconds and finite, got {timeout}")
     if config.getoption(opt.ISOLATE) == "off" and not hasattr(config, "workerinput"):
-        from k3diff.early_exit import guard_command_line   # before the backend loads: an early exit is never green
-
+        # before the backend loads: an early exit is never green
         guard_command_line(config.getoption(opt.SAVE), tuple(config.invocation_params.args))
     try:
         worker = getattr(config, "workerinput", {}).get("workerid")
@@ -163,9 +169,7 @@ def _make_session(config):
         if report:
             # under xdist each worker streams its own part (results.worker_path); the controller's
             # file holds the run line, the saved failures and the end record
-            from k3diff.results import worker_path
-
-            config._k3diff_report = open_report(worker_path(report, worker) if worker else report)
+            run_state(config).report = open_report(worker_path(report, worker) if worker else report)
             _write_start_record(config, worker, report)     # before the backend loads
             from k3diff import observations                 # the cases as Hypothesis observability lines
 
@@ -174,12 +178,12 @@ def _make_session(config):
                           seed=_run_seed(config), profile=config.getoption(opt.PROFILE),
                           preset=config.getoption(opt.PRESET), save_dir=Path(config.getoption(opt.SAVE)),
                           isolate=config.getoption(opt.ISOLATE) == "on", timeout=timeout)
-        from k3diff.distributed import apply_ranks  # a distributed candidate's ranks
+        # a distributed candidate's ranks; imported here, as k3diff.rank_pool reads K3DIFF_RANK_TIMEOUT
+        # at import and every pytest run in this environment loads the plugin
+        from k3diff.distributed import apply_ranks
 
         apply_ranks(session, config.getoption(opt.RANKS))
-        if config._k3diff_report is not None:
-            from k3diff.results import loaded_record
-
+        if run_state(config).report is not None:
             _write_report(config, loaded_record(session))
         return session
     except (BackendError, UsageProblem) as exc:
@@ -196,32 +200,27 @@ def _make_session(config):
 def _write_start_record(config, worker, report):
     """Line 1 of the results file from the command line alone, written before the backend loads,
     so a backend that cannot load leaves a file that names the run (k3diff.results.run_header)."""
-    from types import SimpleNamespace
-
-    from k3diff.results import run_header
-
     known = SimpleNamespace(seed=_run_seed(config), profile_name=config.getoption(opt.PROFILE),
                             backend_name=config.getoption(opt.BACKEND), device=config.getoption(opt.DEVICE))
     header = run_header(known, config.getoption(opt.SHARD), worker=worker,
                         parts=() if worker or not _xdist_on(config) else [f"{Path(report).name}:gw*"])
     header["run_id"] = _run_id(config)
     if worker is None:                      # the command that repeats the run, as data (k3diff/rerun.py)
-        from k3diff.rerun import pytest_record
 
-        header["rerun"] = pytest_record(config, known.seed)
-    config._k3diff_started = header["started_unix"]
+        header["rerun"] = rerun.pytest_record(config, known.seed)
+    run_state(config).started = header["started_unix"]
     _write_report(config, header)
 
 
 def _write_stop_record(config, status, line):
     """The end record of a run that stops before any case (pytest's sessionfinish never comes):
     its exit status and its one line."""
-    if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
+    state = run_state(config)
+    if state.report is None or state.started is None:
         return
-    from k3diff.results import end_record
 
-    _write_report(config, end_record(config._k3diff_started, status, 0, 0, error=line))
-    config._k3diff_started = None           # one end record
+    _write_report(config, end_record(state.started, status, 0, 0, error=line))
+    state.started = None                    # one end record
 
 
 # ---------------------------------------------------------------- pytest hooks
@@ -229,18 +228,14 @@ def _write_stop_record(config, status, line):
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}: a k3diff differential test (runs with {opt.ENABLE})")
     config.addinivalue_line("markers", f"{MUTANT_MARKER}: the planted-bug suite (runs with {opt.MUTANTS})")
-    config._k3diff_shard = _parse_shard(config.getoption(opt.SHARD))
-    config._k3diff_results, config._k3diff_failures, config._k3diff_mutants = [], [], []
-    config._k3diff_bad_inputs, config._k3diff_failed_reports = [], 0
-    config._k3diff_asked = []
-    config._k3diff = config._k3diff_report = config._k3diff_progress = None
-    config._k3diff_started = None
-    if config._k3diff_shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
+    state = run_state(config)
+    state.shard = _parse_shard(config.getoption(opt.SHARD))
+    if state.shard and config.getoption(opt.SEED) is None and config.getoption(opt.ENABLE):
         raise pytest.UsageError(f"{opt.SHARD} needs {opt.SEED} N: every shard must draw the same run "
                                 f"(e.g. {opt.SHARD} {config.getoption(opt.SHARD)} {opt.SEED} 1234)")
     if config.getoption(opt.ENABLE) or config.getoption(opt.MUTANTS):
         _run_seed(config)
-        config._k3diff = _make_session(config)
+        state.session = _make_session(config)
         _check_replay_paths(config)
         config.pluginmanager.register(_Collector(config), "k3diff-collector")
         if config.pluginmanager.hasplugin("xdist"):
@@ -259,33 +254,31 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_unconfigure(config):
-    from k3diff import observations
-
     observations.finish(config)
-    tail = getattr(config, "_k3diff_tail", None)
-    if tail is not None:
-        tail.stop.set()
-    session = getattr(config, "_k3diff", None)
-    if session is not None:
-        session.close()
-    if getattr(config, "_k3diff_report", None) is not None:
+    state = run_state(config)
+    if state.tail is not None:
+        state.tail.stop.set()
+    if state.session is not None:
+        state.session.close()
+    if state.report is not None:
         try:
-            config._k3diff_report.close()
+            state.report.close()
         except OSError:             # its last flush on a full disk: said at sessionfinish if it was lost
             pass
 
 
 def _write_report(config, record):
     """One JSON line per case, as it arrives (a killed run keeps what it did)."""
-    sink = getattr(config, "_k3diff_report", None)
+    state = run_state(config)
+    sink = state.report
     if sink is not None:
         try:
             sink.write(json.dumps(record, sort_keys=True) + "\n")
             sink.flush()
         except OSError as exc:      # disk full: the run goes on; one line and its exit status at the end
-            config._k3diff_report = None
-            config._k3diff_report_lost = (f"k3diff: {opt.REPORT} {config.getoption(opt.REPORT)}: write failed "
-                                          f"({exc.strerror or exc}); the results file is incomplete")
+            state.report = None
+            state.report_lost = (f"k3diff: {opt.REPORT} {config.getoption(opt.REPORT)}: write failed "
+                                 f"({exc.strerror or exc}); the results file is incomplete")
             try:
                 sink.close()
             except OSError:
@@ -297,14 +290,13 @@ def _rerun_line(config) -> str:
     worker = getattr(config, "workerinput", None)
     if worker and "k3diff_rerun" in worker:
         return worker["k3diff_rerun"]
-    from k3diff.rerun import pytest_line
 
-    return pytest_line(config, _run_seed(config))
+    return rerun.pytest_line(config, _run_seed(config))
 
 
 class _XdistHooks:
     def pytest_configure_node(self, node):
-        node.workerinput["k3diff_seed"] = node.config._k3diff.seed
+        node.workerinput["k3diff_seed"] = run_state(node.config).session.seed
         node.workerinput["k3diff_run_id"] = _run_id(node.config)
         node.workerinput["k3diff_rerun"] = _rerun_line(node.config)
 
@@ -322,14 +314,14 @@ def pytest_pycollect_makeitem(collector, name, obj):
 def _write_end_record(session, exitstatus):
     """The end record: a results file without it was cut short (killed, or still running)."""
     config = session.config
-    if getattr(config, "_k3diff_report", None) is None or config._k3diff_started is None:
+    state = run_state(config)
+    if state.report is None or state.started is None:
         return
-    from k3diff.results import end_record
 
     # on a worker these are its own items' records (its collector saw its reports first)
-    judged = distinct_judged(config._k3diff_results)
-    failing = len(minimal_failures(config._k3diff_results, config._k3diff_failures))
-    _write_report(config, end_record(config._k3diff_started, exitstatus, len(judged), failing))
+    judged = distinct_judged(state.results)
+    failing = len(minimal_failures(state.results, state.failures))
+    _write_report(config, end_record(state.started, exitstatus, len(judged), failing))
 
 
 def _check_replay_paths(config):
@@ -346,10 +338,11 @@ def _check_replay_paths(config):
 
 
 def pytest_report_header(config):
-    session = config._k3diff
+    state = run_state(config)
+    session = state.session
     if session is None:
         return None
-    shard = f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""
+    shard = f"; shard {config.getoption(opt.SHARD)}" if state.shard else ""
     return (f"k3diff: backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
             f"seed {session.seed}{shard} (rerun: {opt.SEED} {session.seed})")
 
@@ -366,9 +359,7 @@ def pytest_generate_tests(metafunc):
                 paths += seed_files(root)
             except CorpusError as exc:
                 raise pytest.UsageError(str(exc)) from None
-        from k3diff import saved_first      # earlier runs' failing seeds, replayed first
-
-        saved = saved_first.seeds(config, already=paths)
+        saved = saved_first.seeds(config, already=paths)        # earlier runs' failing seeds, replayed first
         metafunc.parametrize("k3diff_seed_file", [str(p) for p in paths + saved],
                              ids=[p.name for p in paths] + [saved_first.PREFIX + p.name for p in saved])
     if "k3diff_chunk" in metafunc.fixturenames:
@@ -377,18 +368,16 @@ def pytest_generate_tests(metafunc):
 
 def _start_progress(config, nodeids) -> None:
     """The live progress line (k3diff/progress.py), on the process that owns the terminal."""
-    import os
-
-    if hasattr(config, "workerinput") or config._k3diff is None or getattr(config, "_k3diff_budgets", None):
+    run = run_state(config)
+    if hasattr(config, "workerinput") or run.session is None or run.budgets_sent:
         return
-    config._k3diff_budgets = True            # once: xdist calls this for every worker
-    budgets = budgets_from_ids(nodeids, config._k3diff.profile)
+    run.budgets_sent = True                 # once: xdist calls this for every worker
+    budgets = budgets_from_ids(nodeids, run.session.profile)
     _write_report(config, {"kind": "budgets", "budgets": budgets})
     tr = config.pluginmanager.get_plugin("terminalreporter")
     mode = os.environ.get("K3DIFF_PROGRESS")
     if tr is None or config.option.verbose < 0 or mode == "off" or not config.getoption(opt.ENABLE):
         return
-    from k3diff.progress import Progress, Tail, TerminalLine
 
     # under xdist the controller prints each worker's result as it lands, and our cases arrive in
     # the same hook: whole lines there, never a live line (K3DIFF_PROGRESS=tty included);
@@ -397,12 +386,12 @@ def _start_progress(config, nodeids) -> None:
     write = TerminalLine(tr, tty, config.pluginmanager.getplugin("capturemanager"))
 
     interval = os.environ.get("K3DIFF_PROGRESS_INTERVAL")
-    config._k3diff_progress = Progress(budgets, write, tty, float(interval) if interval else None)
-    config._k3diff_progress_restore = write.end if tty else None
+    run.progress = Progress(budgets, write, tty, float(interval) if interval else None)
+    run.progress_restore = write.end if tty else None
     report = config.getoption(opt.REPORT)
     if _xdist_on(config) and report:        # the workers' parts, tailed: cases as they are judged
-        config._k3diff_tail = Tail(report, config._k3diff_progress)
-        config._k3diff_tail.start()
+        run.tail = Tail(report, run.progress)
+        run.tail.start()
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -422,16 +411,16 @@ def pytest_collection_modifyitems(config, items):
         for it in marked:
             it.add_marker(skip)
         return
-    from k3diff import saved_first          # earlier runs' failing seeds: every shard, and first
 
-    if config._k3diff_shard:
-        i, n = config._k3diff_shard
+    shard = run_state(config).shard
+    if shard:
+        i, n = shard
         ordered = sorted((it for it in marked if not saved_first.is_saved(it)), key=lambda it: it.nodeid)
         drop = {it.nodeid for k, it in enumerate(ordered) if k % n != i - 1}
         deselected = [it for it in items if it.nodeid in drop]
         items[:] = [it for it in items if it.nodeid not in drop]
         config.hook.pytest_deselected(items=deselected)
-    saved_first.first(items)
+    saved_first.first(items)                # earlier runs' failing seeds: every shard, and first
     if not _xdist_on(config):
         _start_progress(config, [it.nodeid for it in items if it.get_closest_marker(MARKER)])
 
@@ -440,7 +429,7 @@ def pytest_collection_modifyitems(config, items):
 def _k3diff_rerun_property(request):
     """The rerun line as a JUnit <testsuite> property (pytest's record_testsuite_property; under
     xdist, which that fixture does not support, a failing testcase carries it instead)."""
-    session = request.config._k3diff
+    session = run_state(request.config).session
     if session is not None and not hasattr(request.config, "workerinput"):
         request.getfixturevalue("record_testsuite_property")("k3diff_rerun", _rerun_line(request.config))
 
@@ -448,7 +437,7 @@ def _k3diff_rerun_property(request):
 @pytest.fixture
 def k3diff(request):
     """The k3diff run of this process, bound to the calling test item."""
-    session = request.config._k3diff
+    session = run_state(request.config).session
     if session is None:
         pytest.skip(f"k3diff differential suite: run with {opt.ENABLE}")
     return _ItemRun(session, request.node)
@@ -477,14 +466,13 @@ class _ItemRun:
             self.failed_once = True
         if getattr(verdict, "too_large", False):         # k3diff.session.skip_too_large
             self.too_large.append(verdict.skipped)
-        self.item.user_properties.append((_REPORT_KEY, record))
+        self.item.user_properties.append((REPORT_KEY, record))
         config = self.item.config
         _write_report(config, record)               # streamed here, on this worker or the only process
-        from k3diff import observations
-
         observations.add(config, record)
-        if config._k3diff_progress is not None:
-            config._k3diff_progress.add(record)
+        progress = run_state(config).progress
+        if progress is not None:
+            progress.add(record)
 
     def _guard(self, run):
         from k3diff.backends import BackendError
@@ -529,8 +517,6 @@ class _ItemRun:
     def replay(self, path):
         from k3diff.corpus import CorpusError
 
-        from k3diff.session import compare_with_record
-
         try:
             verdict, record = self._guard(lambda: self.session.replay(
                 path, lambda c, v: self._on_case(c, v, phase="replay")))
@@ -544,25 +530,22 @@ class _ItemRun:
 
     def hunt_mutant(self, name):
         from k3diff.mutants import BY_NAME
-        from k3diff.session import hunt_mutant
 
         result = hunt_mutant(name, examples=self.session.profile["examples"],
                              seed=self.item.config.getoption(opt.SEED))
-        self.item.user_properties.append((_MUTANT_KEY, dict(vars(result))))
+        self.item.user_properties.append((MUTANT_KEY, dict(vars(result))))
         if not result.caught:
             pytest.fail(f"mutant {name} ({BY_NAME[name].description}) survived {result.examples} examples",
                         pytrace=False)
 
     def _fail_with_seed(self, verdict, existing=None, prefix="", extra=()):
-        import shlex
-
         from k3diff.corpus import case_id
 
         path = existing if existing else self.session.save_failure(verdict)[0]
         # shell-quoted: a seed path with a space or a backend module:object pastes as one word
         command = shlex.join(["k3diff", "replay", str(path), "--backend", self.session.backend_name])
         headline = prefix + verdict.headline()
-        self.item.user_properties.append((_FAILURE_KEY, {
+        self.item.user_properties.append((FAILURE_KEY, {
             "stage": verdict.case.stage, "path": str(path), "replay": command, "headline": headline,
             "item": self.item.nodeid, "id": case_id(verdict.case), "rerun": _rerun_line(self.item.config)}))
         details = "\n".join("  " + line for line in list(verdict.failures()) + list(verdict.notes) + list(extra))
@@ -571,9 +554,8 @@ class _ItemRun:
 
 def _record(case, verdict):
     from k3diff.coverage import coverage_fields
-    from k3diff.results import record  # the results-file format lives in k3diff/results.py
 
-    return dict(record(case, verdict), **coverage_fields(case, verdict))
+    return dict(record(case, verdict), **coverage_fields(case, verdict))   # the format: k3diff/results.py
 
 
 class _Collector:
@@ -584,7 +566,8 @@ class _Collector:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report):
-        restore = getattr(self.config, "_k3diff_progress_restore", None)
+        state = run_state(self.config)
+        restore = state.progress_restore
         if restore is not None:
             restore()                       # the live progress line ends: pytest's own output below it
         if report.when == "teardown":
@@ -593,19 +576,18 @@ class _Collector:
             report.user_properties = junit_properties(report.user_properties)
             return
         if report.failed:
-            self.config._k3diff_failed_reports += 1
+            state.failed_reports += 1
         if report.when != "call":
             return
-        sinks = {BAD_INPUT_KEY: self.config._k3diff_bad_inputs, _REPORT_KEY: self.config._k3diff_results, _FAILURE_KEY: self.config._k3diff_failures,
-                 _MUTANT_KEY: self.config._k3diff_mutants, _ASKED_KEY: self.config._k3diff_asked}
+        sinks = {BAD_INPUT_KEY: state.bad_inputs, REPORT_KEY: state.results, FAILURE_KEY: state.failures,
+                 MUTANT_KEY: state.mutants, _ASKED_KEY: state.asked}
         from_worker = getattr(report, "node", None) is not None
         for key, value in report.user_properties:
             if key in sinks:
                 sinks[key].append(value)
-            if key == _REPORT_KEY and from_worker and self.config._k3diff_progress is not None \
-                    and getattr(self.config, "_k3diff_tail", None) is None:
-                self.config._k3diff_progress.add(value)   # a worker's cases, once its item ends
-            elif key == _FAILURE_KEY and not hasattr(self.config, "workerinput"):
+            if key == REPORT_KEY and from_worker and state.progress is not None and state.tail is None:
+                state.progress.add(value)   # a worker's cases, once its item ends
+            elif key == FAILURE_KEY and not hasattr(self.config, "workerinput"):
                 _write_report(self.config, dict(value, kind="failure"))    # a saved seed, wherever it ran
 
 
@@ -614,10 +596,11 @@ def _unjudged_stages(config) -> list:
     replayed) of which no case was judged: every one refused (`stages`, supports()), or none met.
     Every stage asked counts, not only those the candidate claims: a candidate that implements
     none of them judged nothing, and that is not a pass."""
+    state = run_state(config)
     by_stage = defaultdict(list)
-    for stage in getattr(config, "_k3diff_asked", ()):
+    for stage in state.asked:
         by_stage[stage]
-    for r in config._k3diff_results:
+    for r in state.results:
         by_stage[str(r["stage"]).split("-")[0]].append(r)
     # refused by the candidate (k3diff.runner: "backend ... does not ..."); a case the machine
     # could not hold or judge in time is the machine's, reported with its own line and exit 11
@@ -627,8 +610,9 @@ def _unjudged_stages(config) -> list:
 
 def _bad_input_status(config):
     """The status of a run whose every failure was an input it could not judge (None otherwise)."""
-    bad = config._k3diff_bad_inputs
-    if not bad or config._k3diff_failed_reports > len(bad):
+    state = run_state(config)
+    bad = state.bad_inputs
+    if not bad or state.failed_reports > len(bad):
         return None                                 # some test failed for another reason: exit 1
     return exit_codes.worst(b["status"] for b in bad)
 
@@ -637,10 +621,9 @@ def _bad_input_status(config):
 def pytest_sessionfinish(session, exitstatus):
     """A run that judged nothing for a stage the candidate claims, or lost its results file, is not
     a pass: its own exit status and one line."""
-    import sys
-
     config = session.config
-    if getattr(config, "_k3diff", None) is None:
+    state = run_state(config)
+    if state.session is None:
         return
     if hasattr(config, "workerinput"):
         _write_end_record(session, session.exitstatus)      # a worker's own part of the results
@@ -654,38 +637,38 @@ def pytest_sessionfinish(session, exitstatus):
     if unjudged and session.exitstatus in (exit_codes.PASS, exit_codes.FAIL):
         print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: the candidate refused every case "
               "(stages, supports()); that is not a pass", file=sys.stderr)
-    if getattr(config, "_k3diff_report_lost", None):
-        print(config._k3diff_report_lost, file=sys.stderr)
+    if state.report_lost:
+        print(state.report_lost, file=sys.stderr)
     if session.exitstatus == 0 and unjudged:
-        session.exitstatus = EXIT_NOTHING_JUDGED
-    elif session.exitstatus == 0 and getattr(config, "_k3diff_report_lost", None):
-        session.exitstatus = EXIT_REPORT_LOST
+        session.exitstatus = exit_codes.NOTHING_JUDGED      # past pytest's own 0-5
+    elif session.exitstatus == 0 and state.report_lost:
+        session.exitstatus = exit_codes.OUTPUT_LOST
     _write_end_record(session, session.exitstatus)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if config._k3diff is None or hasattr(config, "workerinput"):
+    state = run_state(config)
+    if state.session is None or hasattr(config, "workerinput"):
         return
-    tr, session = terminalreporter, config._k3diff
-    if config._k3diff_mutants:
+    tr, session = terminalreporter, state.session
+    if state.mutants:
         from k3diff.mutants import HuntResult, table
 
         tr.section("k3diff mutants")
-        for line in table([HuntResult(**r) for r in sorted(config._k3diff_mutants, key=lambda r: r["mutant"])]):
+        for line in table([HuntResult(**r) for r in sorted(state.mutants, key=lambda r: r["mutant"])]):
             tr.write_line(line)
-    results, failures = config._k3diff_results, config._k3diff_failures
-    if config._k3diff_mutants and not results and not config.getoption(opt.ENABLE):
+    results, failures = state.results, state.failures
+    if state.mutants and not results and not config.getoption(opt.ENABLE):
         return                                      # a mutant run: its table above is the summary
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
-                  f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if config._k3diff_shard else ""))
+                  f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if state.shard else ""))
     for line in summary_lines(results, failures):
         tr.write_line(line)
     from k3diff.coverage import coverage_lines
     for line in coverage_lines(distinct_judged(results), session.space.boundaries):
         tr.write_line(line)
-    from k3diff.refusals import refusal_lines        # cases the candidate refused (supports())
-    for line in refusal_lines(results):
+    for line in refusal_lines(results):         # cases the candidate refused (supports())
         tr.write_line(line)
     for line in near_edge_lines(results) + l2_lines(results):
         tr.write_line(line)
@@ -702,9 +685,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.write_line(f"next: replay a seed above; after the fix, rerun with `{rerun}` and copy the seeds "
                       "into corpora/regressions/ so they are replayed on every run")
     elif _bad_input_status(config):
-        lines = sorted({b["line"] for b in config._k3diff_bad_inputs})
+        lines = sorted({b["line"] for b in state.bad_inputs})
         status = _bad_input_status(config)
-        tr.write_line(f"next: exit {status} ({exit_codes.MEANING[status]}): {len(config._k3diff_bad_inputs)} "
+        tr.write_line(f"next: exit {status} ({exit_codes.MEANING[status]}): {len(state.bad_inputs)} "
                       f"test(s) could not be judged here, not the candidate's fault; "
                       + ("a machine with more memory judges it: " if status == exit_codes.MACHINE else "fix the input: ")
                       + lines[0]

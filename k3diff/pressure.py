@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib.util
 
 import torch
 
@@ -128,8 +129,6 @@ def co_runner(kind: str, device):
 
 
 def available() -> bool:
-    import importlib.util
-
     return importlib.util.find_spec("triton") is not None
 
 

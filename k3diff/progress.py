@@ -14,10 +14,15 @@ plugin's output are never overwritten.
 """
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import threading
 import time
 from pathlib import Path
+
+from k3diff.report.load import ReportInputError, load
+from k3diff.results import worker_path
 
 LOG_INTERVAL = 60.0          # seconds between lines on a CI log
 TTY_INTERVAL = 0.5
@@ -169,7 +174,6 @@ class Tail(threading.Thread):
 
     def __init__(self, path, progress: Progress, every: float = 2.0):
         super().__init__(daemon=True, name="k3diff-progress")
-        from k3diff.results import worker_path
 
         self.pattern = worker_path(path, "gw*").name
         self.folder, self.progress, self.every = Path(path).parent, progress, every
@@ -199,16 +203,12 @@ class Tail(threading.Thread):
 
 
 def main(argv=None) -> int:
-    import argparse
-    import sys
-
     p = argparse.ArgumentParser(prog="python -m k3diff.progress",
                                 description="the progress lines a run showed, replayed from its results file")
     p.add_argument("results")
     p.add_argument("--at", default=None, help="seconds after the first case, or a share of the run such as 50%% "
                                                "(default: the end)")
     args = p.parse_args(argv)
-    from k3diff.report.load import ReportInputError, load
 
     try:
         run = load([args.results])                       # with the xdist parts it names

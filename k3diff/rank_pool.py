@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import io
+import multiprocessing
 import os
 import shutil
 import signal
-import tempfile
 import sys
+import tempfile
 import threading
 import time
 import weakref
 from dataclasses import dataclass
+from multiprocessing.connection import wait
 
 from k3diff import orphans
 from k3diff.ep_config import Layout
@@ -184,8 +187,6 @@ def _rank_main(conn, rank: int, world: int, store: str, impl_spec: str, kind: st
                owner: int, on_gpu: bool = False) -> None:
     _die_with(owner)
     orphans.mark_this_process()        # what it daemonises: swept by the owner (k3diff/orphans.py)
-    import datetime
-
     import torch
     import torch.distributed as dist
 
@@ -279,8 +280,6 @@ class RankPool:
         """kind: the process group's backend; on_gpu: every rank on a GPU (rank r on cuda:r mod
         the GPUs there are), as NCCL always is and gloo is for a candidate whose ranks run GPU
         kernels on fewer GPUs than ranks."""
-        import multiprocessing
-
         self.world, self.kind, self.timeout = world, kind, timeout
         self.on_gpu = on_gpu or kind == "nccl"
         self.dir = tempfile.mkdtemp(prefix="k3diff-ranks-")
@@ -330,8 +329,6 @@ class RankPool:
         return [p for _, p in answers]
 
     def _gather(self, timeout: float, what: str) -> list:
-        from multiprocessing.connection import wait
-
         deadline = time.monotonic() + timeout
         answers = [None] * self.world
         pending = set(range(self.world))
@@ -361,8 +358,6 @@ class RankPool:
 
     def _blame_the_dead(self, what: str, grace: float = 2.0) -> None:
         """If a rank has died (or dies within `grace` s), that is the failure: a crash."""
-        from multiprocessing.connection import wait
-
         wait([p.sentinel for p in self.procs], timeout=grace)
         dead = [r for r, p in enumerate(self.procs) if not p.is_alive()]
         if dead:

@@ -15,6 +15,8 @@ import os
 import shlex
 import sys
 
+from k3diff import options as opt
+
 # options whose value is only where this run's output went: the rerun writes none of them.
 # (name, takes a value); `--name=value` forms are matched too
 OUTPUT_ONLY = (("--k3diff-report", True), ("--junitxml", True), ("--junit-xml", True),
@@ -71,8 +73,6 @@ def program(argv0: str | None = None) -> list[str]:
 
 def pytest_args(config, seed) -> list[str]:
     """The arguments of the run to repeat: as invoked, the drawn seed pinned, outputs left out."""
-    from k3diff import options as opt
-
     args = [str(a) for a in config.invocation_params.args]
     return with_option(joined(without_outputs(args), opt.PATH_OPTIONS), opt.SEED, seed)
 

@@ -26,15 +26,16 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+
+import k3diff
 
 RESULTS_FORMAT = 2       # 2: phase, item, start/end records, worker parts
 
 
 def now() -> str:
     """UTC, to the second, ISO 8601 (what a reviewer compares with a CI log)."""
-    from datetime import datetime, timezone
-
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -130,8 +131,6 @@ def _driver() -> str | None:
 def environment() -> dict:
     """The machine and every piece of software that can change a verdict."""
     import torch
-
-    import k3diff
 
     cuda = torch.cuda.is_available()
     return {

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from k3diff.budgets import U_ACCUM, budget_for
+from k3diff.divergence import noise_floor
+
 # the candidate's f32 sigmoid (approximate exp: a few ulps) and its f32 add of the bias can each move
 # a selection score by a few ulps of its magnitude; 4 ulps of (1 + |sel|) covers both (sel = σ + bias)
 _SCORE_ROUNDING_ULPS = 4.0
@@ -104,9 +107,6 @@ def near_tie_delta(ref_logits: torch.Tensor, base_logits: torch.Tensor | None, a
     candidate's logits for that token can be, and rtol = 4 of it leaves room for a kernel with
     noisier x_mlp (measured on the CPU ci suite: layer cases with forced routing 24/41 with the
     tensor-wide max, see the report for after)."""
-    from k3diff.budgets import U_ACCUM, budget_for
-    from k3diff.divergence import noise_floor
-
     budget = budget_for("moe", "router_logits")
     r = ref_logits.to(torch.float64)
     if base_logits is None:

@@ -26,6 +26,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from k3diff import exit_codes
+from k3diff.usage import MachineProblem
+
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PREFIX = re.compile(r"^={9}(?: (.*))?$")        # the sanitizer's own lines; the program's are not
 _LOCATION = re.compile(r"\s+at \S.*?\+0x[0-9a-fA-F]+ in \S+")  # " at kernel(...)+0x8c0 in file:140"
@@ -120,9 +123,7 @@ def command(tool: str, seed: str, *, sanitizer: str, backend=None, device="cuda"
 
 def run(args) -> int:
     """The `k3diff sanitize` command (its arguments: k3diff/cli.py `_sanitize_args`)."""
-    from k3diff import exit_codes
     from k3diff.corpus import load, seed_files
-    from k3diff.usage import MachineProblem
 
     sanitizer = shutil.which(args.sanitizer) or (args.sanitizer if os.path.isfile(args.sanitizer) else None)
     if sanitizer is None:

@@ -33,6 +33,9 @@ from __future__ import annotations
 import os
 from dataclasses import replace
 
+from k3diff.budgets import Budget
+from k3diff.usage import UsageProblem
+
 EAGER = ""
 GRAPH = "graph"
 PRESSURES = ("pressure:one_sm", "pressure:half", "pressure:all_but_one", "pressure:l2")
@@ -80,7 +83,6 @@ def chosen(allowed: tuple) -> tuple:
     want = [s.strip() for s in env.split(",") if s.strip()]
     bad = [s for s in want if problem(s)]
     if bad:
-        from k3diff.usage import UsageProblem
         raise UsageProblem(f"{ENV}: {problem(bad[0])}")
     return tuple(s for s in allowed if s in want)
 
@@ -160,7 +162,6 @@ def reports(stage, tag, cand: dict, judge_outputs, deterministic: bool, verdict)
     """The scheduled run against the eager one (`cand`, k3diff.controls.run_candidate's result):
     bitwise for a deterministic candidate, else `judge_outputs(outputs)` (the error rule's
     reports of the scheduled outputs). A skip (no GPU) becomes a note."""
-    from k3diff.budgets import Budget
     from k3diff.comparisons import compare_many
     from k3diff.divergence import TensorReport
     from k3diff.stages import STATE

@@ -8,6 +8,9 @@ workers agree on them.
 from __future__ import annotations
 
 import math
+import time
+
+from k3diff.fatal import is_fatal
 
 # the label of hypothesis.target() on a passing case's worst share of budget (`aim`, below)
 TARGET_LABEL = "worst share of budget"
@@ -84,8 +87,6 @@ def stop_on_fatal(check, on_case=None, counts=None):
     """The judge every k3diff search uses: `check(value)` -> verdict, told to `on_case(value,
     verdict)`, counted in `counts` ("judged": not skipped), and the search ended at once (Stop) on a
     crash or hang verdict."""
-    from k3diff.fatal import is_fatal
-
     def judge(value):
         verdict = check(value)
         if on_case is not None:
@@ -102,8 +103,6 @@ def stop_on_fatal(check, on_case=None, counts=None):
 def first_failure_over(stages, strategy_for, check, *, examples: int, seed: int, counts=None, aim: bool = False):
     """Stage after stage, the first failing verdict without shrinking (a hunt: only the time to the
     first catch matters). Returns (verdict or None, values judged, seconds, stage or "")."""
-    import time
-
     count, start = 0, time.perf_counter()
     judge = stop_on_fatal(check, counts=counts)
     for stage in stages:

@@ -5,8 +5,16 @@ a failure). The plugin (`k3diff.plugin`) only turns these into pytest items and 
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import os
+import stat
+import tempfile
+from pathlib import Path
 
+from k3diff.isolation import InProcessChecker, IsolatedChecker
+from k3diff.schedule import with_schedules
+from k3diff.search import find_failure, stop_on_fatal
 from k3diff.usage import MachineProblem, PathProblem, UsageProblem  # noqa: F401 - the plugin and the CLI name it from here
 
 PROFILES = {
@@ -66,10 +74,6 @@ def check_output_dir(path, what: str) -> None:
     nothing but a temporary file of its own, so runs and xdist workers probing one missing folder
     at once cannot pull it from under each other (they did: a sibling's probe removed the folder
     mid-write and the worker died on startup)."""
-    import os
-    import tempfile
-    from pathlib import Path
-
     path = Path(path)
     try:
         probe_at = path.absolute()
@@ -86,11 +90,6 @@ def open_report(path):
     """The JSON-lines report, opened before any case runs, for this run alone: locked (a second
     run given the same file is refused, where two writers would interleave and lose cases), then
     emptied. One line per case, flushed."""
-    import fcntl
-    import os
-    import stat
-    from pathlib import Path
-
     path = Path(path)
     if path.is_dir():
         raise PathProblem(f"report {path}: is a folder; give a file name")
@@ -120,8 +119,6 @@ def open_candidate(spec, *, device, isolate=True, timeout=None, inflight_dir=Non
     """(checker, backend) for the backend `spec` (None: the default). Isolated, the backend is
     loaded in the child and `backend` is its BackendInfo: this process never imports it (a module
     that crashes or hangs at import is one BackendError line). Else it is loaded here."""
-    from k3diff.isolation import InProcessChecker, IsolatedChecker
-
     if isolate:
         import torch
 
@@ -130,19 +127,6 @@ def open_candidate(spec, *, device, isolate=True, timeout=None, inflight_dir=Non
         return checker, checker.start()
     backend = load_available(spec)
     return InProcessChecker(backend, device=device, inflight_dir=inflight_dir), backend
-
-
-def make_checker(spec, backend, *, device, isolate=True, timeout=None, inflight_dir=None):
-    """Where an already loaded backend's cases are judged: a child process (default) or this one.
-    An object that is not loadable by name (a MutantBackend instance) always runs here."""
-    from k3diff.isolation import InProcessChecker, IsolatedChecker
-
-    if isolate and isinstance(spec, str):
-        import torch
-
-        return IsolatedChecker(spec, getattr(backend, "name", spec), device=device, timeout=timeout,
-                               inflight_dir=inflight_dir, threads=torch.get_num_threads())
-    return InProcessChecker(backend, device=device, inflight_dir=inflight_dir)
 
 
 def choose_space(device: str, preset: str | None = None, backend=None):
@@ -155,8 +139,7 @@ def choose_space(device: str, preset: str | None = None, backend=None):
         space = GPU_SPACE if str(device).startswith("cuda") else CPU_SPACE
     else:
         space = SPACES[preset]
-    from k3diff.schedule import with_schedules     # graph replay, pressure, batches past one wave
-
+    # graph replay, pressure, batches past one wave
     return with_schedules(with_boundaries(space, backend), device, backend)
 
 
@@ -203,7 +186,6 @@ class Session:
     def fuzz(self, stage, chunk, on_case):
         """Fuzz one chunk of a stage; the shrunk failing verdict (a crash or hang: the first, not
         shrunk, and the chunk ends there), or None."""
-        from k3diff.search import find_failure, stop_on_fatal
         from k3diff.strategies import cases, chunk_plan
 
         # a production space's boundary sweep, this chunk's share (k3diff.strategies.boundary_plan)
@@ -219,7 +201,6 @@ class Session:
         `position` attribute is the token's position (recorded in its seed file)."""
         from hypothesis import strategies as st
 
-        from k3diff.search import find_failure, stop_on_fatal
         from k3diff.strategies import cases
 
         def check(drawn):
@@ -246,8 +227,6 @@ class Session:
     def save_failure(self, verdict):
         """Write the failing case as a seed file; (path, replay command). A folder that became
         unwritable mid-run never loses the seed: it goes to a temporary folder, named in the path."""
-        import tempfile
-
         from k3diff.corpus import environment, replay_command, save
 
         position = getattr(verdict, "position", None)

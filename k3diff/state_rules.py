@@ -40,6 +40,7 @@ import torch
 
 from k3diff.budgets import budget_for
 from k3diff.comparisons import compare_many
+from k3diff.divergence import TensorReport
 from reference import fp8_cache
 from reference.mla import token_rows
 
@@ -74,8 +75,6 @@ SCALE_ULPS = 2 * 2.0 ** -23     # a stored scale within 2 f32 ulps of max(amax /
 def fp8_scale_report(case, stage, tag, cand_inputs, cand):
     """The FP8 cache's scales (§15): each new row's per-tile scale against the contract's from the
     candidate's own kv_c, to 2 ulps (a per-tensor scale, a wrong tile or amax is far outside)."""
-    from k3diff.divergence import TensorReport
-
     names = ("kv_c", "k_pe") if stage == "mla" else ("attn.kv_c", "attn.k_pe")
     if cand["kv_cache"].dtype != torch.uint8 or names[0] not in cand:
         return []
@@ -229,8 +228,6 @@ def carried_in_f32(stage, name, cand, ref):
     one or two steps (96% of its budget at tiny dims) while it compounds over a real context.
     Judged where it shows: among the elements whose exact value is not a bf16 value, the share the
     candidate delivers as bf16 values."""
-    from k3diff.divergence import TensorReport
-
     exact = ref.to(torch.float32)
     c = cand.to(exact.device, torch.float32)
     need = exact != exact.to(torch.bfloat16).to(torch.float32)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from k3diff.budgets import L2_RTOL, L2_RTOL_CHAINED
+from k3diff.budgets import L2_RTOL, L2_RTOL_CHAINED, pct
 
 REPORT_KEY, FAILURE_KEY, MUTANT_KEY = "k3diff_cases", "k3diff_failure", "k3diff_mutant"
 BAD_INPUT_KEY = "k3diff_bad_input"      # {"status", "line"}: an input that could not be judged (exit_codes.py)
@@ -34,8 +34,6 @@ def budgets_from_ids(nodeids, profile) -> dict:
 def junit_properties(props) -> list:
     """An item's k3diff properties in a few short fields: cases, shrink steps, failing, worst, the
     replay command of its saved seed (the case records stay in the results file)."""
-    from k3diff.budgets import pct
-
     records = [v for k, v in props if k == REPORT_KEY]
     if not any(k in (REPORT_KEY, FAILURE_KEY) or (k == BAD_INPUT_KEY and isinstance(v, dict)) for k, v in props):
         return list(props)          # already short (an xdist worker made it so before sending)
@@ -119,7 +117,6 @@ def _accuracy(rs):
 
 def _worst(rs):
     worst = max((r["worst"] for r in rs if r["worst"]), key=lambda w: w[1], default=None)
-    from k3diff.budgets import pct
 
     return f"{worst[0]} {pct(worst[1])}" if worst else "-"
 
@@ -162,8 +159,6 @@ def l2_lines(results, at: float = L2_FLAG, most: int = 3) -> list:
 def near_edge_lines(results, at: float = NEAR_EDGE, most: int = 3) -> list:
     """The passing cases whose worst tensor used at least `at` of its budget, closest first: a
     line that counts them, then up to `most` of them with their tensor, share and label."""
-    from k3diff.budgets import pct
-
     near = sorted((r for r in distinct_judged(results) if r["ok"] and r.get("worst") and r["worst"][1] >= at),
                   key=lambda r: -r["worst"][1])
     if not near:

@@ -18,10 +18,15 @@ of a case's inputs and outputs takes microseconds.
 """
 from __future__ import annotations
 
+import io
 import json
+import pickle
 import struct
+from multiprocessing.reduction import ForkingPickler
 
 import torch
+import torch.multiprocessing as tmp  # torch's reductions for ForkingPickler, and from_parent's rebuild functions
+from torch.multiprocessing.reductions import reduce_tensor
 
 SHARE_BYTES = 64 << 20          # CPU tensors at least this large travel through shared memory
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -38,13 +43,6 @@ class Malformed(ValueError):
 
 def to_child(obj) -> bytes:
     """`obj` pickled for the candidate's process, large and device tensors shared, not copied."""
-    import io
-    import pickle
-    from multiprocessing.reduction import ForkingPickler
-
-    import torch.multiprocessing as tmp      # registers torch's reductions with ForkingPickler
-    from torch.multiprocessing.reductions import reduce_tensor
-
     class _Pickler(ForkingPickler):
         def reducer_override(self, o):
             if not isinstance(o, torch.Tensor):
@@ -69,10 +67,6 @@ def shared(t) -> bool:
 
 
 def from_parent(data: bytes):
-    import pickle
-
-    import torch.multiprocessing  # noqa: F401 - the rebuild functions of shared tensors
-
     return pickle.loads(data)
 
 

@@ -250,11 +250,6 @@ def _fan_in(w: torch.Tensor) -> torch.Tensor:
     return w / math.sqrt(w.shape[-1])
 
 
-# canonical NaN bit patterns CPUs and GPUs produce (quiet, payload 0 or all ones, either sign):
-# sentinel payloads avoid them, so a kernel writing "a NaN" into untouched memory shows bitwise
-_CANONICAL_NAN_PAYLOADS = (0x00, 0x3F)
-
-
 def nan_sentinels_from(values: torch.Tensor) -> torch.Tensor:
     """bf16 quiet NaNs, one per element of `values` (bf16 random normals), made from its bits: the
     value's sign, and a payload of its mantissa bits 1..4 with bit 0 set (1, 3, .., 31; never the

@@ -81,10 +81,6 @@ class Numerics:
         """|x| |W|^T in float64: the contraction over absolute values beside `linear`."""
         return x.to(torch.float64).abs() @ w.to(torch.float64).abs().T
 
-    def abs_mm(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """|a| @ |b| in float64, beside `mm`."""
-        return a.to(torch.float64).abs() @ b.to(torch.float64).abs()
-
     def rmsnorm(self, x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
         """RMSNorm with one rounding at the end (the documented choice for every norm)."""
         x = x.to(self.dtype)

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
+from k3diff import distributed
 from k3diff.backends.base import Backend, BackendError
 from k3diff.backends.targets import _one_line, load_target as _load_target
+from k3diff.stages import OUTPUTS, STAGES
 
 BUILTIN = {
     "reference": "k3diff.backends.oracle:exact",
@@ -41,7 +43,6 @@ def _instantiate(obj, label: str):
         backend = obj() if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "run")) else obj
     except BaseException as exc:  # noqa: BLE001 - a constructor that raises or exits (`sys:exit`): one line
         raise BackendError(f"backend {label!r} failed to construct: {_one_line(exc)}") from None
-    from k3diff import distributed
     if distributed.declared(backend):     # ranks declared by a package that cannot import k3diff
         try:
             backend = distributed.Declared(backend)
@@ -58,8 +59,6 @@ def check_contract(backend, label: str) -> dict:
     provides its final outputs, else it would 'pass' every case with nothing compared. Returns the
     load-time answer of provides() per claimed stage (frozen: `Loaded`); BackendError (one line)
     otherwise."""
-    from k3diff.stages import OUTPUTS, STAGES
-
     stages = getattr(backend, "stages", STAGES)
     if not isinstance(stages, (tuple, list, frozenset, set)) or not all(isinstance(s, str) for s in stages):
         raise BackendError(f"backend {label!r}: `stages` must be a tuple of stage names ({', '.join(STAGES)}), "

@@ -12,7 +12,7 @@ import contextlib
 
 import torch
 
-from .blocked_ops import F32, rms_scale
+from .blocked_ops import F32, bf16, rms_scale
 
 CHUNK = 16           # the K width of one MMA step / one warp's slice: the orders below sum such chunks
 
@@ -222,8 +222,6 @@ def attend_two_pass(Q, rows, n, R, scale):
 
 def attn_res_two_pass(prefix, delta, blocks, w_norm, w_proj, w_out, n, write_idx, eps, eps_out):
     """AttnRes (docs/k3-decode.md §2.2) with a two-pass depth softmax instead of the online one."""
-    from .blocked_ops import bf16
-
     if delta is not None:
         prefix.copy_(bf16(prefix.to(F32) + delta.to(F32)))
     if write_idx >= 0:

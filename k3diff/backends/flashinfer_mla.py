@@ -53,14 +53,6 @@ def _flashinfer():
     return BatchMLAPagedAttentionWrapper, MLAPlanMetadata
 
 
-def flashinfer_version() -> str | None:
-    try:
-        import flashinfer
-        return getattr(flashinfer, "__version__", "?")
-    except Exception:
-        return None
-
-
 # ---------------------------------------------------------------- convention helpers (pure torch)
 def pick_page_size(lcap: int, requested: int) -> int:
     """The page size the cache is viewed with: `requested` when it divides Lcap, else 1."""

@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from k3diff import exit_codes
-from k3diff.report import html, plots, tables
-from k3diff.report.verdict import WORDS
 from k3diff.budgets import pct
+from k3diff.report import html, plots, tables
+from k3diff.report.failures import distinct
+from k3diff.report.verdict import WORDS
 
 
 @dataclass
@@ -262,8 +263,6 @@ def _replay(cn, new) -> str:
 
 
 def compare_report(cmp, base, new) -> str:
-    from k3diff.report.failures import distinct
-
     code = status(cmp)
     state = "pass" if code == exit_codes.PASS else "incomplete" if code == exit_codes.INCOMPLETE else "fail"
     fresh = [cn for _, cn in cmp.new_failures] + list(cmp.unmatched_failures)

@@ -173,17 +173,6 @@ def skip_reasons(run) -> list[tuple]:
     return [(s, r, n) for (s, r), n in cnt.most_common()]
 
 
-def failing_cases(run) -> list:
-    """Failing cases, saved seeds (the shrunk ones) first, each id once."""
-    saved = {str(f.get("path", "")).rsplit("-", 1)[-1].removesuffix(".json") for f in run.failures}
-    seen, out = set(), []
-    for c in sorted(filter(failed, run.cases), key=lambda c: (c["id"] not in saved, c["stage"])):
-        if (c["stage"], c["id"]) not in seen:
-            seen.add((c["stage"], c["id"]))
-            out.append(c)
-    return out
-
-
 def environments(run) -> list[tuple[dict, list]]:
     """Each distinct environment and the results files (shards) that ran on it."""
     groups = {}

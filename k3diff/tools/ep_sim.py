@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from k3diff.ep_config import contiguous, counts
+
 EXIT_USAGE = 2
 ROUTINGS = ("natural", "skewed", "hot")
 
@@ -34,8 +36,6 @@ def simulate(ranks: int, batch: int, routing: str = "natural", *, experts: int =
              latent: int = 3584, steps: int = 8, seed: int = 0) -> dict:
     """Per-step traffic of one MoE layer (means over `steps`); see the module doc for the columns."""
     import torch
-
-    from k3diff.ep_config import contiguous
 
     g = torch.Generator().manual_seed(seed)
     owner = torch.tensor(contiguous(experts, ranks), dtype=torch.int64)
@@ -80,8 +80,6 @@ def simulate(ranks: int, batch: int, routing: str = "natural", *, experts: int =
 
 
 def table(ranks: int, batches, routings, *, steps: int, bandwidth: float, seed: int = 0) -> list[str]:
-    from k3diff.ep_config import contiguous, counts
-
     c = counts(contiguous(896, ranks), ranks)
     lines = [f"K3 MoE exchange, {ranks} ranks, 896 experts contiguous ({min(c)}..{max(c)} per rank), top-16, "
              f"hl rows r=3584 bf16 (7168 B) + 8 B per route; per step and layer, {steps} steps; "

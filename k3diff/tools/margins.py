@@ -19,7 +19,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+import torch
+
+from k3diff import backends, false_alarms
+from k3diff.backends.blocked import TorchBlockedBackend
+from k3diff.budgets import pct
 from k3diff.case import Case
+from k3diff.mutants import BY_NAME, MutantBackend
+from k3diff.sizing import CaseTooLarge
 
 TENSORS = {"moe": ("router_logits", "combined", "routed_out", "out"),
            "mla": ("attn_latent", "attn_out", "out"),
@@ -46,11 +53,8 @@ def cases(preset: str, batches, seed: int = 0) -> dict:
 
 def measure(backend, stage_cases: dict, device: str) -> dict:
     """(stage, tensor) -> (max share of budget, max accuracy class or None) over the cases."""
-    import torch
-
     from k3diff import caches, materialize
     from k3diff.runner import check_case
-    from k3diff.sizing import CaseTooLarge
 
     found = {}
     for stage, cs in stage_cases.items():
@@ -90,8 +94,6 @@ def _refuse(line: str):
 
 
 def _fmt_share(v):
-    from k3diff.budgets import pct
-
     return "-" if v is None else pct(v[0])
 
 
@@ -117,10 +119,6 @@ def rows(columns: dict) -> list[str]:
 
 
 def main(argv=None) -> int:
-    from k3diff import backends
-    from k3diff.backends.blocked import TorchBlockedBackend
-    from k3diff.mutants import BY_NAME, MutantBackend
-
     p = argparse.ArgumentParser(prog="python -m k3diff.tools.margins", description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", default="tiny", choices=("tiny", "small", "full"))
     p.add_argument("--backend", default="torch-blocked", help="the correct candidate to measure")
@@ -132,7 +130,6 @@ def main(argv=None) -> int:
     p.add_argument("--controls", default="", metavar="all|NAME[,NAME]",
                    help="false-alarm controls (correct variants, k3diff/false_alarms.py) to measure too")
     args = p.parse_args(argv)
-    import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     stages = [t for t in args.stages.split(",") if t]
@@ -152,7 +149,6 @@ def main(argv=None) -> int:
     columns = {f"{args.backend} (correct)": measure(candidate, stage_cases, device)}
     if args.backend != "torch-blocked":
         columns["torch-blocked (correct)"] = measure(TorchBlockedBackend(), stage_cases, device)
-    from k3diff import false_alarms
 
     chosen = false_alarms.selected(device) if args.controls == "all" else [
         false_alarms.BY_NAME[n] for n in args.controls.split(",") if n]

@@ -18,13 +18,14 @@ import argparse
 import sys
 from collections import Counter
 
+from k3diff.search import find_failure
+from k3diff.session import PROFILES, choose_space, sub_seed
+
 
 def drawn_cases(stage: str, space, seed: int, profile: dict) -> list:
     """[(record stage, case), ...] of one stage, in the order the session judges them."""
     from hypothesis import strategies as st
 
-    from k3diff.search import find_failure
-    from k3diff.session import sub_seed
     from k3diff.strategies import cases, chunk_plan
 
     got = []
@@ -74,7 +75,6 @@ def host_numbers(case) -> int:
 def main(argv=None) -> int:
     from k3diff import backends
     from k3diff.coverage import coverage_fields, coverage_lines, missed_boundaries
-    from k3diff.session import PROFILES, choose_space
     from k3diff.stages import STAGES
 
     p = argparse.ArgumentParser(prog="python -m k3diff.tools.plan", description=__doc__.split("\n")[0])

@@ -24,6 +24,9 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
+
+from k3diff import ep_config
 
 EXIT_USAGE = 2
 
@@ -31,9 +34,6 @@ EXIT_USAGE = 2
 def _case(stage: str, preset: str, T: int, ranks: int = 0):
     """The case of batch T; with ranks, a moe case on that many ranks (contiguous placement) with
     the experts a distributed case keeps (ep_config.fit_experts), which every backend then runs."""
-    from dataclasses import replace
-
-    from k3diff import ep_config
     from k3diff.case import Case
     if stage == "kda":
         return Case(stage="kda", preset=preset, batch=T, n_slots=T + 1, state_idx=tuple(range(1, T + 1)), seed=T)

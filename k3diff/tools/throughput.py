@@ -32,6 +32,7 @@ speeds one up); every run's seconds are printed.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
 import subprocess
@@ -39,6 +40,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from k3diff.search import find_failure
+from k3diff.session import choose_space, load_available
 
 DEFAULT_BASE = "c9944a8"
 HERE = Path(__file__).resolve()
@@ -48,8 +52,6 @@ INVARIANCE_EVERY = 8
 
 def draw_cases(stage: str, n: int, preset: str | None, device: str, seed: int, backend=None) -> list[dict]:
     """n cases of `stage` as the fuzzer draws them (Hypothesis, fixed seed)."""
-    from k3diff.search import find_failure
-    from k3diff.session import choose_space
     from k3diff.strategies import cases
 
     try:
@@ -78,7 +80,6 @@ def _worker(args) -> int:
     from k3diff.case import Case
     from k3diff.invariance import check_batch_invariance
     from k3diff.runner import check_case
-    from k3diff.session import load_available
 
     part, workers = (int(v) for v in args.part.split("/"))
     drawn = json.loads(Path(args.cases_file).read_text())
@@ -97,7 +98,6 @@ def _worker(args) -> int:
     verdicts, invariance = {}, {}
     prof = None
     if args.profile:
-        import cProfile
         prof = cProfile.Profile()
         prof.enable()
     sync = (lambda: torch.cuda.synchronize()) if args.device.startswith("cuda") else (lambda: None)
@@ -301,7 +301,6 @@ def main(argv=None) -> int:
         return _worker(args)
 
     from k3diff import backends
-    from k3diff.session import load_available
 
     backend_name = args.backend or backends.default_name()
     backend = load_available(backend_name)

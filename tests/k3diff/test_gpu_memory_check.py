@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_memory_check.sh"
@@ -46,7 +47,7 @@ def test_without_the_variable_the_probe_does_nothing(tmp_path):
 
 def test_bad_commands_are_one_line_and_exit_2(tmp_path):
     run = lambda *a, **env: subprocess.run(["bash", str(SCRIPT), *a], capture_output=True, text=True,  # noqa: E731
-                                           env=dict(os.environ, **env), timeout=60)
+                                           env=dict(os.environ, **env), timeout=limit(60))
     got = run(str(tmp_path / "out"), BASE=str(tmp_path / "nowhere"))
     assert got.returncode == 2 and got.stderr.strip() == f"gpu_memory_check: no base tree at {tmp_path / 'nowhere'}"
     got = run(str(tmp_path / "out"), "speed", BASE=str(ROOT))

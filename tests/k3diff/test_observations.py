@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from k3diff import observations
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
@@ -123,6 +124,6 @@ def test_a_run_with_a_report_writes_one_observation_per_judged_case(project):
     assert all(o["property"].endswith("]") and "test_fuzz" in o["property"] for o in lines)
     # `k3diff report FOLDER` reads the results beside it, not the observations
     done = subprocess.run([sys.executable, "-m", "k3diff.cli", "report", str(out), "-o", str(project.path / "r.html")],
-                          capture_output=True, text=True, timeout=600, cwd=project.path)
+                          capture_output=True, text=True, timeout=limit(600), cwd=project.path)
     assert done.returncode in (0, 1), done.stdout + done.stderr
     assert "not a k3diff results" not in done.stdout + done.stderr

@@ -333,7 +333,7 @@ def test_the_router_kernels_compute_x_times_w_in_the_interpreter():
 
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(ROOT)] + sys.path))
-    done = subprocess.run([sys.executable, "-c", _ROUTER_CHECK], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-c", _ROUTER_CHECK], capture_output=True, text=True, env=env, timeout=limit(600))
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 from pathlib import Path
+from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_the_gpu_schedule_check_parses_and_its_dry_run_names_each_step():
     script = ROOT / "scripts" / "gpu_schedule_check.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     done = subprocess.run(["bash", str(script), "/tmp/k3diff-schedule-dry"], capture_output=True, text=True,
-                          cwd=ROOT, env=dict(os.environ, DRY="1"), timeout=60)
+                          cwd=ROOT, env=dict(os.environ, DRY="1"), timeout=limit(60))
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "tests/k3diff/test_schedule_gpu.py" in out and "k3diff.tools.schedule_hunt --device cuda" in out

@@ -65,7 +65,7 @@ def _tool(*args, cwd=None):
 
     root = Path(__file__).resolve().parents[2]
     return subprocess.run([sys.executable, "-m", "k3diff.tools.throughput", *args], cwd=cwd or root,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=limit(600))
 
 
 def test_a_baseline_gets_only_the_cases_it_can_read(tmp_path):

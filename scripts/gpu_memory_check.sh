@@ -13,14 +13,17 @@
 #             more cases as too large than the base tree.
 # throughput  k3diff.tools.throughput --isolate on: the SAME cases (drawn once, fields the base tree
 #             reads) judged through each tree's own isolated checker, the sides alternated REPEAT
-#             times; preset small (moe, mla, kda, layer), then the full-dims cases of preset full.
+#             times; preset small (moe, mla, kda, layer), then the full-dims cases of preset full
+#             (moe, mla).
 #             Red when a verdict differs between the trees.
 #
 # OUTDIR gets summary.txt (what to read) and per lane and tree: the pytest log, the results file,
 # the probe's files, the nvidia-smi samples. Knobs (environment): BASE, SEED (1), BACKEND
 # (torch-blocked on both sides: the base tree has no megakernel of its own; BACKEND=megakernel puts
 # this tree's megakernel on the base side's path after the base tree), DEVICE (cuda), REPEAT (2),
-# SMALL_CASES (48), FULL_CASES (8), STAGES (moe,mla,kda,layer), LANE_TIMEOUT (seconds per command, 1800).
+# SMALL_CASES (48), FULL_CASES (6), STAGES (moe,mla,kda,layer: preset small), FULL_STAGES (moe,mla:
+# preset full, where each side's worker draws the full-dims weights itself, inside the clock, as a
+# pytest worker does), LANE_TIMEOUT (seconds per command, 1800).
 # GPU_MEMORY_DRY=1: the same commands on the CPU at a toy size (profile quick, the CPU's preset,
 # 2 moe cases, one run a side): a check of the script itself, not a measurement.
 set -uo pipefail
@@ -37,8 +40,8 @@ for lane in $LANES; do
   case $lane in memory|throughput) ;; *) echo "gpu_memory_check: unknown lane '$lane' (memory, throughput)" >&2; exit 2;; esac
 done
 SEED=${SEED:-1}; BACKEND=${BACKEND:-torch-blocked}; DEVICE=${DEVICE:-cuda}; REPEAT=${REPEAT:-2}
-SMALL_CASES=${SMALL_CASES:-48}; FULL_CASES=${FULL_CASES:-8}; LANE_TIMEOUT=${LANE_TIMEOUT:-1800}
-STAGES=${STAGES:-moe,mla,kda,layer}
+SMALL_CASES=${SMALL_CASES:-48}; FULL_CASES=${FULL_CASES:-6}; LANE_TIMEOUT=${LANE_TIMEOUT:-1800}
+STAGES=${STAGES:-moe,mla,kda,layer}; FULL_STAGES=${FULL_STAGES:-moe,mla}
 PROFILE=ci; SMALL=(--preset small); FULL=(--preset full --keep-preset full)
 if [ "${GPU_MEMORY_DRY:-0}" = 1 ]; then
   DEVICE=cpu; PROFILE=quick; SMALL_CASES=2; FULL_CASES=0; SMALL=(); REPEAT=1; STAGES=moe
@@ -134,7 +137,7 @@ if [[ " $LANES " == *" throughput "* ]]; then
   say "== throughput: the same cases through each tree's isolated checker (--isolate on), $REPEAT runs a side, alternated"
   export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
   runs=("small ${SMALL[*]} --stages $STAGES --cases $SMALL_CASES")
-  [ "$FULL_CASES" -gt 0 ] && runs+=("full ${FULL[*]} --stages $STAGES --cases $FULL_CASES")
+  [ "$FULL_CASES" -gt 0 ] && runs+=("full ${FULL[*]} --stages $FULL_STAGES --cases $FULL_CASES")
   for run in "${runs[@]}"; do
     read -r label args <<<"$run"
     # shellcheck disable=SC2086 # args is a list of words by design

@@ -227,6 +227,12 @@ def agreement(a, b) -> str:
     return "same" if close(a, b) else "DIFFERENT"
 
 
+def outcome(v) -> tuple:
+    """A verdict dict's outcome alone: passed, skipped (why), the error, the failing tensors."""
+    bad = sorted(str(r.get("tensor")) for r in v.get("reports", []) if isinstance(r, dict) and not r.get("ok"))
+    return bool(v.get("ok")), v.get("skipped"), v.get("error"), bad
+
+
 def _by_tensor(v):
     """A verdict dict with its reports in one order (by stage and tensor, then content)."""
     if not (isinstance(v, dict) and isinstance(v.get("reports"), list)):
@@ -366,6 +372,10 @@ def _bench(args, backend_name, backend, base) -> int:
             same = min((agreement(a, b) for a, b in pairs), key=AGREEMENT.index, default="bitwise")
             if same == "DIFFERENT":
                 mismatches += 1
+                if all(outcome(a) == outcome(b) for a, b in pairs):
+                    # two trees whose judges differ (more tensors judged, another note): the same
+                    # pass / fail / skip / error on every case, said apart from a changed outcome
+                    same = "DIFFERENT (outcomes same)"
                 # the first case whose verdict differs (pairs past the drawn cases are invariance checks)
                 first = next(i for i, (a, b) in enumerate(pairs) if agreement(a, b) == "DIFFERENT")
                 what = json.dumps(drawn[first]) if first < len(drawn) else "a batch-invariance check"

@@ -31,6 +31,17 @@ def test_reports_in_another_order_are_the_same_verdict():
     assert agreement(a, swapped) == "DIFFERENT"
 
 
+def test_the_outcome_of_a_verdict_leaves_out_its_numbers():
+    """Across two trees whose judges differ (a tree judging more tensors of a multi-step case), the
+    table says whether the outcomes still agree."""
+    from k3diff.tools.throughput import outcome
+
+    more = dict(V, reports=V["reports"] + [{"tensor": "out@1", "ok": True, "ratio": 0.5}])
+    assert agreement(V, more) == "DIFFERENT" and outcome(V) == outcome(more)
+    failed = dict(more, ok=False, reports=[dict(V["reports"][0], ok=False)])
+    assert outcome(failed) != outcome(V)
+
+
 def test_a_changed_verdict_or_a_real_change_differs():
     assert agreement(V, dict(V, ok=False)) == "DIFFERENT"
     assert agreement(V, dict(V, reports=[dict(V["reports"][0], ratio=0.26)])) == "DIFFERENT"

@@ -23,6 +23,26 @@ def test_similarity_is_the_same_within_an_absolute_1e_12():
     assert agreement(near, dict(V, reports=[dict(V["reports"][0], similarity=2e-07)])) == "DIFFERENT"
 
 
+def test_reports_in_another_order_are_the_same_verdict():
+    """Two trees may judge a stage's tensors in another order: matched by tensor, not position."""
+    a = dict(V, reports=[{"tensor": "kv_cache.new", "max_err": 0.5, "ok": True}, {"tensor": "kv_cache.untouched", "max_err": 0.0, "ok": True}])
+    b = dict(a, reports=a["reports"][::-1])
+    assert agreement(a, b) == "same"
+    swapped = dict(a, reports=[dict(a["reports"][0], max_err=0.0), dict(a["reports"][1], max_err=0.5)])
+    assert agreement(a, swapped) == "DIFFERENT"
+
+
+def test_the_outcome_of_a_verdict_leaves_out_its_numbers():
+    """Across two trees whose judges differ (a tree judging more tensors of a multi-step case), the
+    table says whether the outcomes still agree."""
+    from k3diff.tools.throughput import outcome
+
+    more = dict(V, reports=V["reports"] + [{"tensor": "out@1", "ok": True, "ratio": 0.5}])
+    assert agreement(V, more) == "DIFFERENT" and outcome(V) == outcome(more)
+    failed = dict(more, ok=False, reports=[dict(V["reports"][0], ok=False)])
+    assert outcome(failed) != outcome(V)
+
+
 def test_a_changed_verdict_or_a_real_change_differs():
     assert agreement(V, dict(V, ok=False)) == "DIFFERENT"
     assert agreement(V, dict(V, reports=[dict(V["reports"][0], ratio=0.26)])) == "DIFFERENT"

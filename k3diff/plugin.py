@@ -468,6 +468,7 @@ class _ItemRun:
             self.too_large.append(verdict.skipped)
         self.item.user_properties.append((REPORT_KEY, record))
         config = self.item.config
+        run_state(config).in_flight.append(record)
         _write_report(config, record)               # streamed here, on this worker or the only process
         observations.add(config, record)
         progress = run_state(config).progress
@@ -579,6 +580,8 @@ class _Collector:
             state.failed_reports += 1
         if report.when != "call":
             return
+        if getattr(report, "node", None) is None:
+            state.in_flight.clear()                 # this process's item ended: its cases are on the report
         sinks = {BAD_INPUT_KEY: state.bad_inputs, REPORT_KEY: state.results, FAILURE_KEY: state.failures,
                  MUTANT_KEY: state.mutants, _ASKED_KEY: state.asked}
         from_worker = getattr(report, "node", None) is not None
@@ -657,7 +660,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         tr.section("k3diff mutants")
         for line in table([HuntResult(**r) for r in sorted(state.mutants, key=lambda r: r["mutant"])]):
             tr.write_line(line)
-    results, failures = state.results, state.failures
+    # the cases of an item stopped mid-way (no report came for it) count: they were judged
+    results, failures = state.results + state.in_flight, state.failures
     if state.mutants and not results and not config.getoption(opt.ENABLE):
         return                                      # a mutant run: its table above is the summary
     tr.section("k3diff summary")
@@ -692,6 +696,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                       + ("a machine with more memory judges it: " if status == exit_codes.MACHINE else "fix the input: ")
                       + lines[0]
                       + (f" (and {len(lines) - 1} more above)" if len(lines) > 1 else ""))
+    elif exitstatus == exit_codes.INTERRUPTED and not any(not r["ok"] and not r["skipped"] for r in results):
+        judged = len(distinct_judged(results))
+        tr.write_line(f"next: the run was stopped (Ctrl-C or a time limit) after {judged} judged case(s), none "
+                      f"failing (a partial verdict, not a pass); the whole run: `{rerun}`")
     elif any(not r["ok"] and not r["skipped"] for r in results) or exitstatus not in (0, 5):
         tr.write_line("next: the run failed (see the errors above); no seed was recorded for it")
     elif _unjudged_stages(config):

@@ -21,6 +21,9 @@ class RunState:
     report_lost: Optional[str] = None       # the one line of a results file that could not be written
     started: Optional[float] = None         # the start record's time; None once an end record is written
     results: list = field(default_factory=list)      # case records of every item (from every worker)
+    # case records of the item this process is running, until its report carries them: a run
+    # stopped mid-item (Ctrl-C, a CI time limit) has no report for it, yet judged those cases
+    in_flight: list = field(default_factory=list)
     failures: list = field(default_factory=list)     # saved failing seeds
     mutants: list = field(default_factory=list)      # planted-bug hunts
     bad_inputs: list = field(default_factory=list)   # inputs the run could not judge (their status)

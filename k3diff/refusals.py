@@ -2,7 +2,7 @@
 stages it does not implement; k3diff/features.py): a refused case is neither passed nor failed,
 and a run that met a candidate's missing verify steps or FP8 cache must say how many it skipped.
 
-    refusal_lines(records) -> ["refused N case(s): M <reason>; ..."] or []
+    refusal_lines(records) -> ["refused N case(s): M <reason>; ...", "not judged on this machine ..."] (either, or none)
 """
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ def _reason(skipped: str) -> str:
 
 
 def refusal_lines(records) -> list:
-    seen, why = set(), Counter()
+    """The candidate's refusals (`backend ... does not run this case: why`), and apart from them
+    the cases this machine could not judge (too large, too slow: the machine's line, exit 11),
+    which read as the candidate refusing when they shared its line."""
+    seen, why, machine = set(), Counter(), Counter()
     for r in records:
         if not isinstance(r, dict) or not r.get("skipped") or r.get("phase") == "shrink":
             continue
@@ -24,8 +27,14 @@ def refusal_lines(records) -> list:
         if key in seen:
             continue
         seen.add(key)
-        why[(r.get("stage"), _reason(r["skipped"]))] += 1
-    if not why:
-        return []
-    parts = [f"{n} {stage}: {reason}" for (stage, reason), n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return [f"refused {sum(why.values())} case(s) (skipped, not passed): " + "; ".join(parts)]
+        if _PREFIX in r["skipped"]:
+            why[(r.get("stage"), _reason(r["skipped"]))] += 1
+        else:       # each case's own figures follow the reason: counted by the reason alone
+            machine[(r.get("stage"), r["skipped"].split(":", 1)[0])] += 1
+    out = []
+    for counts, head in ((why, "refused {} case(s) (skipped, not passed): "),
+                         (machine, "not judged on this machine {} case(s) (skipped, not passed; exit 11): ")):
+        if counts:
+            parts = [f"{n} {stage}: {reason}" for (stage, reason), n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+            out.append(head.format(sum(counts.values())) + "; ".join(parts))
+    return out

@@ -128,3 +128,9 @@ def test_the_megakernel_refuses_verify_and_fp8_and_the_summary_counts_it():
                for i, c in enumerate((verify, fp8, verify))]
     line, = refusal_lines(records)
     assert line.startswith("refused 3 case(s)") and "2 kda: verify steps" in line
+    # a case this machine could not hold is the machine's, on a line of its own, never a refusal
+    big = {"stage": "moe", "id": 9, "label": "moe full B=2",
+           "skipped": "case too large for cuda: needs about 56.7 GiB, 55.0 GiB free (moe full B=2)"}
+    refused, machine = refusal_lines(records + [big, dict(big, id=10)])
+    assert refused == line
+    assert machine == "not judged on this machine 2 case(s) (skipped, not passed; exit 11): 2 moe: case too large for cuda"

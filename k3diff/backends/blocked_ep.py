@@ -54,7 +54,7 @@ class BlockedEPRank:
         ids = shard.pop("expert_ids")
         if _get(shard, "router.weight") is None:          # a dense layer's MLP: nothing to exchange
             return {"dense": (_get(shard, "dense.gate_up"), _get(shard, "dense.down"))}
-        p = prepare_moe(cfg, shard)                        # dequantises only this rank's experts
+        p = prepare_moe(cfg, shard)                        # MXFP4: this rank's experts, read per expert as used
         p["ids"] = ids.to(ctx.device)
         p["owner"] = torch.tensor(ctx.layout.owners, dtype=torch.int64, device=ctx.device)
         return p

@@ -18,20 +18,24 @@ def _get(w: dict, name: str):
     return None
 
 
-def _dequant_experts(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """[E, N, K/2] + [E, N, K/32] -> bf16 [E, N, K], one expert at a time (bounded temporaries)."""
-    E, N, half = packed.shape
-    out = torch.empty(E, N, 2 * half, dtype=torch.bfloat16, device=packed.device)
-    for e in range(E):
-        out[e] = mxfp4_dequant(packed[e], scale[e])
-    return out
+class _Dequantised:
+    """MXFP4 experts read as bf16 one expert at a time, when a step uses it (`experts[e]`): the
+    same bits as dequantising every expert up front (E2M1 x E8M0 is exact in bf16), without a bf16
+    copy of all of them held beside the packed weights (59 GB at K3's 896 experts: the candidate's
+    process then could not hold a full-dims MXFP4 case on an 80 GB card beside k3diff's)."""
+
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor):
+        self.packed, self.scale = packed, scale     # the weights as given (read-only views)
+
+    def __getitem__(self, e: int) -> torch.Tensor:
+        return mxfp4_dequant(self.packed[e], self.scale[e]).to(torch.bfloat16)   # exact: bf16 as before
 
 
 def prepare_moe(cfg, w: dict) -> dict:
-    """Dequantise MXFP4 experts once (exactly representable in bf16, so stored as bf16)."""
+    """MXFP4 experts dequantised per expert as a step reaches them (`_Dequantised`); bf16 as given."""
     if _get(w, "experts.w13_packed") is not None:
-        w13 = _dequant_experts(_get(w, "experts.w13_packed"), _get(w, "experts.w13_scale"))
-        w2 = _dequant_experts(_get(w, "experts.w2_packed"), _get(w, "experts.w2_scale"))
+        w13 = _Dequantised(_get(w, "experts.w13_packed"), _get(w, "experts.w13_scale"))
+        w2 = _Dequantised(_get(w, "experts.w2_packed"), _get(w, "experts.w2_scale"))
     else:
         w13, w2 = _get(w, "experts.w13"), _get(w, "experts.w2")
     return {

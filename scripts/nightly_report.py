@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from k3diff.report import load as loader
-    from k3diff.report import tables
+    from k3diff.report import header
     from k3diff.report.compare import compare, compare_report, markdown
     from k3diff.report.failures import distinct
     from k3diff.report.html import run_report
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     if any(r.cases for r in runs.values()):
         run = loader.merge(runs.values())
         (args.out / "nightly-report.html").write_text(run_report(run, title="k3diff nightly"))
-        lines.append(tables.markdown(run))
+        lines.append(header.markdown(run))
         fails = len(distinct(run))
         if fails:
             problems.append(Problem(exit_codes.FAIL, f"{fails} distinct failing case(s)"))

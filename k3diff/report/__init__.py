@@ -67,7 +67,7 @@ def _write(path, text, mode="w") -> None:
 
 def run(args) -> int:
     from k3diff.report import load as loader
-    from k3diff.report import tables
+    from k3diff.report import header, tables
 
     try:
         if args.compare:
@@ -99,7 +99,7 @@ def run(args) -> int:
         out = args.output or "report.html"
         _write(out, run_report(merged))
         if args.markdown:
-            _write(args.markdown, tables.markdown(merged), "a")
+            _write(args.markdown, header.markdown(merged), "a")
         from k3diff.report.failures import distinct
 
         fails = distinct(merged)

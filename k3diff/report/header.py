@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 
-from k3diff.report import tables
+from k3diff.report import tables, verdict
 
 # k3diff's own candidates (k3diff/backends/__init__.py BUILTIN: the oracle's two modes and the
 # torch-blocked family): a pipeline in torch, not a kernel under test. tests/k3diff/test_report_header.py
@@ -76,3 +76,18 @@ def facts(run) -> dict:
         "command": command(shards),
         "notes": notes,
     }
+
+
+def markdown(run) -> str:
+    """The verdict, what was judged and the per-stage table as GitHub markdown (for
+    $GITHUB_STEP_SUMMARY), in the page's order."""
+    lines = ["| " + " | ".join(tables.STAGE_COLUMNS) + " |", "|" + "---|" * len(tables.STAGE_COLUMNS)]
+    lines += ["| " + " | ".join(map(str, row)) + " |" for row in tables.stage_rows(run)]
+    total, fails = len(tables.judged(run.cases)), tables.distinct_failures(run.cases)
+    known = facts(run)
+    head = (f"**k3diff**: {verdict.WORDS[verdict.of(run)]}: {total} cases from {len(run.shards)} shard(s), "
+            f"{fails} distinct failure(s); candidate `{known['candidate']}` on {known['device']}"
+            + (f" ({known['gpu']})" if known["gpu"] != "none recorded" else "")
+            + f"; seed {', '.join(map(str, run.seeds))}; budget table `{known['budget_table']}`")
+    notes = [x for n in known["notes"] for x in (f"**{n}**", "")]        # a paragraph each
+    return "\n".join([head, ""] + notes + lines + [""] + run.warnings) + "\n"

@@ -61,22 +61,6 @@ def stage_rows(run) -> list[tuple]:
     return rows
 
 
-def markdown(run) -> str:
-    """The per-stage table as GitHub markdown (for $GITHUB_STEP_SUMMARY)."""
-    lines = ["| " + " | ".join(STAGE_COLUMNS) + " |", "|" + "---|" * len(STAGE_COLUMNS)]
-    lines += ["| " + " | ".join(map(str, row)) + " |" for row in stage_rows(run)]
-    from k3diff.report import header, verdict
-
-    total, fails = len(judged(run.cases)), distinct_failures(run.cases)
-    facts = header.facts(run)
-    head = (f"**k3diff**: {verdict.WORDS[verdict.of(run)]}: {total} cases from {len(run.shards)} shard(s), "
-            f"{fails} distinct failure(s); candidate `{facts['candidate']}` on {facts['device']}"
-            + (f" ({facts['gpu']})" if facts["gpu"] != "none recorded" else "")
-            + f"; seed {', '.join(map(str, run.seeds))}; budget table `{facts['budget_table']}`")
-    notes = [x for n in facts["notes"] for x in (f"**{n}**", "")]        # a paragraph each
-    return "\n".join([head, ""] + notes + lines + [""] + run.warnings) + "\n"
-
-
 def _bucket(n):
     if n is None:
         return None

@@ -82,7 +82,7 @@ def test_a_cpu_stand_in_is_said_loudly_so_its_pass_is_not_taken_for_a_kernels(tm
     assert '<p class="standin">CPU STAND-IN: torch-blocked is k3diff' in page
     assert "ran on the CPU: no GPU kernel was judged here" in page
     assert header_mod.facts(run)["gpu"] == "none recorded"
-    md = tables.markdown(run)                     # the job summary says it too
+    md = header_mod.markdown(run)                     # the job summary says it too
     assert "candidate `torch-blocked` on cpu" in md and "\n**CPU STAND-IN: torch-blocked" in md
 
 

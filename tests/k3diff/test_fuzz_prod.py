@@ -85,7 +85,9 @@ def test_megakernel_declares_its_paths_and_the_full_space_reaches_them():
     assert {c.expert_format for c in drawn} == {"bf16", "mxfp4"}
     assert {c.config().routed_scaling_factor for c in drawn} == {1.0, 2.5}
     batches = {c.batch for c in drawn}
-    assert max(batches) <= 256 and 256 in batches
+    # the largest batch reached (256 or its neighbour: which one a seed draws moves with every new
+    # dimension of the space, as the megakernel's graph schedule did)
+    assert 255 <= max(batches) <= 256, sorted(batches)
     for edge in b["batch"]:               # every declared batch boundary reached, or a neighbour
         assert {edge - 1, edge, edge + 1} & batches, (edge, sorted(batches))
     full = [c for c in drawn if c.preset == "full"]
@@ -261,7 +263,8 @@ def test_workers_sharing_a_gpu_split_its_memory(monkeypatch):
 
     assert isolation._share_of("cuda:0") == pytest.approx(fraction)   # what its isolated child is sent
     assert isolation._share_of("cpu") == 1.0
-    monkeypatch.setattr(torch, "cuda", types.SimpleNamespace(**{**vars(fake), "empty_cache": lambda: None}))
+    monkeypatch.setattr(torch, "cuda", types.SimpleNamespace(**{**vars(fake), "empty_cache": lambda: None,
+                                                                 "is_available": lambda: True, "ipc_collect": lambda: None}))
     monkeypatch.setattr(materialize, "cached_bytes_for", lambda case, device: 0)
     monkeypatch.setattr(materialize, "evict_weights", lambda n: None)
     with pytest.raises(sizing.CaseTooLarge):                    # a 61 GB bf16 case in a quarter

@@ -203,7 +203,7 @@ lane_soak() {
     [ "$rc" -gt 1 ] && echo "soak: seed $s ended with exit $rc (see soak-$s.log)"
   done
   echo "soak: $(soak_runs) judged runs in $LO"
-  python3 -m k3diff.cli report "$LO" --markdown /dev/stdout -o "$LO/report.html" | head -20
+  python3 -m k3diff.cli report "$LO" --markdown - -o "$LO/report.html" | head -20
   [ -z "$(ls "$LO/seeds" 2>/dev/null)" ] || { echo "soak: FAILED (a false alarm: $LO/seeds)"; FAILED=1; }
 }
 

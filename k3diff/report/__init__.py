@@ -35,7 +35,7 @@ def add_arguments(p) -> None:
     p.add_argument("-o", "--output", default=None, help="HTML file (default report.html / compare.html)")
     p.add_argument("--markdown", default=None, metavar="FILE",
                    help="also append the per-stage table (--compare: new failures and largest movements) as "
-                        "markdown to FILE (e.g. $GITHUB_STEP_SUMMARY)")
+                        "markdown to FILE (e.g. $GITHUB_STEP_SUMMARY; - for standard output)")
 
 
 def _write(path, text, mode="w") -> None:
@@ -44,6 +44,10 @@ def _write(path, text, mode="w") -> None:
     command says it wrote it. O_NONBLOCK makes opening a FIFO fail or return at once."""
     from k3diff.report.load import ReportInputError
 
+    if path == "-":                                 # standard output, as the command's own output
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
     flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | (os.O_APPEND if mode == "a" else 0)
     try:
         fd = os.open(path, flags, 0o666)

@@ -209,3 +209,11 @@ def test_plain_worker_parts_beside_the_file_are_still_read(tmp_path):
     _run_file(tmp_path / "r.gw0.jsonl", [_case(9)], header={"worker": "gw0"})
     path = _run_file(tmp_path / "r.jsonl", header={"parts": ["r.jsonl:gw*"]})
     assert len(load.load([path]).cases) == 3
+
+
+def test_markdown_to_standard_output_is_asked_for_by_name(tmp_path):
+    # a pipe is refused as a path (it may have no reader), so standard output is `-`
+    good = _run_file(tmp_path / "good.jsonl")
+    done = _cli("report", good, "-o", tmp_path / "page.html", "--markdown", "-")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("**k3diff**: PASS") and "| moe |" in done.stdout, done.stdout

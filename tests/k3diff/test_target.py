@@ -48,14 +48,14 @@ def test_the_draws_before_the_target_phase_are_the_same_and_a_ci_chunk_leaves_it
 def test_k3diff_target_is_read_once_and_reaches_every_fuzzed_chunk(monkeypatch, tmp_path):
     import pytest
 
-    from k3diff import search
+    from k3diff import session as session_mod
     from k3diff.session import Session, UsageProblem, target_wanted
 
     assert target_wanted({}) is False and target_wanted({"K3DIFF_TARGET": "on"}) is True
     with pytest.raises(UsageProblem, match="K3DIFF_TARGET='maybe': on or off"):
         target_wanted({"K3DIFF_TARGET": "maybe"})
     asked = []
-    monkeypatch.setattr(search, "find_failure", lambda *a, **kw: (asked.append(kw["aim"]), (None, 0))[1])
+    monkeypatch.setattr(session_mod, "find_failure", lambda *a, **kw: (asked.append(kw["aim"]), (None, 0))[1])
     for value, want in (("on", True), ("off", False)):
         monkeypatch.setenv("K3DIFF_TARGET", value)
         session = Session(backend_name="torch-blocked", device="cpu", seed=1, profile="quick", save_dir=tmp_path,

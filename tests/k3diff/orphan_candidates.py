@@ -10,22 +10,13 @@ import os
 import subprocess
 import sys
 
-from k3diff.backends.blocked import TorchBlockedBackend
 from k3diff.backends.blocked_ep import BlockedEPRank
 from k3diff.distributed import candidate
 
-BAD_BATCH = 3
+from crashing_candidates import _OnBatch     # the same misbehave-on-one-batch wrapper
+
 # where the daemon's pid is written, so the test can look for it after the run
 PIDFILE = "K3DIFF_TEST_DAEMON_PIDFILE"
-
-
-class _OnBatch(TorchBlockedBackend):
-    stages = ("moe",)
-
-    def run(self, stage, cfg, prepared, inputs, out):
-        if inputs["x"].shape[0] == BAD_BATCH:
-            self.misbehave()
-        return super().run(stage, cfg, prepared, inputs, out)
 
 
 class ClosesOutput(_OnBatch):

@@ -1,8 +1,21 @@
-"""Shared by every test under tests/: this folder importable, for tests/wall_clock.py (the limit
-on a test's subprocesses), however pytest is started."""
+"""Shared by every test under tests/: tests/wall_clock.py (the limit on a test's subprocesses)
+importable by name, however pytest is started, without this folder on sys.path.
+
+pytest puts this folder first on sys.path to import this file. Its subfolders are named like the
+packages under test (reference/, megakernel/, k3diff/), and for a bare `pytest --k3diff` (the
+console script: the checkout itself is not on sys.path, the packages come from the editable
+install's finder, which Python asks only after every sys.path entry) `import reference` would then
+find tests/reference/ as a namespace package and the oracle would be missing. So the folder is
+taken off again and wall_clock is registered by name."""
+import importlib.util
 import pathlib
 import sys
 
-HERE = str(pathlib.Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
+HERE = pathlib.Path(__file__).resolve().parent
+while str(HERE) in sys.path:
+    sys.path.remove(str(HERE))
+if "wall_clock" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location("wall_clock", HERE / "wall_clock.py")
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules["wall_clock"] = _module
+    _spec.loader.exec_module(_module)

@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 
 from k3diff import exit_codes
@@ -134,13 +135,14 @@ def run(args) -> int:
     cases = [(str(p), load(p)[0].label()) for p in seeds]         # a bad seed: exit 9 before any run
     status, findings = exit_codes.PASS, 0
     for path, label in cases:
+        start = time.monotonic()
         try:
             done = subprocess.run(command(args.tool, path, sanitizer=sanitizer, backend=args.backend,
                                           device=args.device),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   timeout=args.timeout, errors="replace")
         except subprocess.TimeoutExpired:
-            print(f"sanitize {args.tool}: hang: no result in {args.timeout:g} s in case {label} ({path})")
+            print(f"sanitize {args.tool}: hang: no result in {args.timeout:g} s in case {label} ({path})", flush=True)
             status = exit_codes.FAIL
             continue
         out = done.stdout
@@ -155,6 +157,9 @@ def run(args) -> int:
             tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])[:300]
             print(f"sanitize {args.tool}: the replay exited {done.returncode} in case {label} ({path}): {tail}")
             status = exit_codes.worst([s for s in (status, done.returncode) if s])
+            continue
+        # one line per clean seed too: a watcher sees progress, and a run cut short says how far it got
+        print(f"sanitize {args.tool}: clean in case {label} ({path}; {time.monotonic() - start:.0f} s)", flush=True)
     print(f"sanitize {args.tool}: {findings} finding(s) over {len(cases)} seed(s)")
     return status
 

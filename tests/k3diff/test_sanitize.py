@@ -100,6 +100,7 @@ def test_a_clean_replay_passes(tmp_path):
                      "--sanitizer", _fake_sanitizer(tmp_path, "clean.txt", run_replay=True))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[-1] == "sanitize memcheck: 0 finding(s) over 1 seed(s)"
+    assert done.stdout.splitlines()[-2].startswith("sanitize memcheck: clean in case "), done.stdout
 
 
 @pytest.mark.parametrize("args, status, text", [

@@ -40,6 +40,7 @@ _NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEA
 _AT_NEW = re.compile(r"\bat (?P<k>\S.*?)\+0x[0-9a-fA-F]+(?: in |$)")
 # "at 0x70 in file.cu:6:kernel(args)" or "at 0x70 in kernel(args)" (earlier versions)
 _AT_OLD = re.compile(r"\bat 0x[0-9a-fA-F]+ in (?P<loc>.+)$")
+_NO_STAGE = re.compile(r"does not implement stage '\w+'")   # k3diff/candidate_link.py's refusal
 _WHERE = re.compile(r"(by thread \([\d, ]+\) in block \([\d, ]+\)|in block \([\d, ]+\))")
 
 
@@ -133,7 +134,7 @@ def run(args) -> int:
     exclude = re.compile(args.exclude) if args.exclude else None
     seeds = [p for s in args.seeds for p in seed_files(s)]
     cases = [(str(p), load(p)[0].label()) for p in seeds]         # a bad seed: exit 9 before any run
-    status, findings = exit_codes.PASS, 0
+    status, findings, not_run = exit_codes.PASS, 0, 0
     for path, label in cases:
         start = time.monotonic()
         try:
@@ -153,6 +154,11 @@ def run(args) -> int:
         if kept:
             status = exit_codes.FAIL
             continue
+        refused = _refusal(out) if done.returncode == exit_codes.NOTHING_JUDGED else None
+        if refused:          # the candidate does not run this case: nothing ran, nothing to sanitize
+            print(f"sanitize {args.tool}: not run: {refused} in case {label} ({path})", flush=True)
+            not_run += 1
+            continue
         if done.returncode != exit_codes.PASS:      # the case failed, or the replay could not judge it
             tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])[:300]
             print(f"sanitize {args.tool}: the replay exited {done.returncode} in case {label} ({path}): {tail}")
@@ -160,8 +166,23 @@ def run(args) -> int:
             continue
         # one line per clean seed too: a watcher sees progress, and a run cut short says how far it got
         print(f"sanitize {args.tool}: clean in case {label} ({path}; {time.monotonic() - start:.0f} s)", flush=True)
-    print(f"sanitize {args.tool}: {findings} finding(s) over {len(cases)} seed(s)")
+    ran = len(cases) - not_run
+    print(f"sanitize {args.tool}: {findings} finding(s) over {ran} seed(s)"
+          + (f"; {not_run} not run (the candidate does not run them)" if not_run else ""))
+    if ran == 0 and status == exit_codes.PASS:      # a clean run over nothing is not a pass
+        return exit_codes.NOTHING_JUDGED
     return status
+
+
+def _refusal(out: str) -> str | None:
+    """The candidate's reason when a replay judged nothing because it does not run the case."""
+    for line in out.splitlines():
+        if "does not run this case: " in line:
+            return line.split("does not run this case: ", 1)[1].strip()[:200]
+        found = _NO_STAGE.search(line)
+        if found:
+            return found.group(0)
+    return None
 
 
 def add_arguments(p) -> None:

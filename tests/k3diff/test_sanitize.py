@@ -72,7 +72,7 @@ sys.exit(rc)
 
 
 def _sanitize(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "k3diff.cli", "sanitize", *args], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=limit(600))
 
@@ -103,6 +103,22 @@ def test_a_clean_replay_passes(tmp_path):
     assert done.stdout.splitlines()[-2].startswith("sanitize memcheck: clean in case "), done.stdout
 
 
+def test_a_seed_the_candidate_does_not_run_is_one_line_and_not_a_failure(tmp_path):
+    """A folder of seeds drawn for one candidate may hold cases another refuses (a verify step, a
+    stage it lacks): each is one "not run" line; the run passes on the seeds that ran, and a run in
+    which no seed ran is exit 6 (nothing judged), never a clean pass."""
+    moe = ROOT / "corpora" / "regressions" / "moe-b9aeafe37163.json"
+    fake = _fake_sanitizer(tmp_path, "clean.txt", run_replay=True)
+    env_args = ("--tool", "memcheck", "--device", "cpu", "--sanitizer", fake)
+    done = _sanitize(str(moe), str(SEED), *env_args, "--backend", "crashing_candidates:RefusesEverything")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 6, done.stdout + done.stderr
+    assert any(ln.startswith("sanitize memcheck: not run: this candidate runs no case at all in case moe")
+               for ln in lines), done.stdout
+    assert any("not run: does not implement stage 'kda'" in ln for ln in lines), done.stdout
+    assert lines[-1] == "sanitize memcheck: 0 finding(s) over 0 seed(s); 2 not run (the candidate does not run them)"
+
+
 @pytest.mark.parametrize("args, status, text", [
     (["--sanitizer", "/nonexistent/compute-sanitizer"], 11, "compute-sanitizer not found"),
     (["--tool", "leakcheck"], 4, "invalid choice"),
@@ -121,3 +137,20 @@ def test_an_unreadable_seed_is_exit_9(tmp_path):
     bad.write_text("{not json")
     done = _sanitize(str(bad), "--tool", "memcheck", "--sanitizer", _fake_sanitizer(tmp_path, "clean.txt", False))
     assert done.returncode == 9 and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_drawn_seeds_are_cases_the_candidate_runs_and_claim_no_outcome(tmp_path):
+    """scripts/schedule_seeds.py (the sanitizer lane's 50 drawn seeds): a refused case is left out,
+    and a drawn seed (an empty verdict) replays without "outcome DIFFERS": it records no outcome."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
+    draw = [sys.executable, str(ROOT / "scripts" / "schedule_seeds.py"), "--n", "2", "--seed", "5"]
+    none = subprocess.run(draw + [str(tmp_path / "none"), "--backend", "crashing_candidates:RefusesEverything"],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=limit(300))
+    assert none.returncode == 0 and none.stdout.startswith("0 seeds in "), none.stdout + none.stderr
+    assert "drawn cases the candidate refuses left out" in none.stdout
+    from types import SimpleNamespace
+
+    from k3diff.session import compare_with_record
+    passed = SimpleNamespace(to_dict=lambda: {"ok": True, "reports": []})
+    assert compare_with_record(passed, {"verdict": {}, "backend": "b"}, "b") == []
+    assert "DIFFERS" in compare_with_record(passed, {"verdict": {"ok": False}, "backend": "b"}, "b")[0]

@@ -29,9 +29,17 @@ def moe(s):
     out += [("expert_up_mma", dict(s.moe.up or k_expert_mma.UP)),
             ("expert_up_mma", dict(k_expert_mma.ALT_UP))]
     out += [("expert_down_mma", v) for v in ([dict(s.moe.down)] if s.moe.down else k_expert_mma.down_variants())]
-    out += [("persistent", persistent_variant(s, fmt, forced, T1, m))
-            for fmt in ("bf16", "mxfp4") for T1 in (True, False) for forced in (False, True)]
     return out
+
+
+def persistent(s):
+    """The experimental one-launch MoE step (megakernel/experimental/k_persistent.py), every variant
+    MEGAKERNEL_STREAMS=persistent can launch: built by `compile --experimental` (CI builds it at
+    the full dims for both archs), not with the shipped kernels: it is off the default path, and
+    its eight variants were 40% of each (arch, dims) compile's time."""
+    m = gemv.moe_mma(s.gemv.mma)
+    return [("persistent", persistent_variant(s, fmt, forced, T1, m))
+            for fmt in ("bf16", "mxfp4") for T1 in (True, False) for forced in (False, True)]
 
 
 def ep(s):

@@ -19,3 +19,14 @@ if "wall_clock" not in sys.modules:
     _module = importlib.util.module_from_spec(_spec)
     sys.modules["wall_clock"] = _module
     _spec.loader.exec_module(_module)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long: takes minutes on CI's 2-core machine; started first")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` first (a stable sort: the rest keep their order, pytest-randomly's
+    shuffle included). Under `-n 2` a two-minute test drawn last leaves one core idle for two
+    minutes; started first, the short tests fill the other core around it."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

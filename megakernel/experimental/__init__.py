@@ -2,9 +2,10 @@
 off by default. The default path never imports this folder: no module outside it imports it at
 module level (tests/megakernel/test_mk_experimental_rule.py), and the one experiment a setting
 can select, the persistent MoE launch (MEGAKERNEL_STREAMS=persistent), is imported inside the
-functions that run it (moe.LatentMoE.launch, registry.persistent_step). That one is compiled with
-the shipped kernels (compile_list.moe), so CI keeps it building and the setting works; the others
-only with `python -m megakernel compile --experimental` (KERNELS, VARIANTS below). Each module's
+functions that run it (moe.LatentMoE.launch, registry.persistent_step). Every experiment compiles
+with `python -m megakernel compile --experimental` (kernels(), variants() below); CI runs that at
+the full dims for both archs (scripts/test), so the persistent launch keeps building and the
+setting works (a first run of it compiles its variants into the disk cache). Each module's
 docstring opens with its state: what it is, what was measured, what is next.
 
   k_persistent.py, launch_persistent.py
@@ -38,7 +39,8 @@ WARP_SPLITS = (16, 32)   # kda_core_warp's splits: tune_attn --splits w16,w32
 def variants(settings):
     """(name, variant) for `compile --experimental`: gemv_route at the MoE's dims, kda_core_warp
     at the KDA step's (compile_list.entries picks the dims by name)."""
-    from megakernel import gemv
+    from megakernel import compile_list, gemv
     return ([("gemv_route", dict(gemv.variant("gemv_x", 1, settings.gemv, threads=256), forced=f))
              for f in (False, True)]
-            + [("kda_core_warp", dict(split=sp)) for sp in WARP_SPLITS])
+            + [("kda_core_warp", dict(split=sp)) for sp in WARP_SPLITS]
+            + compile_list.persistent(settings))

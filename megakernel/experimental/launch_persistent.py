@@ -1,6 +1,6 @@
 """State: selectable (MEGAKERNEL_STREAMS=persistent), judged bit for bit equal to the fork-join,
-and slower than it at every batch in both formats (docs/megakernel.md); compiled with the shipped
-kernels so CI keeps it building.
+and slower than it at every batch in both formats (docs/megakernel.md); compiled by
+`python -m megakernel compile --experimental` (CI: full dims, both archs) so it keeps building.
 
 The whole step in ONE launch (k_persistent.py): a persistent grid of `ctas_per_sm` CTAs per
 SM drawing the 11 stages' tasks from the queues of plan.py (`order`); the same bits as the 11

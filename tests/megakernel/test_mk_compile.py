@@ -11,6 +11,7 @@ pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
 def test_compile_all_kernels(arch):
     r = subprocess.run([sys.executable, "-m", "megakernel", "compile", "--arch", arch,

@@ -715,14 +715,17 @@ def _collect_shared(device: str) -> None:
 
 def _same_layout(sent: list, got, malformed) -> list:
     """The child's calls as k3diff reads them: its tensors where k3diff sent tensors, each of the
-    same dtype and shape, moved to the device k3diff's was on; k3diff's own values elsewhere."""
+    same dtype and shape, moved to the device k3diff's was on; k3diff's own values elsewhere, and
+    the keys k3diff gave each besides its buffers (a scheduled run's "schedule",
+    k3diff.controls.make_calls: without it the judge takes the scheduled run for a plain one and
+    never compares it with the eager run)."""
     import torch
 
     if not (isinstance(got, list) and len(got) == len(sent)):
         raise malformed("calls")
     out = []
     for mine, theirs in zip(sent, got):
-        call = {}
+        call = {k: v for k, v in mine.items() if k not in ("inputs", "out")}    # k3diff's, never the child's
         for part in ("inputs", "out"):
             back = theirs.get(part) if isinstance(theirs, dict) else None
             if not isinstance(back, dict):

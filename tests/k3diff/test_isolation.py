@@ -114,3 +114,22 @@ def test_hunt_is_isolated_too(tmp_path):
                 "--seed", "3")   # a seed whose draws reach batch 3 (the space moved: E 513 drawn too)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "crash: the candidate process died (signal SIGABRT)" in done.stdout
+
+
+def test_an_isolated_candidates_scheduled_run_is_judged(tmp_path):
+    """The scheduled run (graph replay, pressure) comes back from the candidate's process still
+    marked as such, so it is judged against the eager run: under isolation the schedule hunt's
+    pressure bugs ran their co-runner and were never compared (tests/k3diff/schedule_stand_in.py:
+    the scheduled run on the CPU)."""
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    checker = IsolatedChecker("schedule_stand_in:OtherBitsUnderPressure", "stand-in", device="cpu",
+                              inflight_dir=tmp_path)
+    try:
+        eager = checker.check(Case("moe", batch=3, seed=1).validate())
+        assert eager.ok, eager.failures()
+        v = checker.check(Case("moe", batch=3, seed=1, schedule="pressure:all_but_one").validate())
+        bad = [r.tensor for r in v.reports if not r.ok]
+        assert bad == ["router_logits@pressure:all_but_one"], v.failures()
+    finally:
+        checker.close()

@@ -1,5 +1,6 @@
-"""CPU: every kernel compiles for the H200 (sm_90a) and GB300 (sm_103a), no GPU needed: here at
-the small dims; scripts/test's last step compiles them at the full dims (each set once in CI)."""
+"""CPU: every shipped kernel compiles for the H200 (sm_90a) and GB300 (sm_103a), no GPU needed: here
+at the small dims; scripts/test compiles them at the full dims, with the experiments, beside its
+test steps (each set once in CI)."""
 import os
 from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 import subprocess

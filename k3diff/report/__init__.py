@@ -98,7 +98,9 @@ def run(args) -> int:
         from k3diff.report.verdict import STATUS, WORDS, verdict
 
         merged = loader.load(args.results)
-        for w in merged.warnings:
+        from k3diff.report.verdict import not_whole
+
+        for w in merged.warnings + [f"warning: {why}: its evidence is not whole" for why in not_whole(merged)]:
             print(w, file=sys.stderr)
         out = args.output or "report.html"
         _write(out, run_report(merged))

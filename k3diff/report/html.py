@@ -10,7 +10,7 @@ import time
 
 from k3diff.report import failures as failing_mod
 from k3diff.report import header, plots, tables
-from k3diff.report.verdict import WORDS, verdict
+from k3diff.report.verdict import WORDS, not_whole, verdict
 
 MAX_HEATMAPS = 12        # failures drawn with their error map; the rest are listed
 
@@ -112,7 +112,8 @@ def banner(run, distinct) -> str:
     state = verdict(run, distinct)
     word = WORDS[state]
     what = (f"{len(distinct)} distinct failing case(s)" if distinct else "no failing case") + (
-        f"; {len(run.truncated)} file(s) cut short" if run.truncated else "")
+        f"; {len(run.truncated)} file(s) cut short" if run.truncated else "") + "".join(
+        "; " + why.split(": ", 1)[1] for why in not_whole(run))
     shards = run.shards
     envs = [h.get("environment") or {} for h in run.headers]
     starts = [h.get("started_unix") for h in run.headers if h.get("started_unix")]

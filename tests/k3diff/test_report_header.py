@@ -40,7 +40,7 @@ def _case(k, ratio=0.2, ok=True, l2=None, phase="generate", batch=None, routed=N
 
 
 def _run(path, cases, backend="torch-blocked", device="cpu", gpu=None, budget="sha256:00000000000000aa",
-         seed=777, end=True, boundaries=None, rerun=RERUN):
+         seed=777, end=True, boundaries=None, rerun=RERUN, exitstatus=0):
     head = {"kind": "run", "format": RESULTS_FORMAT, "seed": seed, "profile": "ci", "backend": backend,
             "device": device, "started_unix": 1.8e9, "run_id": "r1", "boundaries": boundaries or {},
             "argv": ["--k3diff", "-k", "moe"], "environment": {"torch": "x", "git_commit": "abc", "gpu": gpu},
@@ -49,7 +49,7 @@ def _run(path, cases, backend="torch-blocked", device="cpu", gpu=None, budget="s
         head["rerun"] = {"line": rerun}
     if budget is None:
         del head["budget_table"]
-    tail = [{"kind": "end", "seconds": 3.0, "exitstatus": 0, "cases": len(cases), "failing": 0}] if end else []
+    tail = [{"kind": "end", "seconds": 3.0, "exitstatus": exitstatus, "cases": len(cases), "failing": 0}] if end else []
     path.write_text("".join(json.dumps(x) + "\n" for x in [head] + cases + tail))
     return path
 
@@ -223,3 +223,22 @@ def test_the_commands_verdict_and_status_are_the_pages(tmp_path, capsys, failing
     assert code == status and out.startswith(f"{word}: 2 cases"), out + err
     assert f'<meta name="k3diff-verdict" content="{word.lower()}">' in (tmp_path / "r.html").read_text()
     assert (tmp_path / "r.md").read_text().startswith(f"**k3diff**: {word}: 2 cases")     # the job summary too
+
+
+@pytest.mark.parametrize("status, why", [(exit_codes.INTERRUPTED, "the run exited 2 (interrupted)"),
+                                         (exit_codes.MACHINE, "the run exited 11 (not on this machine)"),
+                                         (exit_codes.NOTHING_JUDGED, "the run exited 6 (nothing judged)")])
+def test_a_run_that_did_not_end_in_a_pass_or_a_failure_is_not_a_pass_page(tmp_path, capsys, status, why):
+    """A run stopped by Ctrl-C or a time limit (its end record written on the way out), or one
+    that could not hold a case on its GPU, judged less than it drew: its page and `k3diff report`
+    say INCOMPLETE and why, never PASS; a run that ended 0 stays PASS."""
+    path = _run(tmp_path / "r.jsonl", [_case(0), _case(1)], backend="megakernel", device="cuda", gpu=GPU,
+                exitstatus=status)
+    page = run_report(load([path]))
+    banner = page[page.index('<div id="banner"'):page.index("</div>", page.index('<div id="banner"'))]
+    assert 'class="incomplete"' in banner and "INCOMPLETE" in banner and why in banner, banner
+    code, out, err = _main(capsys, "report", path, "-o", tmp_path / "r.html")
+    assert code == exit_codes.INCOMPLETE and out.startswith("INCOMPLETE:"), out + err
+    assert why in err, err
+    whole = _run(tmp_path / "ok.jsonl", [_case(0), _case(1)], backend="megakernel", device="cuda", gpu=GPU)
+    assert _main(capsys, "report", whole, "-o", tmp_path / "ok.html")[0] == exit_codes.PASS

@@ -97,8 +97,9 @@ def test_replay_of_a_wrong_candidate_that_exits_fails(tmp_path):
 
 def test_under_pytest_it_is_a_crash_with_its_seed(project):
     project.makepyfile(test_suite="from k3diff.suite import test_fuzz  # noqa\n")
+    # moe's fuzz items: the corpus's moe seeds would each crash the candidate's process too, seconds apiece
     result = project.runpytest_subprocess("--k3diff", "--k3diff-backend", "crashing_candidates:WrongThenExit",
-                                           "--k3diff-seed", "1", "--k3diff-save", "seeds", "-k", "moe",
+                                           "--k3diff-seed", "1", "--k3diff-save", "seeds", "-k", "test_fuzz and moe",
                                            "-p", "no:cacheprovider", "-p", "no:randomly")
     out = result.stdout.str()
     assert result.ret == 1, out

@@ -108,7 +108,8 @@ def test_version(capsys):
 
 def test_xdist_merges_one_summary_and_loses_no_seed(project):
     report = project.path / "r.jsonl"
-    result = project.runpytest_subprocess(*BROKEN, "-n", "2", "--k3diff-report", str(report))
+    # judged in the workers' own processes: the merge is the controller's, a child per worker only costs
+    result = project.runpytest_subprocess(*BROKEN, "-n", "2", "--k3diff-report", str(report), "--k3diff-isolate", "off")
     assert result.ret == 1
     out = result.stdout.str()
     assert out.count("k3diff summary") == 1
@@ -130,10 +131,13 @@ def test_xdist_merges_one_summary_and_loses_no_seed(project):
 
 
 def _cases(project, *extra):
+    """The case ids a run judged: the fuzz items of kda and moe (the shards split the collected
+    items before -k, so kda's fall in shard 1 and moe's in shard 2), judged in pytest's process
+    (sharding is decided at collection; a child process per run would only cost seconds)."""
     report = project.path / f"report{len(list(project.path.glob('report*')))}.jsonl"
     result = project.runpytest_subprocess("--k3diff", "--k3diff-backend", "torch-blocked", "--k3diff-profile",
-                                          "quick", "--k3diff-seed", "11", "-k", "fuzz", "--k3diff-report",
-                                          str(report), "-p", "no:cacheprovider", *extra)
+                                          "quick", "--k3diff-seed", "11", "-k", "test_fuzz and (kda or moe)", "--k3diff-report",
+                                          str(report), "--k3diff-isolate", "off", "-p", "no:cacheprovider", *extra)
     assert result.ret == 0, result.stdout.str()
     lines = [json.loads(line) for line in report.read_text().splitlines()]
     assert lines[0]["kind"] == "run" and lines[0]["seed"] == 11
@@ -204,10 +208,11 @@ def test_unknown_backend_on_replay(tmp_path):
 def test_case_too_large_for_the_device(tmp_path, project):
     huge = {"stage": "mla", "version": 1, "preset": "small", "batch": 256, "cache_lens": [65000] * 256}
     seed = _write(tmp_path / "huge.json", {"k3diff_seed_format": 1, "case": huge})
-    done = _cli(tmp_path, "replay", str(seed), "--device", "cpu")
+    # the size is judged before any candidate runs: no child process is needed to see it refused
+    done = _cli(tmp_path, "replay", str(seed), "--device", "cpu", "--isolate", "off")
     assert done.returncode == ex.MACHINE and "case too large for cpu" in done.stderr, done.stderr
-    result = project.runpytest_subprocess("--k3diff", "--k3diff-replay", str(seed), "-k", "seed",
-                                          "--k3diff-device", "cpu", "-p", "no:cacheprovider")
+    result = project.runpytest_subprocess("--k3diff", "--k3diff-replay", str(seed), "-k", "test_seed[huge.json]",
+                                          "--k3diff-device", "cpu", "--k3diff-isolate", "off", "-p", "no:cacheprovider")
     assert result.ret == ex.MACHINE             # the machine's limit, not a failing candidate (1)
     result.stdout.fnmatch_lines(["*case too large for cpu*", "next: exit 11 (not on this machine)*"])
 
@@ -237,10 +242,14 @@ def test_a_failing_candidate_outranks_a_bad_seed(project, tmp_path):
     """A run that meets both a seed it cannot read and a wrong candidate exits 1 (the kernel is
     wrong) and still names the seed; the same seed alone under a correct candidate exits 9."""
     bad = _write(tmp_path / "bad.json", "{not json")
-    both = project.runpytest_subprocess(*BROKEN, "--k3diff-replay", str(bad), "-k", "fuzz and moe or seed")
+    # one failing fuzz item and the bad seed's own item (not the regression corpus's seeds); no child
+    # process: the ranking is the plugin's
+    both = project.runpytest_subprocess(*BROKEN, "--k3diff-replay", str(bad), "-k", "test_fuzz[0-moe] or test_seed[bad.json]",
+                                        "--k3diff-isolate", "off")
     assert both.ret == ex.FAIL, both.stdout.str()[-3000:]
     both.stdout.fnmatch_lines(["*bad.json: not a k3diff seed file*"])
-    alone = project.runpytest_subprocess("--k3diff", "--k3diff-replay", str(bad), "-k", "seed", "-p", "no:cacheprovider")
+    alone = project.runpytest_subprocess("--k3diff", "--k3diff-replay", str(bad), "-k", "test_seed[bad.json]",
+                                         "--k3diff-isolate", "off", "-p", "no:cacheprovider")
     assert alone.ret == ex.SEED, alone.stdout.str()[-3000:]
     alone.stdout.fnmatch_lines(["next: exit 9 (bad seed)*not the candidate's fault*"])
 

@@ -11,8 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _collected(cwd, *args):
+    """The items a run would judge, in order: collection only, so no child process for the candidate
+    (--k3diff-isolate off: it would be started, and cost seconds, for nothing)."""
     done = subprocess.run([sys.executable, "-m", "pytest", "--k3diff", "--k3diff-backend", "torch-blocked", "--co",
-                           "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--k3diff-seed", "1", *args,
+                           "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--k3diff-seed", "1",
+                           "--k3diff-isolate", "off", *args,
                            str(ROOT / "tests" / "differential")], cwd=cwd, capture_output=True, text=True, timeout=limit(600))
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     return [line for line in done.stdout.splitlines() if "::" in line]

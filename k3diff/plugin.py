@@ -399,7 +399,11 @@ def pytest_xdist_node_collection_finished(node, ids):
     _start_progress(node.config, ids)
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    # last: after -k and -m have deselected (pytest's own hook), so a shard is a share of the items
+    # the command selects; first, the shards split every collected item and `-k moe --k3diff-shard
+    # 1/2` could hold none of the selected ones (exit 5) while shard 2 held them all
     if not config.getoption(opt.MUTANTS):
         skip = pytest.mark.skip(reason=f"k3diff planted-bug suite: run with {opt.MUTANTS}")
         for it in items:

@@ -131,9 +131,9 @@ def test_xdist_merges_one_summary_and_loses_no_seed(project):
 
 
 def _cases(project, *extra):
-    """The case ids a run judged: the fuzz items of kda and moe (the shards split the collected
-    items before -k, so kda's fall in shard 1 and moe's in shard 2), judged in pytest's process
-    (sharding is decided at collection; a child process per run would only cost seconds)."""
+    """The case ids a run judged: the fuzz items of kda and moe (one to each shard), judged in
+    pytest's process (sharding is decided at collection; a child process per run would only cost
+    seconds)."""
     report = project.path / f"report{len(list(project.path.glob('report*')))}.jsonl"
     result = project.runpytest_subprocess("--k3diff", "--k3diff-backend", "torch-blocked", "--k3diff-profile",
                                           "quick", "--k3diff-seed", "11", "-k", "test_fuzz and (kda or moe)", "--k3diff-report",
@@ -151,6 +151,20 @@ def test_shards_are_disjoint_and_cover_the_run(project):
     assert one and two
     assert not set(one) & set(two)
     assert sorted(one + two) == sorted(whole)
+
+
+def test_shards_split_the_items_that_k_selects(project):
+    """`-k` first, then the shard: each shard of a selection holds its share of it (4 moe fuzz
+    items of the ci profile: 2 and 2), never none of it."""
+    def items(shard):
+        done = project.runpytest_subprocess("--k3diff", "--k3diff-profile", "ci", "--k3diff-seed", "1",
+                                            "--k3diff-isolate", "off", "-k", "test_fuzz and moe", "--co", "-q",
+                                            "--k3diff-shard", shard, "-p", "no:cacheprovider")
+        assert done.ret == 0, done.stdout.str()[-2000:]
+        return [ln for ln in done.stdout.lines if "::test_fuzz[" in ln]
+    one, two = items("1/2"), items("2/2")
+    assert len(one) == len(two) == 2 and not set(one) & set(two), (one, two)
+    assert all("moe" in ln for ln in one + two)
 
 
 @pytest.mark.parametrize("args, message, status", [

@@ -20,6 +20,7 @@ from k3diff import caches, features, weight_guard
 from k3diff.controls import run_candidate
 from k3diff.distributed import bind_case
 from k3diff.fatal import CRASH, CandidateFailed, describe
+from k3diff.refusals import PREFIX
 from k3diff.transfer import shared
 
 KEEP_SETS = 8           # weight sets (and their prepared copies) a candidate process keeps
@@ -59,7 +60,7 @@ class CandidateHost:
         else:
             unsupported = features.refusal(b, case)     # dims, and verify / FP8 (k3diff/features.py)
             if unsupported:
-                skip = f"backend {self.name!r} does not run this case: {unsupported}"
+                skip = f"backend {self.name!r} {PREFIX}{unsupported}"
         provides = [] if skip else sorted(str(p) for p in b.provides(stage))
         return {"skip": skip, "provides": provides, "deterministic": bool(getattr(b, "deterministic", True))}
 

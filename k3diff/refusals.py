@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 
-_PREFIX = "does not run this case: "
+# how a candidate's refusal reads (k3diff/candidate_link.py writes it; the summary and
+# `k3diff sanitize` read it)
+PREFIX = "does not run this case: "
 
 
 def _reason(skipped: str) -> str:
-    return skipped.split(_PREFIX, 1)[1] if _PREFIX in skipped else skipped
+    return skipped.split(PREFIX, 1)[1] if PREFIX in skipped else skipped
 
 
 def refusal_lines(records) -> list:
@@ -27,7 +29,7 @@ def refusal_lines(records) -> list:
         if key in seen:
             continue
         seen.add(key)
-        if _PREFIX in r["skipped"]:
+        if PREFIX in r["skipped"]:
             why[(r.get("stage"), _reason(r["skipped"]))] += 1
         else:       # each case's own figures follow the reason: counted by the reason alone
             machine[(r.get("stage"), r["skipped"].split(":", 1)[0])] += 1

@@ -176,9 +176,11 @@ def run(args) -> int:
 
 def _refusal(out: str) -> str | None:
     """The candidate's reason when a replay judged nothing because it does not run the case."""
+    from k3diff.refusals import PREFIX
+
     for line in out.splitlines():
-        if "does not run this case: " in line:
-            return line.split("does not run this case: ", 1)[1].strip()[:200]
+        if PREFIX in line:
+            return line.split(PREFIX, 1)[1].strip()[:200]
         found = _NO_STAGE.search(line)
         if found:
             return found.group(0)

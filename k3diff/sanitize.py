@@ -12,7 +12,9 @@ shared-memory hazard (racecheck), a barrier misuse (synccheck), an uninitialised
 with repeats of one finding in one kernel counted, not listed. A finding fails the command like a
 wrong tensor (exit 1), and so does a replay that fails its case; a seed that cannot be read is
 exit 9, a machine without compute-sanitizer exit 11 (k3diff/exit_codes.py). `--exclude REGEX`
-drops findings in kernels whose name matches (a library's kernels you do not own).
+drops findings in kernels whose name matches (a library's kernels you do not own). `--jobs N`
+runs up to N seeds at once (each seed's lines printed as it finishes, the summary and status as
+with one): the N replays share one GPU, so its memory must hold N processes' worth.
 
 Needs a GPU and the CUDA toolkit's compute-sanitizer; the parser runs anywhere and is tested on
 recorded output (tests/k3diff/test_sanitize.py).
@@ -24,7 +26,9 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from k3diff import exit_codes
@@ -135,43 +139,87 @@ def run(args) -> int:
     seeds = [p for s in args.seeds for p in seed_files(s)]
     cases = [(str(p), load(p)[0].label()) for p in seeds]         # a bad seed: exit 9 before any run
     status, findings, not_run = exit_codes.PASS, 0, 0
-    for path, label in cases:
-        start = time.monotonic()
-        try:
-            done = subprocess.run(command(args.tool, path, sanitizer=sanitizer, backend=args.backend,
-                                          device=args.device),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  timeout=args.timeout, errors="replace")
-        except subprocess.TimeoutExpired:
-            print(f"sanitize {args.tool}: hang: no result in {args.timeout:g} s in case {label} ({path})", flush=True)
-            status = exit_codes.FAIL
-            continue
-        out = done.stdout
-        kept = [f for f in parse(out) if not (exclude and f.kernel and exclude.search(f.kernel))]
-        for f in kept:
-            print(f"sanitize {args.tool}: {f.line()} in case {label} ({path})")
-        findings += len(kept)
-        if kept:
-            status = exit_codes.FAIL
-            continue
-        refused = _refusal(out) if done.returncode == exit_codes.NOTHING_JUDGED else None
-        if refused:          # the candidate does not run this case: nothing ran, nothing to sanitize
-            print(f"sanitize {args.tool}: not run: {refused} in case {label} ({path})", flush=True)
-            not_run += 1
-            continue
-        if done.returncode != exit_codes.PASS:      # the case failed, or the replay could not judge it
-            tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])[:300]
-            print(f"sanitize {args.tool}: the replay exited {done.returncode} in case {label} ({path}): {tail}")
-            status = exit_codes.worst([s for s in (status, done.returncode) if s])
-            continue
-        # one line per clean seed too: a watcher sees progress, and a run cut short says how far it got
-        print(f"sanitize {args.tool}: clean in case {label} ({path}; {time.monotonic() - start:.0f} s)", flush=True)
+    running = _Running()            # the sanitizers in flight: killed if this command is cut short
+    pool = ThreadPoolExecutor(max_workers=args.jobs)
+    try:
+        futures = [pool.submit(_one, args, sanitizer, exclude, path, label, running) for path, label in cases]
+        for future in as_completed(futures):        # --jobs 1: in the seeds' order, as before
+            lines, seed_status, found, refused = future.result()
+            for line in lines:
+                print(line)
+            sys.stdout.flush()
+            findings += found
+            not_run += refused
+            if seed_status:
+                status = exit_codes.worst([s for s in (status, seed_status) if s])
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        running.stop()
     ran = len(cases) - not_run
     print(f"sanitize {args.tool}: {findings} finding(s) over {ran} seed(s)"
           + (f"; {not_run} not run (the candidate does not run them)" if not_run else ""))
     if ran == 0 and status == exit_codes.PASS:      # a clean run over nothing is not a pass
         return exit_codes.NOTHING_JUDGED
     return status
+
+
+def _one(args, sanitizer, exclude, path, label, running) -> tuple:
+    """One seed under the sanitizer: (its lines, its status, its findings, 1 if not run else 0)."""
+    start = time.monotonic()
+    cmd = command(args.tool, path, sanitizer=sanitizer, backend=args.backend, device=args.device)
+    proc = running.start(cmd)
+    if proc is None:                # the command was cut short before this seed began
+        return [], exit_codes.PASS, 0, 0
+    with proc:
+        try:
+            out, _ = proc.communicate(timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return ([f"sanitize {args.tool}: hang: no result in {args.timeout:g} s in case {label} ({path})"],
+                    exit_codes.FAIL, 0, 0)
+        finally:
+            running.done(proc)
+    kept = [f for f in parse(out) if not (exclude and f.kernel and exclude.search(f.kernel))]
+    if kept:
+        return ([f"sanitize {args.tool}: {f.line()} in case {label} ({path})" for f in kept],
+                exit_codes.FAIL, len(kept), 0)
+    refused = _refusal(out) if proc.returncode == exit_codes.NOTHING_JUDGED else None
+    if refused:          # the candidate does not run this case: nothing ran, nothing to sanitize
+        return [f"sanitize {args.tool}: not run: {refused} in case {label} ({path})"], exit_codes.PASS, 0, 1
+    if proc.returncode != exit_codes.PASS:      # the case failed, or the replay could not judge it
+        tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])[:300]
+        return ([f"sanitize {args.tool}: the replay exited {proc.returncode} in case {label} ({path}): {tail}"],
+                proc.returncode, 0, 0)
+    # one line per clean seed too: a watcher sees progress, and a run cut short says how far it got
+    return ([f"sanitize {args.tool}: clean in case {label} ({path}; {time.monotonic() - start:.0f} s)"],
+            exit_codes.PASS, 0, 0)
+
+
+class _Running:
+    """The sanitizer processes of the seeds in flight; `stop` kills them and starts no more."""
+
+    def __init__(self):
+        self._lock, self._procs, self._stopped = threading.Lock(), set(), False
+
+    def start(self, cmd):
+        with self._lock:
+            if self._stopped:
+                return None
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace")
+            self._procs.add(proc)
+            return proc
+
+    def done(self, proc):
+        with self._lock:
+            self._procs.discard(proc)
+
+    def stop(self):
+        with self._lock:
+            self._stopped = True
+            for proc in self._procs:
+                proc.kill()
 
 
 def _refusal(out: str) -> str | None:
@@ -195,3 +243,7 @@ def add_arguments(p) -> None:
     p.add_argument("--sanitizer", default="compute-sanitizer", help="the compute-sanitizer to run")
     p.add_argument("--exclude", default=None, metavar="REGEX", help="drop findings in kernels matching this")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per seed under the sanitizer")
+    from k3diff.cli import at_least_one         # here: k3diff.cli imports this module
+
+    p.add_argument("--jobs", type=at_least_one, default=1, metavar="N",
+                   help="seeds under the sanitizer at once (default 1; they share the GPU)")

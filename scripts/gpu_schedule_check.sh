@@ -16,7 +16,8 @@
 # the script). The ci profile at both presets with and without the dimension, and k3diff
 # sanitize over the regression seeds and 50 drawn ci seeds, are longer: PART=ci, over several
 # calls of at most 10 minutes each (CI_PRESETS="small" or "full" picks the presets, default both;
-# SANITIZE=0 leaves the sanitizers out, SANITIZE=only runs only them).
+# SANITIZE=0 leaves the sanitizers out, SANITIZE=only runs only them; SAN_JOBS=N runs N seeds
+# under the sanitizer at once, default 1: they share the GPU, so its memory must hold N replays).
 set -uo pipefail
 OUT=${1:-${OUT:-/tmp/k3diff-schedule}}
 mkdir -p "$OUT"
@@ -101,7 +102,7 @@ if [ "$PART" = ci ] && [ "${SANITIZE:-1}" != 0 ]; then
   run 120 "$OUT/seeds.txt" python3 scripts/schedule_seeds.py "$OUT/ci_seeds" --n 50 --seed "$SEED" --backend $MK
   for tool in memcheck racecheck synccheck initcheck; do
     run "${TSAN:-300}" "$OUT/sanitize_$tool.txt" python3 -m k3diff.cli sanitize corpora/regressions "$OUT/ci_seeds" \
-      --tool $tool --backend $MK
+      --tool $tool --backend $MK --jobs "${SAN_JOBS:-1}"
     rc=$?; [ -z "${DRY:-}" ] && tail -10 "$OUT/sanitize_$tool.txt"
     [ $rc -ne 0 ] && { echo "sanitize $tool: exit $rc"; status=1; }
   done

@@ -4,13 +4,16 @@ from __future__ import annotations
 from wall_clock import limit      # a hang guard, never a speed check (tests/wall_clock.py)
 
 import os
+import re
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from k3diff import exit_codes
 from k3diff.sanitize import parse
 
 HERE = Path(__file__).resolve().parent
@@ -154,3 +157,107 @@ def test_drawn_seeds_are_cases_the_candidate_runs_and_claim_no_outcome(tmp_path)
     passed = SimpleNamespace(to_dict=lambda: {"ok": True, "reports": []})
     assert compare_with_record(passed, {"verdict": {}, "backend": "b"}, "b") == []
     assert "DIFFERS" in compare_with_record(passed, {"verdict": {"ok": False}, "backend": "b"}, "b")[0]
+
+
+# -- --jobs N: seeds under the sanitizer at once; the same lines and status as one at a time
+
+def _per_seed_sanitizer(tmp_path, plan: dict) -> str:
+    """A compute-sanitizer stand-in that answers per seed (its file name): plan[name] = (recorded
+    report in sanitizer_output/ or "", the program's own output, exit status, seconds to sleep).
+    It writes "start end" times to name.times beside the seed, for the overlap of seeds in time."""
+    path = tmp_path / "per-seed-sanitizer"
+    path.write_text(f"""#!{sys.executable}
+import os, sys, time
+start = time.time()
+seed = sys.argv[sys.argv.index("replay") + 1]
+sample, own, rc, sleep = {plan!r}[os.path.basename(seed)]
+time.sleep(sleep)
+print("========= COMPUTE-SANITIZER")
+print(own)
+if sample:
+    print(open(os.path.join({str(SAMPLES)!r}, sample)).read().split("\\n", 1)[1])
+with open(seed + ".times", "w") as f:
+    f.write(f"{{start}} {{time.time()}}")
+sys.exit(rc)
+""")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def _seeds(tmp_path, names):
+    """Copies of the tiny seed under these names (one case each, told apart by the stand-in)."""
+    folder = tmp_path / "seeds"
+    folder.mkdir(exist_ok=True)
+    for name in names:
+        (folder / name).write_text(SEED.read_text())
+    return folder
+
+
+def _in_process(capsys, *args):
+    """`k3diff sanitize ...` in this process (no second import of torch): (status, stdout, stderr)."""
+    from k3diff import cli
+
+    try:
+        status = cli.main(["sanitize", *args])
+    except SystemExit as exc:           # argparse's own exit (a bad option)
+        status = exc.code
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+REFUSED = "backend x does not run this case: no FP8 cache"
+
+
+@pytest.mark.parametrize("plan, status, summary", [
+    ({"a.json": ("racecheck_hazard.txt", "", 0, 0.3), "b.json": ("clean.txt", "", 0, 0),
+      "c.json": ("", "FAIL kda tiny", 1, 0.1), "d.json": ("", REFUSED, 6, 0),
+      "e.json": ("", "k3diff: bad seed", 9, 0.2), "f.json": ("memcheck_oob.txt", "", 0, 0)},
+     1, "3 finding(s) over 5 seed(s); 1 not run (the candidate does not run them)"),
+    ({"a.json": ("clean.txt", "", 0, 0.3), "b.json": ("", "k3diff: bad seed", 9, 0),
+      "c.json": ("", "k3diff: no backend", 8, 0.1), "d.json": ("", REFUSED, 6, 0)},
+     8, "0 finding(s) over 3 seed(s); 1 not run (the candidate does not run them)"),
+    ({"a.json": ("", REFUSED, 6, 0.2), "b.json": ("", REFUSED, 6, 0), "c.json": ("", REFUSED, 6, 0.1)},
+     6, "0 finding(s) over 0 seed(s); 3 not run (the candidate does not run them)"),
+], ids=["a finding", "exits 8 and 9", "none ran"])
+def test_jobs_gives_the_lines_and_status_of_one_at_a_time(tmp_path, capsys, plan, status, summary):
+    """Each seed's lines as one at a time, in the order the seeds finish; the summary last and the
+    status (the worst; 6 when nothing ran) whatever that order."""
+    folder = _seeds(tmp_path, plan)
+    fake = _per_seed_sanitizer(tmp_path, plan)
+    lines = {}
+    for jobs in ("1", "3"):
+        code, out, err = _in_process(capsys, str(folder), "--tool", "memcheck", "--device", "cpu",
+                                     "--sanitizer", fake, "--jobs", jobs)
+        assert code == status, out + err
+        lines[jobs] = [re.sub(r"; \d+ s\)$", "; N s)", ln) for ln in out.splitlines()]   # a clean seed's seconds
+        assert lines[jobs][-1] == f"sanitize memcheck: {summary}", out
+        for name in plan:
+            assert any(" in case kda tiny B=1 " in ln and f"({folder / name}" in ln for ln in lines[jobs][:-1]), out
+    assert sorted(lines["1"]) == sorted(lines["3"]) and lines["1"][-1] == lines["3"][-1]
+    if status == 1:
+        assert any(ln.startswith("sanitize memcheck: the replay exited 1 in case ") for ln in lines["3"])
+        assert any(ln.startswith("sanitize memcheck: Invalid __global__ read") for ln in lines["3"])
+
+
+@pytest.mark.parametrize("jobs, text", [("0", "must be >= 1"), ("-2", "must be >= 1"), ("two", "expects a whole number"),
+                                        ("1.5", "expects a whole number")])
+def test_a_bad_jobs_is_one_line_and_the_usage_status(tmp_path, capsys, jobs, text):
+    code, out, err = _in_process(capsys, str(SEED), "--tool", "memcheck", "--jobs", jobs,
+                                 "--sanitizer", _fake_sanitizer(tmp_path, "clean.txt", False))
+    assert code == exit_codes.USAGE and out == ""
+    assert len(err.strip().splitlines()) == 1 and f"argument --jobs: {text}" in err, err
+
+
+def test_jobs_runs_the_seeds_at_once(tmp_path, capsys):
+    """Three seeds of a second each with --jobs 3: each began before any had ended (the stand-in's
+    own times), and the command took well under the 3 s of one at a time."""
+    plan = {name: ("clean.txt", "", 0, 1.0) for name in ("a.json", "b.json", "c.json")}
+    folder = _seeds(tmp_path, plan)
+    start = time.monotonic()
+    code, out, err = _in_process(capsys, str(folder), "--tool", "memcheck", "--device", "cpu",
+                                 "--sanitizer", _per_seed_sanitizer(tmp_path, plan), "--jobs", "3")
+    took = time.monotonic() - start
+    assert code == 0, out + err
+    times = [tuple(map(float, (folder / f"{name}.times").read_text().split())) for name in plan]
+    assert max(begun for begun, _ in times) < min(ended for _, ended in times), times
+    assert took < 2.5, took

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -174,7 +175,7 @@ def _one(args, sanitizer, exclude, path, label, running) -> tuple:
         try:
             out, _ = proc.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            _kill(proc)
             proc.communicate()
             return ([f"sanitize {args.tool}: hang: no result in {args.timeout:g} s in case {label} ({path})"],
                     exit_codes.FAIL, 0, 0)
@@ -206,8 +207,10 @@ class _Running:
         with self._lock:
             if self._stopped:
                 return None
+            # its own process group: a hang kills the replay under it too, which would otherwise
+            # hold the GPU beside the seeds still running
             proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    errors="replace")
+                                    errors="replace", start_new_session=True)
             self._procs.add(proc)
             return proc
 
@@ -219,7 +222,15 @@ class _Running:
         with self._lock:
             self._stopped = True
             for proc in self._procs:
-                proc.kill()
+                _kill(proc)
+
+
+def _kill(proc) -> None:
+    """The sanitizer and everything it started (its process group)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 def _refusal(out: str) -> str | None:

@@ -261,3 +261,37 @@ def test_jobs_runs_the_seeds_at_once(tmp_path, capsys):
     times = [tuple(map(float, (folder / f"{name}.times").read_text().split())) for name in plan]
     assert max(begun for begun, _ in times) < min(ended for _, ended in times), times
     assert took < 2.5, took
+
+
+def test_a_hang_kills_the_replay_under_the_sanitizer_too(tmp_path, capsys):
+    """A seed past --timeout: the sanitizer and what it started (the replay) are killed, so nothing
+    of it keeps the GPU from the seeds still running; one hang line, exit 1."""
+    folder = _seeds(tmp_path, {"a.json": None})
+    pidfile = tmp_path / "child.pid"
+    fake = tmp_path / "hanging-sanitizer"
+    fake.write_text("#!/bin/sh\nsleep 60 &\necho $! > " + str(pidfile) + "\nwait\n")
+    fake.chmod(0o755)
+    start = time.monotonic()
+    code, out, err = _in_process(capsys, str(folder), "--tool", "memcheck", "--device", "cpu",
+                                 "--sanitizer", str(fake), "--timeout", "1")
+    took = time.monotonic() - start
+    assert code == 1 and "hang: no result in 1 s" in out, out + err
+    assert took < 30, f"the command waited {took:.0f} s for the replay the hung sanitizer left"     # 60 s if left
+    child = int(pidfile.read_text())
+    for _ in range(50):                  # the kill is sent before the command returns; reaping is the init's
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if "Z" in _state(child):
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the replay under the hung sanitizer (pid {child}) still runs")
+
+
+def _state(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "Z"

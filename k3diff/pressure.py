@@ -19,7 +19,9 @@ pressure (k3diff.schedule.reports).
 Triton is imported on first use (a GPU machine only); without it the strategies draw no pressure
 (`available`) and a pressure seed replayed there is judged eagerly with a note saying so.
 """
-from __future__ import annotations
+# no `from __future__ import annotations`: Triton 3.0's interpreter (torch 2.4 brings Triton 3.0)
+# takes a kernel's parameter as constexpr only where its annotation is tl.constexpr itself, not the
+# string; the kernels in Triton's interpreter are what the CPU tests run
 
 import contextlib
 import functools
@@ -50,6 +52,9 @@ def sms_held(kind: str, n_sms: int) -> int:
 @functools.lru_cache(maxsize=1)
 def _kernel():
     import triton
+    # tl a module global, not a local: Triton 3.0 and 3.1 (torch 2.4's, 2.5's) look a kernel's names up
+    # in its module's globals only (compiling for sm_90: NameError 'tl is not defined')
+    global tl
     import triton.language as tl
 
     @triton.jit

@@ -24,7 +24,9 @@ variants. GPU only; Triton is imported on first use.
 The sums are the same on every schedule where the kernel is right: each row's logits are
 accumulated in the same K order by whichever CTA takes it.
 """
-from __future__ import annotations
+# no `from __future__ import annotations`: Triton 3.0's interpreter (torch 2.4 brings Triton 3.0)
+# takes a kernel's parameter as constexpr only where its annotation is tl.constexpr itself, not the
+# string; the kernels in Triton's interpreter are what the CPU tests run
 
 import functools
 
@@ -41,6 +43,9 @@ SM_SLOTS = 1024
 def kernels():
     """(router_rows, router_two_phase), compiled by Triton on first launch."""
     import triton
+    # tl a module global, not a local: Triton 3.0 and 3.1 (torch 2.4's, 2.5's) look a kernel's names up
+    # in its module's globals only (compiling for sm_90: NameError 'tl is not defined')
+    global tl
     import triton.language as tl
 
     # while loops, not range() over run-time ints: Triton's interpreter (the CPU tests) takes those

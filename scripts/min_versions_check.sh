@@ -4,10 +4,12 @@
 # under them: a floor that no job installs is a guess, and an old GPU stack that meets it would
 # get a k3diff that does not work.
 #
-# torch's floor comes from its CPU wheel index (TORCH_INDEX): PyPI's torch is the CUDA build,
-# gigabytes of NVIDIA libraries that `import torch` needs even on a CPU. Where the floors cannot
-# be installed (no route to that index, no wheel for this Python), one line says so, and the exit
-# is 0 unless K3DIFF_MIN_VERSIONS_REQUIRED=1 (the CI job that can reach the index sets it): then 1.
+# torch's floor comes from its CPU wheel index (TORCH_INDEX) where that answers; where it does not
+# (no route to it), from PyPI: the same version, PyPI's build, which is the CUDA one (gigabytes of
+# NVIDIA libraries that `import torch` loads even on a CPU, a few minutes of download), and one
+# line says so. Either way the version is the floor exactly. Where the floors cannot be installed
+# at all (no wheel for this Python, no route to PyPI either), one line says so, and the exit is 0
+# unless K3DIFF_MIN_VERSIONS_REQUIRED=1 (the CI job sets it): then 1.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
@@ -47,9 +49,16 @@ VPY="$W/venv/bin/python"
 TORCH=""; OTHERS=()
 for f in "${FLOORS[@]}"; do case "$f" in torch==*) TORCH=$f ;; *) OTHERS+=("$f") ;; esac; done
 # the listed floors exactly; what they need (sympy, filelock, pluggy, ...) at its newest
-# torch from that index alone (its dependencies are mirrored there): never PyPI's CUDA build
-"$VPY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 --index-url "$TORCH_INDEX" \
-  "$TORCH" >"$W/pip.log" 2>&1 || cannot "$TORCH from $TORCH_INDEX: $(why)"
+# torch from that index alone (its dependencies are mirrored there); PyPI's CUDA build of the same
+# version only where that index cannot be reached
+if ! "$VPY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 --index-url "$TORCH_INDEX" \
+  "$TORCH" >"$W/pip.log" 2>&1; then
+  reason=$(why)
+  [ "$reason" = "no route to the index" ] || cannot "$TORCH from $TORCH_INDEX: $reason"
+  echo "+ $TORCH: $TORCH_INDEX unreachable, PyPI's build of $TORCH instead (CUDA libraries, unused on a CPU)"
+  "$VPY" -m pip install -q --disable-pip-version-check --timeout 60 --retries 2 "$TORCH" >"$W/pip.log" 2>&1 \
+    || cannot "$TORCH from PyPI: $(why)"
+fi
 "$VPY" -m pip install -q --disable-pip-version-check --timeout 30 --retries 1 "${OTHERS[@]}" >>"$W/pip.log" 2>&1 \
   || cannot "${OTHERS[*]}: $(why)"
 
@@ -61,8 +70,10 @@ for f in "${FLOORS[@]}"; do
 done
 echo "+ floors: $GOT"
 status=0
-# the plugin's own handling of pytest's API, then a short differential run (fuzz and seeds of one stage)
+# the plugin's own handling of pytest's API, then a short differential run (fuzz and seeds of one stage);
+# k3diff is not installed in this venv (the floors alone are), so its pytest11 entry point is absent
+# and the plugin is named with -p
 "$VPY" -m pytest -q -p no:cacheprovider tests/k3diff/test_rerun.py -k "seed_pinned or cli_line" || status=1
-"$VPY" -m pytest -q -p no:cacheprovider --k3diff -k "moe and (fuzz or seed)" tests/differential || status=1
+"$VPY" -m pytest -q -p no:cacheprovider -p k3diff.plugin --k3diff -k "moe and (fuzz or seed)" tests/differential || status=1
 [ $status = 0 ] && echo "min versions: the suite passes at the floors ($GOT)" || echo "FAILED: the suite at the floors ($GOT)"
 exit $status

@@ -96,7 +96,12 @@ def test_e4m3_rounding_matches_the_dtype_on_f32_values():
     g = torch.Generator().manual_seed(0)
     y = torch.cat([torch.randn(20000, generator=g) * s for s in (1e-3, 0.1, 1.0, 30.0, 200.0)])
     ours = fp8_cache.round_e4m3(y)
-    assert torch.equal(ours, y.to(torch.float8_e4m3fn).to(torch.float64))
+    # torch's own cast is the rounding's oracle inside e4m3's range; past 448 the cast's answer
+    # depends on the torch version (NaN on torch 2.4's CPU, 448 later), so saturation is checked
+    # on its own: the quantiser scales every tile into range, and a value past it saturates
+    inside = y.abs() <= 448
+    assert torch.equal(ours[inside], y[inside].to(torch.float8_e4m3fn).to(torch.float64))
+    assert (~inside).sum() > 100 and torch.equal(ours[~inside], y[~inside].sign().double() * 448.0)
 
 
 def test_fp8_quantise_round_trip_and_per_tile_scales():

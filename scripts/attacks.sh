@@ -207,6 +207,7 @@ row "an EP seed with 9 ranks: replay" "k3diff:|PASS|FAIL" "${C[@]}" replay "$W/e
 row "  ... the option: --k3diff-ranks 9" "ERROR" "${P[@]}" --k3diff-backend torch-blocked-ep --k3diff-ranks 9
 row "--k3diff-timeout 1e300" "ERROR|INTERNALERROR|Error" "${P[@]}" --k3diff-timeout 1e300 -k "fuzz and moe"
 row "k3diff replay --timeout 1e10" "error|Error|PASS" "${C[@]}" replay "$W/one.json" --timeout 1e10
+row "k3diff's own work past its limit (the reference on a slow machine)" "k3diff:|hang:|PASS|FAIL" env K3DIFF_JUDGE_TIMEOUT=0.001 "${C[@]}" replay "$W/one.json"
 row "k3diff hunt --stage attention" "error|k3diff:" "${C[@]}" hunt --backend torch-blocked --stage attention
 row "k3diff mutants --device foo" "k3diff:|Error" "${C[@]}" mutants --device foo --only gate_up_swapped
 row "k3diff report, no input" "k3diff report:" "${C[@]}" report

@@ -16,14 +16,18 @@ import shlex
 import sys
 
 from k3diff import options as opt
+from k3diff.schedule import ENV as SCHEDULE_ENV
+from k3diff.session import TARGET_ENV
 
 # options whose value is only where this run's output went: the rerun writes none of them.
 # (name, takes a value); `--name=value` forms are matched too
 OUTPUT_ONLY = (("--k3diff-report", True), ("--junitxml", True), ("--junit-xml", True),
                ("--resultlog", True), ("--result-log", True), ("--html", True), ("--report-log", True))
 
-# pytest reads these from the environment as if typed: a rerun in another shell needs them written
-ENV_ARGS = ("PYTEST_ADDOPTS",)
+# what a rerun in another shell needs written before the command: PYTEST_ADDOPTS (pytest reads it
+# as if typed), and k3diff's variables that change what is drawn (the schedules a GPU run draws,
+# hypothesis.target() steering the search)
+ENV_ARGS = ("PYTEST_ADDOPTS", SCHEDULE_ENV, TARGET_ENV)
 
 
 def without_outputs(args) -> list[str]:
@@ -96,9 +100,9 @@ def pytest_record(config, seed, argv0: str | None = None, environ=None) -> dict:
             "line": pytest_line(config, seed, argv0, environ)}
 
 
-def cli_line(argv, seed_option: str | None = None, seed=None) -> str:
+def cli_line(argv, seed_option: str | None = None, seed=None, environ=None) -> str:
     """The `k3diff` command line that repeats a CLI run (`seed_option` pinned to `seed` when absent)."""
     args = [str(a) for a in argv]
     if seed_option is not None:
         args = with_option(args, seed_option, seed)
-    return shlex.join(["k3diff"] + args)
+    return " ".join([shlex.quote(e) for e in _env_prefix(environ)] + [shlex.join(["k3diff"] + args)])

@@ -40,8 +40,19 @@ def test_the_line_is_the_command_as_typed_with_the_seed_pinned_and_outputs_left_
 
 
 def test_the_cli_line_pins_the_seed():
-    assert rerun.cli_line(["hunt", "--backend", "a:b c", "--examples", "5"], "--seed", 0) == \
+    assert rerun.cli_line(["hunt", "--backend", "a:b c", "--examples", "5"], "--seed", 0, environ={}) == \
         "k3diff hunt --backend 'a:b c' --examples 5 --seed 0"
+
+
+def test_the_variables_that_change_the_draw_are_written_before_the_command():
+    """A GPU run under K3DIFF_SCHEDULE=graph (or with K3DIFF_TARGET=on) draws other cases: the line
+    that reruns it says so, for pytest and the CLI alike; unrelated variables stay out."""
+    environ = {"K3DIFF_SCHEDULE": "graph,pressure:l2", "K3DIFF_TARGET": "on", "K3DIFF_PROGRESS": "off"}
+    line = rerun.pytest_line(_config(["--k3diff"]), 4, argv0="pytest", environ=environ)
+    assert shlex.split(line) == ["K3DIFF_SCHEDULE=graph,pressure:l2", "K3DIFF_TARGET=on", "pytest", "--k3diff",
+                                 "--k3diff-seed", "4"]
+    assert shlex.split(rerun.cli_line(["hunt"], "--seed", 4, environ=environ)) == \
+        ["K3DIFF_SCHEDULE=graph,pressure:l2", "K3DIFF_TARGET=on", "k3diff", "hunt", "--seed", "4"]
 
 
 def _cases(path):

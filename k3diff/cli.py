@@ -40,7 +40,7 @@ from k3diff.sanitize import run as _sanitize
 from k3diff.search import first_failure_over
 from k3diff.session import choose_space
 from k3diff.time_limits import checked_seconds
-from k3diff.usage import MachineProblem, UsageProblem
+from k3diff.usage import MachineProblem, UsageProblem, at_least_one
 
 EXIT = {"pass": ex.PASS, "fail": ex.FAIL, "usage": ex.USAGE, "nothing judged": ex.NOTHING_JUDGED,
         "output": ex.OUTPUT_LOST, "interrupted": 130}
@@ -73,16 +73,6 @@ def stage_name(text: str) -> str:
     if text not in STAGES:
         raise argparse.ArgumentTypeError(f"must be one of {', '.join(STAGES)}, got {text!r}")
     return text
-
-
-def at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
 
 
 def _parser():

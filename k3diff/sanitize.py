@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from k3diff import exit_codes
-from k3diff.usage import MachineProblem
+from k3diff.usage import MachineProblem, at_least_one
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 PREFIX = re.compile(r"^={9}(?: (.*))?$")        # the sanitizer's own lines; the program's are not
@@ -254,7 +254,5 @@ def add_arguments(p) -> None:
     p.add_argument("--sanitizer", default="compute-sanitizer", help="the compute-sanitizer to run")
     p.add_argument("--exclude", default=None, metavar="REGEX", help="drop findings in kernels matching this")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per seed under the sanitizer")
-    from k3diff.cli import at_least_one         # here: k3diff.cli imports this module
-
     p.add_argument("--jobs", type=at_least_one, default=1, metavar="N",
                    help="seeds under the sanitizer at once (default 1; they share the GPU)")

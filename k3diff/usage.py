@@ -1,6 +1,8 @@
 """UsageProblem: the command asked for something impossible. A leaf, so that every module that
 checks a request (the session, the distributed candidate, the CLI) can say so without importing
 the others. Each kind has its own exit status (k3diff/exit_codes.py)."""
+import argparse
+
 from k3diff import exit_codes
 
 
@@ -24,3 +26,14 @@ class CaseTooLarge(RuntimeError):
     """A case this machine cannot hold or judge in time (one line): exit 11, the machine's, not the
     candidate's (k3diff.sizing raises it; here so that modules without torch can name it)."""
     exit_code = exit_codes.MACHINE
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number >= 1 (a count of examples, of jobs), else argparse's one line."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expects a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value

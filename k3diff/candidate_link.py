@@ -20,7 +20,7 @@ from k3diff import caches, features, weight_guard
 from k3diff.controls import run_candidate
 from k3diff.distributed import bind_case
 from k3diff.fatal import CRASH, CandidateFailed, describe
-from k3diff.refusals import PREFIX
+from k3diff.refusals import NO_STAGE, PREFIX
 from k3diff.transfer import shared
 
 KEEP_SETS = 8           # weight sets (and their prepared copies) a candidate process keeps
@@ -56,7 +56,7 @@ class CandidateHost:
         b, stage = self.backend, case.stage
         skip = None
         if stage not in getattr(b, "stages", (stage,)):
-            skip = f"backend {self.name!r} does not implement stage {stage!r}"
+            skip = f"backend {self.name!r} {NO_STAGE}{stage!r}"
         else:
             unsupported = features.refusal(b, case)     # dims, and verify / FP8 (k3diff/features.py)
             if unsupported:

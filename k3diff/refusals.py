@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-# how a candidate's refusal reads (k3diff/candidate_link.py writes it; the summary and
-# `k3diff sanitize` read it)
+# how a candidate's refusals read (k3diff/candidate_link.py writes them; the summary and
+# `k3diff sanitize` read them): a case it does not run, and a stage it does not implement
 PREFIX = "does not run this case: "
+NO_STAGE = "does not implement stage "
 
 
 def _reason(skipped: str) -> str:

@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from k3diff import exit_codes
+from k3diff.refusals import NO_STAGE, PREFIX as REFUSED
 from k3diff.usage import MachineProblem, at_least_one
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
@@ -45,7 +46,7 @@ _NOT_FINDINGS = ("COMPUTE-SANITIZER", "ERROR SUMMARY", "RACECHECK SUMMARY", "LEA
 _AT_NEW = re.compile(r"\bat (?P<k>\S.*?)\+0x[0-9a-fA-F]+(?: in |$)")
 # "at 0x70 in file.cu:6:kernel(args)" or "at 0x70 in kernel(args)" (earlier versions)
 _AT_OLD = re.compile(r"\bat 0x[0-9a-fA-F]+ in (?P<loc>.+)$")
-_NO_STAGE = re.compile(r"does not implement stage '\w+'")   # k3diff/candidate_link.py's refusal
+_NO_STAGE = re.compile(re.escape(NO_STAGE) + r"'\w+'")     # "... does not implement stage 'kda'"
 _WHERE = re.compile(r"(by thread \([\d, ]+\) in block \([\d, ]+\)|in block \([\d, ]+\))")
 
 
@@ -235,11 +236,9 @@ def _kill(proc) -> None:
 
 def _refusal(out: str) -> str | None:
     """The candidate's reason when a replay judged nothing because it does not run the case."""
-    from k3diff.refusals import PREFIX
-
     for line in out.splitlines():
-        if PREFIX in line:
-            return line.split(PREFIX, 1)[1].strip()[:200]
+        if REFUSED in line:
+            return line.split(REFUSED, 1)[1].strip()[:200]
         found = _NO_STAGE.search(line)
         if found:
             return found.group(0)

@@ -86,6 +86,7 @@ class CandidateHost:
         facts = run_candidate(self.backend, case.stage, cfg, self._prepared[key], calls, set(provides))
         facts["prepare_s"] = prepared_s
         facts["weights_changed"] = weight_guard.changed(guard, weights) if guard else []
+        facts["host_s"] = time.perf_counter() - start     # isolated: the round trip less this is transfer
         return facts
 
 

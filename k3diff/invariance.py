@@ -71,8 +71,7 @@ def check_batch_invariance(case: Case, candidate, position: int, *, device="cpu"
         guard = weight_guard.remember(writable)
         clock.lap("judge")
         calls, facts = link.run(case, cfg, weights, calls, provides)
-        clock.lap("candidate")
-        clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
+        clock.lap_candidate(facts)
         return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
                            controls=controls, verdict=verdict,
                            weights_changed=weight_guard.changed(guard, writable) + list(facts.get("weights_changed", ())))

@@ -175,7 +175,7 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _child_entry(fd: int, parent_pid: int) -> None:
-    from k3diff.transfer import encode, from_parent
+    from k3diff.transfer import encode, forget_received, from_parent
 
     _die_with_parent(parent_pid)
     sock = socket.socket(fileno=fd)
@@ -220,6 +220,8 @@ def _child_entry(fd: int, parent_pid: int) -> None:
             reply(*answer)
             os._exit(70)       # the context is unusable: the parent starts a fresh child
         reply(*answer)
+        del msg, answer
+        forget_received()
 
 
 def _serve(host, msg, device) -> list:
@@ -592,11 +594,16 @@ class IsolatedChecker:
 
     def run(self, case, cfg, weights, calls, provides) -> tuple[list, dict]:
         token, new = self.tokens.token(weights)
+        start = time.perf_counter()
         msg = self._round(("run", case, cfg, token, weights if new else None, self.tokens.take_dropped(),
                            calls, sorted(provides)))
         if not (len(msg) == 3 and msg[0] == "done"):
             raise self._malformed("not an answer to `run`")
-        return _same_layout(calls, msg[1], self._malformed), _facts(msg[2], self._malformed)
+        calls, facts = _same_layout(calls, msg[1], self._malformed), _facts(msg[2], self._malformed)
+        # the phase clock's transfer: this call's wall less the child's own seconds, which only it
+        # can time (a child that lies about them moves seconds between two phases, no verdict)
+        facts["transfer_s"] = max(0.0, time.perf_counter() - start - facts.pop("host_s"))
+        return calls, facts
 
     def _round(self, request) -> list:
         """Send one request, read its one reply within the candidate's time left in this case."""
@@ -604,13 +611,14 @@ class IsolatedChecker:
 
         if self._proc is None:
             self._start()
-        data = to_child(request)
+        shares: list = []      # what the request shares, which the reply may name (k3diff.transfer)
+        data = to_child(request, shares)
         start = time.monotonic()
         try:
             if select.select([self._sock.fileno()], [], [], 0)[0]:
                 raise Malformed("it wrote a message k3diff did not ask for")
             _send_frame(self._sock, data)
-            msg = decode(self._read(start + self._left))
+            msg = decode(self._read(start + self._left), refs=shares)
         except TimeoutError:
             self._kill()
             raise CandidateFailed(f"{HANG} no verdict within {self.timeout:g} s of the candidate's own time "
@@ -749,16 +757,18 @@ def _facts(facts, malformed) -> dict:
                                                and isinstance(r[1], str) and isinstance(r[2], str)
                                                for r in replaced)):
         raise malformed("facts")
-    seconds = facts.get("prepare_s")
-    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < 1e9:
-        raise malformed("facts")
+    for key in ("prepare_s", "host_s"):
+        seconds = facts.get(key)
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not 0 <= seconds < 1e9:
+            raise malformed("facts")
     changed = facts.get("weights_changed")
     if not (isinstance(changed, list) and all(isinstance(n, str) for n in changed)):
         raise malformed("facts")
     sched = facts.get("schedule", {})       # k3diff.schedule.fill: plain lines only
     if not (isinstance(sched, dict) and set(sched) <= {"error", "skip"} and all(isinstance(v, str) for v in sched.values())):
         raise malformed("facts")
-    out = {"replaced": replaced, "prepare_s": float(seconds), "weights_changed": changed}
+    out = {"replaced": replaced, "prepare_s": float(facts["prepare_s"]), "host_s": float(facts["host_s"]),
+           "weights_changed": changed}
     return dict(out, schedule=sched) if "schedule" in facts else out
 
 

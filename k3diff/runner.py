@@ -130,8 +130,7 @@ def _candidate_call(link, case, cfg, weights, inputs, provides, answer, controls
     writable = link.writable(weights)
     guard = weight_guard.remember(writable) if controls.check_inputs else {}
     calls, facts = link.run(case, cfg, weights, calls, provides)
-    clock.lap("candidate")
-    clock.move("candidate", "prepare", facts.get("prepare_s", 0.0))
+    clock.lap_candidate(facts)
     changed = weight_guard.changed(guard, writable) if guard else []
     changed += [n for n in facts.get("weights_changed", ()) if n not in changed]
     return judge_calls(case.stage, pristine, calls, facts, deterministic=answer["deterministic"],
@@ -140,7 +139,7 @@ def _candidate_call(link, case, cfg, weights, inputs, provides, answer, controls
 
 class PhaseClock:
     """Seconds per phase of a case, summed over its steps (materialize, prepare, reference,
-    candidate, judge): where a case's time goes, so a slow nightly names its slow part. On a GPU
+    candidate, transfer, judge): where a case's time goes, so a slow nightly names its slow part. On a GPU
     each lap first waits for the device, or queued work would be billed to the next phase. Given
     the case, every phase but the candidate's counts against k3diff's own limit
     (k3diff.time_limits: past it, the machine's line, never a verdict)."""
@@ -158,6 +157,16 @@ class PhaseClock:
         seconds = max(0.0, min(seconds, self._into.get(src, 0.0)))
         self._into[src] = self._into.get(src, 0.0) - seconds
         self._into[dst] = self._into.get(dst, 0.0) + seconds
+
+    def lap_candidate(self, facts: dict) -> None:
+        """The lap of a candidate call, split by the call's facts: its prepare() (the candidate's
+        own time all the same) and, isolated, the bytes moved to and from its process
+        (k3diff.isolation: the round trip's wall less the child's own seconds), which is k3diff's
+        cost, not the kernel's, though it counts against the candidate's time limit as before."""
+        self.lap("candidate")
+        self.move("candidate", "prepare", facts.get("prepare_s", 0.0))
+        if "transfer_s" in facts:       # named only where there is a socket to cross
+            self.move("candidate", "transfer", facts["transfer_s"])
 
     def lap(self, phase: str) -> None:
         self._sync()

@@ -12,6 +12,14 @@ dtypes. Anything else, a short or trailing byte included, is `Malformed`: the ca
 a `crash:` verdict. Nothing in a reply can be a verdict: it carries tensors and facts the parent
 judges itself.
 
+A tensor the parent shared with the request and that the child hands back as it got it (the same
+object over the same memory: a cache or state the candidate updated in place) goes back as a
+reference, `{"r": k}`, to the parent's own k-th shared tensor, not as its bytes: those bytes are
+already in the parent's memory. The parent takes a copy of its buffer (`decode(..., refs=)`), so
+nothing the child does after its reply changes what is judged, and a reference to anything but a
+tensor of that request, of that dtype and shape, is Malformed. Sending the bytes instead cost a
+small-preset KDA or layer case 70-220 MB a call through host memory and the socket.
+
 Why small CPU tensors go by value: making a fresh shared-memory segment cost 13-16 ms per tensor on
 the project's loaded 2-core CI box (torch `_share_fd_cpu_` / `_share_filename_cpu_`), where a copy
 of a case's inputs and outputs takes microseconds.
@@ -41,14 +49,19 @@ class Malformed(ValueError):
 
 # ---------------------------------------------------------------- parent -> child
 
-def to_child(obj) -> bytes:
-    """`obj` pickled for the candidate's process, large and device tensors shared, not copied."""
+def to_child(obj, shares: list | None = None) -> bytes:
+    """`obj` pickled for the candidate's process, large and device tensors shared, not copied; the
+    shared ones appended to `shares` in the order the child numbers them (a reply refers to them
+    by that number: `decode(..., refs=shares)`)."""
+    shares = [] if shares is None else shares
+
     class _Pickler(ForkingPickler):
         def reducer_override(self, o):
             if not isinstance(o, torch.Tensor):
                 return NotImplemented
             if shared(o):
-                return reduce_tensor(o)
+                shares.append(o)
+                return _shared_in, (len(shares) - 1, *reduce_tensor(o))
             return _by_value, (o.dtype, tuple(o.shape), _raw(o.cpu()), str(o.device))
 
     previous = tmp.get_sharing_strategy()
@@ -66,8 +79,30 @@ def shared(t) -> bool:
     return isinstance(t, torch.Tensor) and t.untyped_storage().nbytes() >= SHARE_BYTES
 
 
+# child side: the tensors the request being answered shared, by the parent's number, each with
+# where it lay when it came (an in-place `set_` onto other memory is no longer the parent's buffer)
+_received: dict = {}
+
+
 def from_parent(data: bytes):
+    _received.clear()
     return pickle.loads(data)
+
+
+def forget_received() -> None:
+    """Drop the child's hold on the last request's shared tensors once it has replied (a CUDA
+    tensor the child still maps cannot be freed by the parent: k3diff.isolation._collect_shared)."""
+    _received.clear()
+
+
+def _shared_in(k: int, rebuild, args) -> torch.Tensor:
+    t = rebuild(*args)
+    _received[k] = (t, _where(t))
+    return t
+
+
+def _where(t: torch.Tensor) -> tuple:
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype, t.device)
 
 
 def _raw(t: torch.Tensor) -> bytes:
@@ -85,14 +120,19 @@ def _by_value(dtype, shape, raw: bytes, device: str = "cpu") -> torch.Tensor:
 # ---------------------------------------------------------------- child -> parent
 
 def encode(obj) -> bytes:
-    """A reply: plain data and tensors (their bytes copied to the host), nothing executable."""
+    """A reply: plain data and tensors (their bytes copied to the host, or a reference to the
+    parent's shared buffer they are), nothing executable."""
     blobs: list[bytes] = []
+    theirs = {id(t): (k, where) for k, (t, where) in _received.items()}
 
     def walk(o):
         if isinstance(o, torch.Tensor):
             name = str(o.dtype).removeprefix("torch.")
             if name not in _DTYPES:
                 raise TypeError(f"cannot send a {name} tensor")
+            k, where = theirs.get(id(o), (None, None))
+            if k is not None and _received[k][0] is o and _where(o) == where:
+                return {"r": k, "dtype": name, "shape": list(o.shape)}
             blobs.append(_raw(o.cpu()))
             return {"t": len(blobs) - 1, "dtype": name, "shape": list(o.shape)}
         if isinstance(o, dict):
@@ -107,8 +147,10 @@ def encode(obj) -> bytes:
     return _HEAD.pack(len(head)) + head + b"".join(blobs)
 
 
-def decode(data: bytes, device=None):
-    """The reply `encode` made, tensors on `device`; Malformed for anything else."""
+def decode(data: bytes, device=None, refs=()):
+    """The reply `encode` made, tensors on `device`; Malformed for anything else. `refs`: the
+    tensors the request shared (`to_child`'s `shares`), which the reply may name instead of
+    sending; each named one comes back as a copy, contiguous like a tensor sent by value."""
     try:
         (n,) = _HEAD.unpack_from(data, 0)
         head = json.loads(data[_HEAD.size:_HEAD.size + n].decode())
@@ -121,14 +163,14 @@ def decode(data: bytes, device=None):
         for s in sizes:
             offsets.append((at, at + s))
             at += s
-        return _rebuild(head["tree"], data, offsets, device, 0)
+        return _rebuild(head["tree"], data, offsets, device, 0, refs)
     except Malformed:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever it is, it is not a reply
         raise Malformed(f"{type(exc).__name__}: {exc}"[:200]) from None
 
 
-def _rebuild(node, data, offsets, device, depth):
+def _rebuild(node, data, offsets, device, depth, refs):
     if depth > 32 or not isinstance(node, dict) or len(node) == 0:
         raise Malformed("bad node")
     if "v" in node and len(node) == 1:
@@ -136,14 +178,14 @@ def _rebuild(node, data, offsets, device, depth):
             raise Malformed("bad value")
         return node["v"]
     if "l" in node and len(node) == 1:
-        return [_rebuild(v, data, offsets, device, depth + 1) for v in node["l"]]
+        return [_rebuild(v, data, offsets, device, depth + 1, refs) for v in node["l"]]
     if "d" in node and len(node) == 1:
         out = {}
         for item in node["d"]:
             k, v = item
             if not isinstance(k, str):
                 raise Malformed("bad key")
-            out[k] = _rebuild(v, data, offsets, device, depth + 1)
+            out[k] = _rebuild(v, data, offsets, device, depth + 1, refs)
         return out
     if set(node) == {"t", "dtype", "shape"}:
         dtype = _DTYPES.get(node["dtype"])
@@ -160,5 +202,14 @@ def _rebuild(node, data, offsets, device, depth):
         if hi - lo != numel * dtype.itemsize:
             raise Malformed("tensor size")
         t = _by_value(dtype, tuple(shape), data[lo:hi])
+        return t if device is None else t.to(device)
+    if set(node) == {"r", "dtype", "shape"}:
+        k = node["r"]
+        if not (isinstance(k, int) and not isinstance(k, bool) and 0 <= k < len(refs)):
+            raise Malformed("bad reference")
+        mine = refs[k]
+        if str(mine.dtype).removeprefix("torch.") != node["dtype"] or list(mine.shape) != node["shape"]:
+            raise Malformed("reference dtype or shape")
+        t = mine.detach().clone(memory_format=torch.contiguous_format)
         return t if device is None else t.to(device)
     raise Malformed("unknown node")

@@ -47,3 +47,18 @@ def test_a_batch_invariance_check_records_its_phases_and_skips_the_reference_whe
     v = check_batch_invariance(case, Strict(), 2, device="cpu")
     assert v.ok and set(v.phases) == PHASES - {"reference"}
     assert any(r.tensor.endswith(".alone_vs_batched") for r in v.reports)
+
+
+def test_an_isolated_case_names_the_seconds_its_bytes_took_to_cross_apart_from_the_candidates(tmp_path):
+    """Isolated, the round trip to the candidate's process is split: the child's own seconds stay
+    the candidate's, the rest (pickling, the socket, the copies) is `transfer`."""
+    from k3diff.isolation import IsolatedChecker
+
+    checker = IsolatedChecker(None, device="cpu", inflight_dir=tmp_path)
+    try:
+        v = checker.check(Case(stage="kda", batch=2, steps=2, n_slots=3, state_idx=(1, 2)))
+    finally:
+        checker.close()
+    assert v.ok and set(v.phases) == PHASES | {"transfer"}
+    assert v.phases["transfer"] > 0 and v.phases["candidate"] >= 0
+    assert 0.95 * v.seconds <= sum(v.phases.values()) <= v.seconds

@@ -70,7 +70,10 @@ STICKY = re.compile(r"illegal memory access|device-side assert|CUDA error|unspec
 _BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[2]); "
          "from k3diff.isolation import _child_entry; _child_entry(int(sys.argv[1]), int(sys.argv[3]))")
 _FRAME = struct.Struct("<Q")
-MAX_REPLY = 1 << 40         # a length header beyond this is not a reply
+# a reply is read into one buffer of the length its header gives, so the header is bounded by what
+# the request could bring back: its tensors' bytes (a run's buffers return at most once each) and
+# this much for the plain data; a longer header is not a reply (and allocates nothing)
+REPLY_SLACK = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -140,19 +143,28 @@ def _info_from(d) -> BackendInfo:
 
 # ------------------------------------------------------------------ framing
 
-def _send_frame(sock, data: bytes) -> None:
-    sock.sendall(_FRAME.pack(len(data)) + data)
+def _send_frame(sock, data) -> None:
+    sock.sendall(_FRAME.pack(memoryview(data).nbytes))
+    sock.sendall(data)
 
 
-def _recv_exact(sock, n: int) -> bytes:
-    chunks, got = [], 0
+def _send_parts(sock, parts: list) -> None:
+    """One frame from buffers sent one after another (a reply's tensors are not joined first)."""
+    sock.sendall(_FRAME.pack(sum(memoryview(p).nbytes for p in parts)))
+    for p in parts:
+        sock.sendall(p)
+
+
+def _recv_exact(sock, n: int) -> bytearray:
+    """n bytes from the parent, read straight into one buffer (the child trusts its parent's length)."""
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
     while got < n:
-        chunk = sock.recv(min(n - got, 1 << 24))
-        if not chunk:
+        k = sock.recv_into(view[got:], min(n - got, 1 << 24))
+        if not k:
             raise EOFError
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
+        got += k
+    return buf
 
 
 def _recv_frame(sock) -> bytes:
@@ -175,11 +187,11 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _child_entry(fd: int, parent_pid: int) -> None:
-    from k3diff.transfer import encode, forget_received, from_parent
+    from k3diff.transfer import encode_parts, forget_received, from_parent
 
     _die_with_parent(parent_pid)
     sock = socket.socket(fileno=fd)
-    reply = lambda *msg: _send_frame(sock, encode(list(msg)))  # noqa: E731
+    reply = lambda *msg: _send_parts(sock, encode_parts(list(msg)))  # noqa: E731
     try:
         threads, device, spec, gpu_share = from_parent(_recv_frame(sock))
     except (EOFError, OSError):
@@ -475,18 +487,21 @@ class IsolatedChecker:
             self._kill()
             raise
 
-    def _read(self, deadline: float) -> bytes:
-        """One reply frame by `deadline` (TimeoutError), EOFError if the child died or closed."""
+    def _read(self, deadline: float, most: int = REPLY_SLACK) -> bytearray:
+        """One reply frame of at most `most` bytes by `deadline` (TimeoutError), EOFError if the
+        child died or closed."""
         header = self._read_exact(_FRAME.size, deadline)
         (n,) = _FRAME.unpack(header)
-        if n > MAX_REPLY:
+        if n > most:
             from k3diff.transfer import Malformed
 
             raise Malformed(f"a reply of {n} bytes")
         return self._read_exact(n, deadline)
 
-    def _read_exact(self, n: int, deadline: float) -> bytes:
-        chunks, got = [], 0
+    def _read_exact(self, n: int, deadline: float) -> bytearray:
+        """n bytes read straight into one buffer (a reply's tensors are viewed in it, not joined)."""
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
         fds = [self._sock.fileno()] + ([self._pidfd] if self._pidfd is not None else [])
         while got < n:
             left = deadline - time.monotonic()
@@ -494,25 +509,22 @@ class IsolatedChecker:
                 raise TimeoutError
             ready, _, _ = select.select(fds, [], [], min(left, MAX_WAIT))
             if self._sock.fileno() in ready:
-                chunk = self._sock.recv(min(n - got, 1 << 24))
-                if not chunk:
-                    raise EOFError
-                chunks.append(chunk)
-                got += len(chunk)
+                k = self._sock.recv_into(view[got:], min(n - got, 1 << 24))
             elif ready:
                 # dead: whatever it wrote before dying is still readable; then EOF
                 self._sock.setblocking(False)
                 try:
-                    chunk = self._sock.recv(min(n - got, 1 << 24))
+                    k = self._sock.recv_into(view[got:], min(n - got, 1 << 24))
                 except BlockingIOError:
-                    chunk = b""
+                    k = 0
                 finally:
                     self._sock.setblocking(True)
-                if not chunk:
-                    raise EOFError
-                chunks.append(chunk)
-                got += len(chunk)
-        return b"".join(chunks)
+            else:
+                continue
+            if not k:
+                raise EOFError
+            got += k
+        return buf
 
     def _reap(self, grace: float = 5.0) -> int | None:
         """The dead (or dying) child's exit status; its group killed (what it forked included)."""
@@ -607,7 +619,7 @@ class IsolatedChecker:
 
     def _round(self, request) -> list:
         """Send one request, read its one reply within the candidate's time left in this case."""
-        from k3diff.transfer import Malformed, decode, to_child
+        from k3diff.transfer import Malformed, decode, tensor_bytes, to_child
 
         if self._proc is None:
             self._start()
@@ -618,7 +630,7 @@ class IsolatedChecker:
             if select.select([self._sock.fileno()], [], [], 0)[0]:
                 raise Malformed("it wrote a message k3diff did not ask for")
             _send_frame(self._sock, data)
-            msg = decode(self._read(start + self._left), refs=shares)
+            msg = decode(self._read(start + self._left, REPLY_SLACK + tensor_bytes(request)), refs=shares)
         except TimeoutError:
             self._kill()
             raise CandidateFailed(f"{HANG} no verdict within {self.timeout:g} s of the candidate's own time "
@@ -659,7 +671,7 @@ class IsolatedChecker:
         child only empties its allocator's cache and keeps its weight sets and prepared copies.
         A child that cannot answer (dead, hung, a malformed or unasked message) is killed: that
         gives back everything, and the next case starts a fresh one. No verdict depends on this."""
-        from k3diff.transfer import Malformed, decode, to_child
+        from k3diff.transfer import Malformed, decode, tensor_bytes, to_child
 
         if self._proc is None:
             return None

@@ -32,6 +32,7 @@ import pickle
 import struct
 from multiprocessing.reduction import ForkingPickler
 
+import numpy
 import torch
 import torch.multiprocessing as tmp  # torch's reductions for ForkingPickler, and from_parent's rebuild functions
 from torch.multiprocessing.reductions import reduce_tensor
@@ -41,6 +42,7 @@ _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
     torch.int8, torch.uint8, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2)}
 _HEAD = struct.Struct("<Q")
+_ALIGN = 8                      # a reply's header and tensors start at multiples of this (the largest itemsize)
 
 
 class Malformed(ValueError):
@@ -49,7 +51,7 @@ class Malformed(ValueError):
 
 # ---------------------------------------------------------------- parent -> child
 
-def to_child(obj, shares: list | None = None) -> bytes:
+def to_child(obj, shares: list | None = None) -> memoryview:
     """`obj` pickled for the candidate's process, large and device tensors shared, not copied; the
     shared ones appended to `shares` in the order the child numbers them (a reply refers to them
     by that number: `decode(..., refs=shares)`)."""
@@ -62,16 +64,31 @@ def to_child(obj, shares: list | None = None) -> bytes:
             if shared(o):
                 shares.append(o)
                 return _shared_in, (len(shares) - 1, *reduce_tensor(o))
-            return _by_value, (o.dtype, tuple(o.shape), _raw(o.cpu()), str(o.device))
+            # in-band but not copied first: protocol 5 writes a writable buffer straight into the
+            # stream, and the child gets it back as a bytearray its tensor views in place
+            return _by_value, (o.dtype, tuple(o.shape), pickle.PickleBuffer(_writable_bytes(o)), str(o.device))
 
     previous = tmp.get_sharing_strategy()
     tmp.set_sharing_strategy("file_system")  # no descriptor to pass: the child opens the segment by name
     try:
         buf = io.BytesIO()
-        _Pickler(buf, pickle.HIGHEST_PROTOCOL).dump(obj)
-        return buf.getvalue()
+        _Pickler(buf, 5).dump(obj)
+        return buf.getbuffer()
     finally:
         tmp.set_sharing_strategy(previous)
+
+
+def tensor_bytes(obj) -> int:
+    """Bytes of the tensors in `obj` (through dicts, lists and tuples), each padded as a reply pads
+    it: the most a reply to it can carry as tensors."""
+    if isinstance(obj, torch.Tensor):
+        n = obj.numel() * obj.element_size()
+        return n + (-n % _ALIGN)
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
 
 
 def shared(t) -> bool:
@@ -105,24 +122,37 @@ def _where(t: torch.Tensor) -> tuple:
     return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype, t.device)
 
 
-def _raw(t: torch.Tensor) -> bytes:
-    t = t.detach().contiguous()
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+def _writable_bytes(t: torch.Tensor):
+    """The tensor's bytes on the host, a writable uint8 array over them (a copy only for a device
+    or non-contiguous tensor)."""
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy() if t.numel() else bytearray()
 
 
-def _by_value(dtype, shape, raw: bytes, device: str = "cpu") -> torch.Tensor:
-    if not raw:
+def _by_value(dtype, shape, raw, device: str = "cpu") -> torch.Tensor:
+    if not len(raw):
         return torch.empty(shape, dtype=dtype, device=device)
-    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
+    raw = raw if isinstance(raw, bytearray) else bytearray(raw)       # the tensor owns writable memory
+    t = torch.frombuffer(raw, dtype=torch.uint8).view(dtype).reshape(shape)
     return t if device == "cpu" else t.to(device)
+
+
+def _copied_out(raw: memoryview, dtype, shape) -> torch.Tensor:
+    """A tensor of its own (one copy) from bytes of a reply, which is dropped once decoded."""
+    if not raw.nbytes:
+        return torch.empty(shape, dtype=dtype)
+    out = torch.empty(raw.nbytes, dtype=torch.uint8)
+    out.numpy()[:] = numpy.frombuffer(raw, dtype=numpy.uint8)
+    return out.view(dtype).reshape(shape)
 
 
 # ---------------------------------------------------------------- child -> parent
 
-def encode(obj) -> bytes:
-    """A reply: plain data and tensors (their bytes copied to the host, or a reference to the
-    parent's shared buffer they are), nothing executable."""
-    blobs: list[bytes] = []
+def encode_parts(obj) -> list:
+    """A reply as the buffers to send one after another: the JSON header (padded to 8 bytes) and
+    each tensor's bytes as they lie in host memory (a view, not a copy: a device tensor is copied
+    to the host once), each padded to 8 bytes so the parent can view every tensor in place."""
+    blobs: list = []
     theirs = {id(t): (k, where) for k, (t, where) in _received.items()}
 
     def walk(o):
@@ -133,7 +163,7 @@ def encode(obj) -> bytes:
             k, where = theirs.get(id(o), (None, None))
             if k is not None and _received[k][0] is o and _where(o) == where:
                 return {"r": k, "dtype": name, "shape": list(o.shape)}
-            blobs.append(_raw(o.cpu()))
+            blobs.append(_host_bytes(o))
             return {"t": len(blobs) - 1, "dtype": name, "shape": list(o.shape)}
         if isinstance(o, dict):
             return {"d": [[str(k), walk(v)] for k, v in o.items()]}
@@ -143,27 +173,46 @@ def encode(obj) -> bytes:
             return {"v": o}
         return {"v": str(o)}
 
-    head = json.dumps({"tree": walk(obj), "sizes": [len(b) for b in blobs]}).encode()
-    return _HEAD.pack(len(head)) + head + b"".join(blobs)
+    head = json.dumps({"tree": walk(obj), "sizes": [b.nbytes for b in blobs]}).encode()
+    head += b" " * (-(_HEAD.size + len(head)) % _ALIGN)         # JSON ends in whitespace freely
+    parts = [_HEAD.pack(len(head)) + head]
+    for b in blobs:
+        parts += [b, bytes(-b.nbytes % _ALIGN)] if b.nbytes % _ALIGN else [b]
+    return parts
 
 
-def decode(data: bytes, device=None, refs=()):
+def encode(obj) -> bytes:
+    """`encode_parts` joined: the reply as one bytes object."""
+    return b"".join(encode_parts(obj))
+
+
+def _host_bytes(t: torch.Tensor) -> memoryview:
+    """The tensor's bytes in host memory, viewed where they lie when contiguous on the CPU."""
+    t = t.detach().cpu().contiguous()
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
+
+
+def decode(data, device=None, refs=()):
     """The reply `encode` made, tensors on `device`; Malformed for anything else. `refs`: the
     tensors the request shared (`to_child`'s `shares`), which the reply may name instead of
-    sending; each named one comes back as a copy, contiguous like a tensor sent by value."""
+    sending; each named one comes back as a copy, contiguous like a tensor sent by value.
+    `data` may be bytes or a bytearray (read in place: each tensor is one copy out of it)."""
     try:
         (n,) = _HEAD.unpack_from(data, 0)
-        head = json.loads(data[_HEAD.size:_HEAD.size + n].decode())
+        head = json.loads(bytes(data[_HEAD.size:_HEAD.size + n]).decode())
         sizes = head["sizes"]
-        if not (isinstance(sizes, list) and all(isinstance(s, int) and s >= 0 for s in sizes)):
+        if not (isinstance(sizes, list) and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                for s in sizes)):
             raise Malformed("bad sizes")
-        if _HEAD.size + n + sum(sizes) != len(data):
-            raise Malformed("length mismatch")
+        if (_HEAD.size + n) % _ALIGN:
+            raise Malformed("header not aligned")
         offsets, at = [], _HEAD.size + n
         for s in sizes:
             offsets.append((at, at + s))
-            at += s
-        return _rebuild(head["tree"], data, offsets, device, 0, refs)
+            at += s + (-s % _ALIGN)
+        if at != len(data):
+            raise Malformed("length mismatch")
+        return _rebuild(head["tree"], memoryview(data), offsets, device, 0, refs)
     except Malformed:
         raise
     except Exception as exc:  # noqa: BLE001 - whatever it is, it is not a reply
@@ -201,7 +250,7 @@ def _rebuild(node, data, offsets, device, depth, refs):
             numel *= s
         if hi - lo != numel * dtype.itemsize:
             raise Malformed("tensor size")
-        t = _by_value(dtype, tuple(shape), data[lo:hi])
+        t = _copied_out(data[lo:hi], dtype, tuple(shape))
         return t if device is None else t.to(device)
     if set(node) == {"r", "dtype", "shape"}:
         k = node["r"]

@@ -383,3 +383,22 @@ class ScribblesOnWeights(TorchBlockedBackend):
     def run(self, stage, cfg, prepared, inputs, out):
         super().run(stage, cfg, prepared, inputs, out)
         self._weights["router.bias"].add_(1)
+
+
+class ClaimsAHugeReply(TorchBlockedBackend):
+    """Writes a frame header announcing a 512 GiB reply onto the isolation socket, then waits: the
+    parent reads a reply into one buffer of the announced length, so it must refuse a length no
+    reply to its request can have before it allocates anything."""
+    name = "crashing_candidates:ClaimsAHugeReply"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import socket
+        import struct
+        import sys
+
+        try:
+            socket.socket(fileno=int(sys.argv[1])).sendall(struct.pack("<Q", 1 << 39))
+        except (IndexError, ValueError, OSError):
+            return super().run(stage, cfg, prepared, inputs, out)      # not isolated: nothing to claim on
+        time.sleep(30)

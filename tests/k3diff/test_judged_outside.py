@@ -202,3 +202,20 @@ def test_a_weight_written_in_the_candidates_process_fails_the_case(tmp_path):
         assert not verdict.ok and any("weight router.bias" in f for f in verdict.failures()), verdict.failures()
     finally:
         checker.close()
+
+
+def test_a_reply_longer_than_the_request_could_bring_back_is_a_crash_at_once(tmp_path):
+    """The parent reads a reply into one buffer of the length announced: a length past what the
+    request's tensors could bring back is refused as it is read, not allocated (512 GiB here) and
+    not waited for."""
+    import time
+
+    checker = _checker("ClaimsAHugeReply", tmp_path, timeout=20)
+    start = time.monotonic()
+    try:
+        verdict = checker.check(GOOD)
+    finally:
+        checker.close()
+    assert not verdict.ok and verdict.error.startswith("crash:") and "cannot read" in verdict.error, verdict.error
+    assert str(1 << 39) in verdict.error
+    assert time.monotonic() - start < 15

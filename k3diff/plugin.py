@@ -48,7 +48,7 @@ from k3diff.session import (PROFILES, Session, UsageProblem, check_output_dir, c
 # the summary's numbers, JUnit's short fields, the progress line's budgets, the user_properties keys
 from k3diff.summary import (BAD_INPUT_KEY, FAILURE_KEY, MUTANT_KEY, REPORT_KEY, budgets_from_ids,
                             distinct_judged, junit_properties, l2_lines, minimal_failures, near_edge_lines,
-                            summary_lines)
+                            summary_lines, time_lines)
 from k3diff.usage import MachineProblem
 
 MARKER = "k3diff"
@@ -671,7 +671,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tr.section("k3diff summary")
     tr.write_line(f"backend {session.backend_name} on {session.device}; profile {session.profile_name}; "
                   f"seed {session.seed}" + (f"; shard {config.getoption(opt.SHARD)}" if state.shard else ""))
-    for line in summary_lines(results, failures):
+    # where the cases' time went, under the table whose cases/s it explains
+    for line in summary_lines(results, failures) + time_lines(results):
         tr.write_line(line)
     from k3diff.coverage import coverage_lines
     for line in coverage_lines(distinct_judged(results), session.space.boundaries):

@@ -1,9 +1,11 @@
 """The numbers pytest prints and JUnit carries for a k3diff run, from case records (k3diff/results.py):
-the summary table (counts that agree with the coverage lines), the distinct failing cases, an
-item's few short JUnit fields, and each stage's budget for the progress line."""
+the summary table (counts that agree with the coverage lines), where the cases' time went, the
+distinct failing cases, an item's few short JUnit fields, and each stage's budget for the progress line."""
 from __future__ import annotations
 
+import math
 import re
+import statistics
 from collections import defaultdict
 
 from k3diff.budgets import L2_RTOL, L2_RTOL_CHAINED, pct
@@ -99,6 +101,61 @@ def summary_lines(results, failures=()):
     for stage in sorted(by_stage):
         lines.append(" ".join(f"{fn(by_stage[stage]):{fmt}}" for _, fmt, fn in columns))
     return lines
+
+
+# the word a reader is shown for a phase whose record key says something else; the key stays as it
+# is (runner.PhaseClock), so results files written before still read
+PHASE_WORDS = {"materialize": "draw"}
+
+
+def time_lines(results) -> list:
+    """The summary's one `time per case` line (time_per_case), or none where no record carries
+    phases. Each distinct judged case once (distinct_judged: shrink steps and skipped cases left
+    out, a case a worker and the controller both hold counted once), batch-invariance checks and
+    replays among them: they are clocked alike (runner.PhaseClock) and their time is the run's."""
+    said = time_per_case(distinct_judged(results))
+    return [f"time per case: {said}"] if said else []
+
+
+def time_per_case(records) -> str | None:
+    """Where `records`' time went, in one phrase: the median case seconds, then each phase's share
+    of the summed case seconds, largest first: "median 0.31 s; draw 62% · reference 20% · other 2%".
+    A case's seconds are its own timer's (`seconds`), started before its phase clock: what no phase
+    covers is "other", said last. A share that rounds to 0% is left out. Records without phases (older results
+    files, a crashed candidate's verdict) are left out; None where none is left. The pytest summary
+    and the throughput tool both say it with this function."""
+    timed = [(_phases(r), r.get("seconds")) for r in records]
+    timed = [(ph, max(_seconds(s), sum(ph.values()))) for ph, s in timed if ph]
+    total = sum(s for _, s in timed)
+    if not timed or total <= 0:
+        return None
+    spent = defaultdict(float)
+    for ph, _ in timed:
+        for name, s in ph.items():
+            spent[PHASE_WORDS.get(name, name)] += s
+    shares = sorted(spent.items(), key=lambda kv: -kv[1]) + [("other", total - sum(spent.values()))]
+    said = [f"{name} {s / total:.0%}" for name, s in shares if f"{s / total:.0%}" != "0%"]
+    return f"median {_secs(statistics.median(s for _, s in timed))} s; " + " · ".join(said)
+
+
+def _phases(record) -> dict:
+    """A record's seconds per phase ({} where it has none, or a value is not a number)."""
+    phases = record.get("phases")
+    if not isinstance(phases, dict) or not all(_number(v) for v in phases.values()):
+        return {}
+    return {k: max(0.0, float(v)) for k, v in phases.items()}
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _seconds(x) -> float:
+    return float(x) if _number(x) and x > 0 else 0.0
+
+
+def _secs(x: float) -> str:
+    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
 
 
 def _rate(rs):

@@ -18,7 +18,9 @@ and weights checked, run twice), and the batch-invariance check on every 8th cas
 (the session's share). Both sides print their Verdict.to_dict() per case and the table says, per
 stage, whether they are bitwise the same, the same verdicts with every number within 1e-9
 relative ("same": a float64 sum taken in another order, e.g. the reference's batched expert
-GEMMs), or different (exit 1: a speed-up must not change a verdict).
+GEMMs), or different (exit 1: a speed-up must not change a verdict). Per stage each side also gets
+one `time per case` line, worded as the pytest summary's: the median seconds of a check and each
+phase's share of them (draw, reference, candidate, ...); "-" for a tree whose verdicts carry no phases.
 
 `--isolate on` judges each case the way a default pytest run does, through each tree's own
 isolated checker (`k3diff.isolation.IsolatedChecker`: the candidate in a child process, loaded
@@ -95,7 +97,7 @@ def _worker(args) -> int:
     drawn_in = _draw_weights_first(cases.values(), args.device) if args.weights_first else 0.0
     print(f"K3DIFF-READY {drawn_in:.3f}", flush=True)
     sys.stdin.readline()
-    verdicts, invariance = {}, {}
+    verdicts, invariance, timing = {}, {}, []
     prof = None
     if args.profile:
         prof = cProfile.Profile()
@@ -105,18 +107,34 @@ def _worker(args) -> int:
     start = time.time()
     for i in mine:
         case = cases[i]
-        verdicts[i] = check(case).to_dict()
+        verdict = check(case)
+        verdicts[i] = verdict.to_dict()
+        timing.append(timing_of(verdict))
         if i % INVARIANCE_EVERY == 0 and case.batch >= 2:
-            invariance[i] = invariance_of(case, i).to_dict()
+            verdict = invariance_of(case, i)
+            invariance[i] = verdict.to_dict()
+            timing.append(timing_of(verdict))
     sync()
     end = time.time()
     close()
     if prof is not None:
         prof.disable()
         prof.dump_stats(args.profile)
+    # the timing beside the verdicts, never inside them: to_dict() is what seed files record, and
+    # the two sides' verdicts are compared as they are
     print("K3DIFF-THROUGHPUT " + json.dumps({"start": start, "end": end, "verdicts": verdicts,
-                                             "invariance": invariance}))
+                                             "invariance": invariance, "timing": [t for t in timing if t]}))
     return 0
+
+
+def timing_of(verdict) -> dict | None:
+    """A check's seconds and seconds per phase, as a results record has them (k3diff/results.py),
+    for k3diff.summary.time_per_case; None from a tree whose verdicts have no phases (this worker
+    runs on the baseline's k3diff too)."""
+    phases = getattr(verdict, "phases", None)
+    if not phases:
+        return None
+    return {"seconds": round(getattr(verdict, "seconds", 0.0), 4), "phases": {k: round(v, 4) for k, v in phases.items()}}
 
 
 def _isolated(args):
@@ -188,7 +206,19 @@ def _run_side(root: Path, cases_file: str, backend: str, device: str, profile: s
     return {"seconds": max(r["end"] for r in results) - min(r["start"] for r in results), "drawing": drawing,
             "cases": len(merged["verdicts"]), "workers": workers,
             "verdicts": [merged["verdicts"][i] for i in sorted(merged["verdicts"])],
-            "invariance": [merged["invariance"][i] for i in sorted(merged["invariance"])]}
+            "invariance": [merged["invariance"][i] for i in sorted(merged["invariance"])],
+            "timing": [t for r in results for t in r.get("timing", ())]}
+
+
+def time_line(stage: str, side: str, got: dict | None) -> str:
+    """A side's median case seconds and phase shares, worded as the pytest summary words them
+    (k3diff.summary.time_per_case); "-" where its tree's verdicts carry no phases."""
+    # imported here, not at the top: this file is also the worker, run on the baseline's k3diff,
+    # which may not have it
+    from k3diff.summary import time_per_case
+
+    # not "  stage: side ...": that is a run's line, which readers of this output count
+    return f"  {stage} ({side}) time per case: {time_per_case((got or {}).get('timing', ())) or '-'}"
 
 
 def _drew(side: dict) -> str:
@@ -365,6 +395,9 @@ def _bench(args, backend_name, backend, base) -> int:
                     new = best
                 else:
                     old = best
+        for side, got in (("now", new), ("baseline", old)):
+            if side == "now" or base:
+                print(time_line(stage, side, got), flush=True)
         same = "-"
         if old is not None:
             pairs = list(zip(old["verdicts"] + old["invariance"], new["verdicts"] + new["invariance"]))

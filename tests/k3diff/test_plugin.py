@@ -113,6 +113,7 @@ def test_xdist_merges_one_summary_and_loses_no_seed(project):
     assert result.ret == 1
     out = result.stdout.str()
     assert out.count("k3diff summary") == 1
+    assert out.count("time per case: median ") == 1             # the workers' records carry their phases
     lines = [json.loads(line) for line in report.read_text().splitlines()]       # the controller's file
     from k3diff.report.load import load
 

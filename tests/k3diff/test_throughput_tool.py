@@ -122,3 +122,5 @@ def test_isolated_sides_judge_the_same_cases_alike():
     row = [ln.split() for ln in got.stdout.splitlines() if ln.startswith("kda ")]
     assert row and row[0][1] == "2" and row[0][-1] == "bitwise", got.stdout
     assert "ratio" in got.stdout.splitlines()[-2]
+    for side in ("now", "baseline"):        # each side's time, once, in the pytest summary's words
+        assert got.stdout.count(f"  kda ({side}) time per case: median ") == 1, got.stdout

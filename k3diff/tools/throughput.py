@@ -9,7 +9,7 @@
 
 The cases are drawn once, by the current code's strategies (the space of `--preset`), and written to
 a JSON file; each side then runs in its own subprocesses with its own PYTHONPATH: the current tree,
-and a detached git worktree of `--compare-with` (default c9944a8; `none` skips it). With
+and a detached git worktree of `--compare-with` (default none: the current code only). With
 `--workers N` a side's cases are dealt round-robin to N processes, each loads (imports, backend)
 and waits, then all start together; the side's time is from the first start to the last end,
 weight draws included (every process draws its own, as every xdist worker does). A case is
@@ -43,10 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from k3diff.exit_codes import SEED
 from k3diff.search import find_failure
 from k3diff.session import choose_space, load_available
 
-DEFAULT_BASE = "c9944a8"
+DEFAULT_BASE = "none"      # a baseline is named: an old default stops reading the cases drawn today
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[2]
 INVARIANCE_EVERY = 8
@@ -285,12 +286,14 @@ def _gist(v: dict) -> str:
 
 def readable_by(root: Path, drawn: list[dict]) -> list[dict]:
     """The drawn cases the tree at `root` can read: those whose every field it knows (a newer
-    field is left out of a case's dict at its default, so a plain decode case reads in both)."""
-    code = "import dataclasses, json; from k3diff.case import Case; print(json.dumps([f.name for f in dataclasses.fields(Case)]))"
+    field is left out of a case's dict at its default, so a plain decode case reads in both) and
+    whose case version it reads (a tree before versions were written reads version 1 only)."""
+    code = ("import dataclasses, json; from k3diff import case; print(json.dumps([[f.name for f in "
+            "dataclasses.fields(case.Case)], list(getattr(case, 'CASE_VERSIONS', (1,)))]))")
     got = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONPATH=str(root)))
-    known = set(json.loads(got.stdout.strip().splitlines()[-1]))
-    return [d for d in drawn if set(d) <= known]
+    fields, versions = json.loads(got.stdout.strip().splitlines()[-1])
+    return [d for d in drawn if set(d) <= set(fields) and d.get("version", 1) in versions]
 
 
 def baseline_tree(rev: str) -> tuple[Path, bool]:
@@ -316,7 +319,7 @@ def main(argv=None) -> int:
     p.add_argument("--preset", default=None, help="tiny | small | full (default: the device's)")
     p.add_argument("--backend", default=None, help="candidate (default: the session's default)")
     p.add_argument("--compare-with", default=DEFAULT_BASE, metavar="REV",
-                   help=f"baseline git revision (default {DEFAULT_BASE}; 'none': current code only)")
+                   help="baseline: a git revision or a folder holding a tree (default none: the current code only)")
     p.add_argument("--seed", type=int, default=12)
     p.add_argument("--keep-preset", default=None, metavar="NAME",
                    help="keep only the drawn cases of this preset (e.g. full: the full-dims half of the full space)")
@@ -373,7 +376,13 @@ def _bench(args, backend_name, backend, base) -> int:
         if args.keep_preset:
             drawn = [d for d in drawn if d["preset"] == args.keep_preset]
         if base:
+            n = len(drawn)
             drawn = readable_by(base, drawn)
+            if n and not drawn:
+                print(f"python -m k3diff.tools.throughput: the baseline {args.compare_with} reads none of the "
+                      f"{n} {stage} cases drawn (their fields or case version are newer): compare with a "
+                      "newer revision", file=sys.stderr)
+                return SEED
         drawn = drawn[:args.cases]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(drawn, f)

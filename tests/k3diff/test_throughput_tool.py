@@ -101,6 +101,31 @@ def test_a_baseline_gets_only_the_cases_it_can_read(tmp_path):
     assert readable_by(tmp_path, [plain, newer, plain]) == [plain, plain]
 
 
+def _old_tree(tmp_path, versions="(1,)"):
+    (tmp_path / "k3diff").mkdir()
+    (tmp_path / "k3diff" / "__init__.py").write_text("")
+    (tmp_path / "k3diff" / "case.py").write_text(
+        "import dataclasses\nCASE_VERSIONS = " + versions + "\n@dataclasses.dataclass\nclass Case:\n"
+        "    stage: str = 'moe'\n    batch: int = 1\n    version: int = 1\n")
+    return tmp_path
+
+
+def test_a_baseline_gets_only_the_case_versions_it_reads(tmp_path):
+    from k3diff.tools.throughput import readable_by
+
+    v1, v2 = {"stage": "moe", "batch": 2, "version": 1}, {"stage": "moe", "batch": 2, "version": 2}
+    assert readable_by(_old_tree(tmp_path), [v1, v2]) == [v1]
+
+
+def test_a_baseline_that_reads_none_of_the_cases_is_one_line_and_exit_9(tmp_path):
+    """Today's cases are drawn at the current case version: a tree that reads older versions only
+    judges nothing, which is said, not measured as 0 cases a second."""
+    got = _tool("--stages", "moe", "--cases", "2", "--compare-with", str(_old_tree(tmp_path)))
+    assert got.returncode == 9, got.stderr[-2000:]
+    line = got.stderr.strip().splitlines()[-1]
+    assert "reads none of the" in line and "newer revision" in line and "Traceback" not in got.stderr
+
+
 def test_isolate_and_repeat_are_checked():
     bad = _tool("--stages", "moe", "--cases", "2", "--repeat", "0")
     assert bad.returncode == 2 and "--repeat must be >= 1" in bad.stderr

@@ -7,7 +7,6 @@ import os
 
 DEFAULT_ARCH = "sm_90a"
 ARCHS = ("sm_90a", "sm_103a")   # what `compile --arch` takes: the H200's and GB300's, built in CI
-NUM_SMS = 132  # H200; passed as a constant: no driver queries while tracing
 
 
 def import_cutlass():

@@ -257,8 +257,12 @@ def _serve(host, msg, device) -> list:
             return ["given", _held(host, device)]
         _, case, cfg, token, weights, drop, calls, provides = msg
         if drop:
+            # sets past the last KEEP_SETS (a moe case's routing copy is a set of its own, so one
+            # goes nearly every case): forgotten, not collected. Collecting here (gc, every graph
+            # captured, the device's cached memory) cost each case 20-40 ms on the CPU and the
+            # allocator's warm blocks on a GPU; the parent's own tensors are still its to hold,
+            # and memory a case needs is asked back first (k3diff.sizing, `give_back`)
             host.forget(drop)
-            _give_back(device)
         during = "prepare" if (token, case.stage) not in host._prepared else "run"
         facts = host.run(case, cfg, token, weights, calls, provides)
         sticky = _sync_error(device)

@@ -402,3 +402,21 @@ class ClaimsAHugeReply(TorchBlockedBackend):
         except (IndexError, ValueError, OSError):
             return super().run(stage, cfg, prepared, inputs, out)      # not isolated: nothing to claim on
         time.sleep(30)
+
+
+class CountsCollections(TorchBlockedBackend):
+    """torch-blocked that appends a line to the file named by K3DIFF_TEST_CLEARS each time its
+    process clears the caches built on weights (k3diff.caches: what a full give-back does): how
+    often the candidate's process pays for a collection."""
+    name = "crashing_candidates:CountsCollections"
+
+    def __init__(self):
+        super().__init__()
+        from k3diff import caches
+
+        path = os.environ["K3DIFF_TEST_CLEARS"]
+
+        def clear():
+            with open(path, "a") as fh:
+                fh.write("cleared\n")
+        caches.register("collections counted", clear)

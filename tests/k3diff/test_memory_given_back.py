@@ -147,3 +147,29 @@ def test_a_child_that_cannot_give_back_is_replaced(tmp_path):
         assert checker.check(Case("moe", batch=2, seed=5)).ok and checker.started == 2
     finally:
         checker.close()
+
+
+def test_a_set_past_the_last_few_kept_is_forgotten_without_a_collection(tmp_path, monkeypatch):
+    """Each moe case with a routing mode brings a weight set of its own (a copy of the router), so
+    past KEEP_SETS the oldest is dropped nearly every case: the child forgets it (it holds at most
+    KEEP_SETS) without collecting (gc, the captured graphs, the device's cache), which cost each
+    case 20-40 ms. Memory is still given back when this process asks (the tests above)."""
+    import sys
+    from pathlib import Path
+
+    from k3diff.candidate_link import KEEP_SETS
+
+    here = str(Path(__file__).parent)
+    if here not in sys.path:            # the child gets this process's sys.path
+        sys.path.insert(0, here)
+    clears = tmp_path / "clears.txt"
+    monkeypatch.setenv("K3DIFF_TEST_CLEARS", str(clears))
+    checker = IsolatedChecker("crashing_candidates:CountsCollections", device="cpu", inflight_dir=tmp_path,
+                              threads=1)
+    try:
+        for seed in range(KEEP_SETS + 4):
+            assert checker.check(Case("moe", batch=2, seed=seed, routing="skewed")).ok
+        assert checker.give_back() == {"weight_sets": KEEP_SETS, "prepared": KEEP_SETS}
+        assert not clears.exists() or clears.read_text() == "", clears.read_text()
+    finally:
+        checker.close()

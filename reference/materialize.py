@@ -192,13 +192,25 @@ def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
             base = _base(stage, name).replace("_packed", "")
             packed = out[name] = torch.empty(shape, dtype=torch.uint8, device=device)
             scale = out[sname] = torch.empty(sshape, dtype=torch.uint8, device=device)
+            # quantised a few experts at a time: quantize() works on each 32-group alone, so a
+            # stack gives every expert the bits it gets alone, in one call instead of one each
+            # (a call per expert was most of a small MoE case's drawing time on the CPU)
+            chunk = max(1, _QUANTIZE_BYTES // (4 * shape[1] * 2 * shape[2]))
+            ws, first = [], 0
             for e, w in _expert_draws(seed, base, shape[0], (shape[1], 2 * shape[2]), gdev, lambda w: w):
-                p, sc = mxfp4.quantize(w.to(device))
-                packed[e].copy_(p)
-                scale[e].copy_(sc)
+                ws.append(w)
+                if len(ws) == chunk or e == shape[0] - 1:
+                    p, sc = mxfp4.quantize(torch.stack(ws).to(device))
+                    packed[first:e + 1].copy_(p)
+                    scale[first:e + 1].copy_(sc)
+                    first, ws = e + 1, []
     return out
 
 
+# float32 bytes of the experts quantised in one call: a full-dims MXFP4 expert (42-84 MB as float32)
+# still goes alone, as before, so the GPU's peak while drawing is what it was (quantize's
+# temporaries are several times its input); the small presets' experts go dozens at a time
+_QUANTIZE_BYTES = 64 << 20
 _POOL: list = []          # one thread pool for the expert draws, made on first use
 _THREADED_NUMEL = 1 << 17  # experts this large are drawn on the pool (the tiny preset's are not)
 

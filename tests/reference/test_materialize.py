@@ -108,3 +108,21 @@ def test_run_stage_never_writes_its_inputs_or_weights(stage, layer_idx, mode):
     for k, v in {**inp, **w}.items():
         if torch.is_tensor(v):
             assert torch.equal(bits(v), before[k]), k
+
+
+@pytest.mark.parametrize("per_call", [1, 3, 64])
+def test_mxfp4_experts_quantised_together_have_the_bits_of_each_quantised_alone(monkeypatch, per_call):
+    """make_experts quantises a few experts per call: each must get the bits quantize() gives it
+    alone (the draws expert by expert, as before), whatever the number per call and a last call
+    of fewer."""
+    from reference import materialize as mat
+    from reference import mxfp4
+
+    cfg = preset("tiny")
+    shape = mat._stage_weights(cfg, "moe", None, "mxfp4")["experts.w13_packed"][0]
+    one = 4 * shape[1] * 2 * shape[2]
+    monkeypatch.setattr(mat, "_QUANTIZE_BYTES", per_call * one)
+    got = mat.make_experts(cfg, "moe", 5, expert_format="mxfp4", n=7)
+    for e in range(7):
+        p, s = mxfp4.quantize(mat._expert_draw(5, "experts.w13", e, (shape[1], 2 * shape[2]), torch.device("cpu")))
+        assert torch.equal(got["experts.w13_packed"][e], p) and torch.equal(got["experts.w13_scale"][e], s)

@@ -17,8 +17,8 @@ object over the same memory: a cache or state the candidate updated in place) go
 reference, `{"r": k}`, to the parent's own k-th shared tensor, not as its bytes: those bytes are
 already in the parent's memory. The parent takes a copy of its buffer (`decode(..., refs=)`), so
 nothing the child does after its reply changes what is judged, and a reference to anything but a
-tensor of that request, of that dtype and shape, is Malformed. Sending the bytes instead cost a
-small-preset KDA or layer case 70-220 MB a call through host memory and the socket.
+tensor of that request, of that dtype and shape, is Malformed. Sending the bytes instead moved
+66-152 MB a step back through host memory and the socket for a small-preset KDA, layer or MLA case.
 
 Why small CPU tensors go by value: making a fresh shared-memory segment cost 13-16 ms per tensor on
 the project's loaded 2-core CI box (torch `_share_fd_cpu_` / `_share_filename_cpu_`), where a copy

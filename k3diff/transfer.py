@@ -163,7 +163,7 @@ def encode_parts(obj) -> list:
             k, where = theirs.get(id(o), (None, None))
             if k is not None and _received[k][0] is o and _where(o) == where:
                 return {"r": k, "dtype": name, "shape": list(o.shape)}
-            blobs.append(_host_bytes(o))
+            blobs.append(memoryview(_writable_bytes(o)))
             return {"t": len(blobs) - 1, "dtype": name, "shape": list(o.shape)}
         if isinstance(o, dict):
             return {"d": [[str(k), walk(v)] for k, v in o.items()]}
@@ -184,12 +184,6 @@ def encode_parts(obj) -> list:
 def encode(obj) -> bytes:
     """`encode_parts` joined: the reply as one bytes object."""
     return b"".join(encode_parts(obj))
-
-
-def _host_bytes(t: torch.Tensor) -> memoryview:
-    """The tensor's bytes in host memory, viewed where they lie when contiguous on the CPU."""
-    t = t.detach().cpu().contiguous()
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy()) if t.numel() else memoryview(b"")
 
 
 def decode(data, device=None, refs=()):

@@ -122,6 +122,14 @@ class WeightTokens:
         self._by_key.clear()
         self.dropped = []
 
+    def undelivered(self, token: int | None, dropped: list) -> None:
+        """A request the candidate's process could not receive: the sets it was to forget go with
+        the next one, and the set it carried for the first time (`token`) is sent again."""
+        self.dropped = list(dropped) + self.dropped
+        for key, (t, _) in list(self._by_key.items()):
+            if t == token:
+                del self._by_key[key]
+
     def take_dropped(self) -> list:
         out, self.dropped = self.dropped, []
         return out

@@ -225,6 +225,14 @@ def _child_entry(fd: int, parent_pid: int) -> None:
             msg = from_parent(_recv_frame(sock))
         except (EOFError, OSError):
             return
+        except torch.OutOfMemoryError as exc:
+            # the request's tensors did not fit on the device as they arrived: k3diff's transfer
+            # ran out, not the candidate (which has not been called); the parent takes it as its
+            # own out of memory, the machine's (k3diff.judge), and this process goes on
+            forget_received()
+            reply("no_room", (str(exc).splitlines() or ["out of memory"])[0][:300])
+            del exc
+            continue
         if msg is None:
             return
         answer = closed_output.checked(_serve(host, msg, device))
@@ -609,10 +617,16 @@ class IsolatedChecker:
         return answer
 
     def run(self, case, cfg, weights, calls, provides) -> tuple[list, dict]:
+        import torch
+
         token, new = self.tokens.token(weights)
+        drop = self.tokens.take_dropped()
         start = time.perf_counter()
-        msg = self._round(("run", case, cfg, token, weights if new else None, self.tokens.take_dropped(),
-                           calls, sorted(provides)))
+        try:
+            msg = self._round(("run", case, cfg, token, weights if new else None, drop, calls, sorted(provides)))
+        except torch.OutOfMemoryError:
+            self.tokens.undelivered(token if new else None, drop)
+            raise
         if not (len(msg) == 3 and msg[0] == "done"):
             raise self._malformed("not an answer to `run`")
         calls, facts = _same_layout(calls, msg[1], self._malformed), _facts(msg[2], self._malformed)
@@ -651,6 +665,12 @@ class IsolatedChecker:
             self._left -= time.monotonic() - start
         if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
             raise self._malformed("not a reply")
+        if msg[0] == "no_room" and len(msg) == 2 and isinstance(msg[1], str):
+            import torch
+
+            # raised as this process's own: the judge gives memory back, tries once more, and out
+            # of memory again the case is the machine's (CaseTooLarge), never the candidate's
+            raise torch.OutOfMemoryError(f"out of memory receiving the case in the candidate's process: {msg[1]}")
         if msg[0] == "sticky" and len(msg) == 2:
             self._reap()
             raise CandidateFailed(f"{CRASH} sticky device error: {str(msg[1])[:300]}")

@@ -420,3 +420,16 @@ class CountsCollections(TorchBlockedBackend):
             with open(path, "a") as fh:
                 fh.write("cleared\n")
         caches.register("collections counted", clear)
+
+
+def _device_full():
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 50.00 MiB.")
+
+
+class FullOnArrival:
+    """Put into a request in place of a tensor that does not fit the device when the candidate's
+    process rebuilds it (seen on an H100 shared by several runs): unpickling it runs out of memory
+    before the candidate is called."""
+
+    def __reduce__(self):
+        return (_device_full, ())

@@ -93,3 +93,47 @@ def test_this_processs_own_out_of_memory_stays_the_machines(monkeypatch):
     monkeypatch.setattr(runner, "run_reference", reference_out_of_memory)
     with pytest.raises(CaseTooLarge):
         judge("case", Case(stage="moe", batch=3, seed=7), None, TorchBlockedBackend(), "cpu")
+
+
+@pytest.mark.parametrize("times, verdict", [(1, "judged"), (2, "machine")])
+def test_out_of_memory_receiving_the_case_in_the_candidates_process_is_the_machines(tmp_path, times, verdict):
+    """The candidate's process runs out of device memory rebuilding the request's tensors, before
+    the candidate is called (an H100 shared by several runs: the child died with a traceback and
+    the case was saved as the candidate's crash). It answers instead of dying; the case is judged
+    again with the weights sent afresh, and out of memory twice it is the machine's (exit 11)."""
+    import sys
+    from pathlib import Path
+
+    from k3diff.isolation import IsolatedChecker
+
+    here = str(Path(__file__).parent)
+    if here not in sys.path:                    # the child gets this process's sys.path
+        sys.path.insert(0, here)
+    from crashing_candidates import FullOnArrival
+
+    checker = IsolatedChecker("torch-blocked", "torch-blocked", device="cpu", inflight_dir=tmp_path)
+    real, runs = checker._round, []
+
+    def full_on_arrival(request):
+        if request[0] == "run":
+            runs.append(request[4] is not None)        # the weights went with this request
+            if len(runs) <= times:
+                request = request[:-1] + (FullOnArrival(),)
+        return real(request)
+
+    checker._round = full_on_arrival
+    case = Case(stage="moe", batch=3, seed=7)
+    try:
+        if verdict == "judged":
+            v = checker.check(case)
+            assert v.ok and not v.error, v.error
+        else:
+            with pytest.raises(CaseTooLarge) as exc:
+                checker.check(case)
+            assert "out of memory twice" in str(exc.value) and exc.value.exit_code == 11
+        assert checker.started == 1                    # the same process answered every request
+        assert all(runs[: times + 1]), runs            # every try after a lost one sent the weights again
+        again = checker.check(Case(stage="moe", batch=1, seed=8))
+        assert again.ok, again.failures()
+    finally:
+        checker.close()

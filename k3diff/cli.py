@@ -290,12 +290,18 @@ def _hunt(args) -> int:
         judged[case.stage] += not verdict.skipped
         return verdict
 
+    counts: dict = {}
     try:
         verdict, count, seconds, stage = first_failure_over(stages, lambda st: cases(st, space), check,
-                                                            examples=args.examples, seed=args.seed)
+                                                            examples=args.examples, seed=args.seed, counts=counts)
     finally:
         checker.close()
     unjudged = [st for st in stages if not judged[st]]
+    if verdict is None and counts.get("too_large"):      # as a fuzz run: a case not judged is no pass
+        print(f"k3diff: no failure in {count} examples, but {counts['too_large']} were too large for this "
+              f"machine and not judged (the first: {counts['too_large_first']}); not a pass", file=sys.stderr)
+        _print_rerun(args)
+        return ex.MACHINE
     if verdict is None and unjudged:
         print(f"k3diff: nothing judged for stage {', '.join(unjudged)}: {args.backend} refused every case "
               f"of it ({count} drawn in all; stages/supports()); that is not a pass", file=sys.stderr)

@@ -8,8 +8,9 @@ are pytest's own (it owns 2, 4 and 5); `k3diff` follows them except that Ctrl-C 
 A bad input found before any case runs ends the run at once. One found mid-run (a seed under
 --k3diff-replay that cannot be read, a case too big for this GPU) fails its own test with the line,
 the other cases still run, and the run exits with that input's number unless a candidate failed
-(then 1: a wrong kernel outranks everything else). A fuzz search goes on past a case too big
-for this GPU (k3diff.session.skip_too_large) and its test fails with the line when it ends.
+(then 1: a wrong kernel outranks everything else). A fuzz search, and `k3diff hunt`, go on past a
+case too big for this GPU (k3diff.search.skip_too_large) and end with the line and 11 unless they
+found a failure.
 """
 from __future__ import annotations
 

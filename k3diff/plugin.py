@@ -468,7 +468,7 @@ class _ItemRun:
         record["judged_at"] = round(time.time(), 3)            # the progress line's replay, the report's timeline
         if not verdict.ok and not verdict.skipped:
             self.failed_once = True
-        if getattr(verdict, "too_large", False):         # k3diff.session.skip_too_large
+        if getattr(verdict, "too_large", False):         # k3diff.search.skip_too_large
             self.too_large.append(verdict.skipped)
         self.item.user_properties.append((REPORT_KEY, record))
         config = self.item.config
@@ -511,7 +511,7 @@ class _ItemRun:
         self._machine_limits()
 
     def _machine_limits(self):
-        """A search that passed past cases this machine could not hold (k3diff.session.skip_too_large:
+        """A search that passed past cases this machine could not hold (k3diff.search.skip_too_large:
         every other case of it was judged) fails with their line: exit 11 unless a candidate failed."""
         from k3diff.sizing import CaseTooLarge
 

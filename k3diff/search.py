@@ -83,16 +83,39 @@ def find_failure(strategy, judge, *, examples: int, seed: int, shrink: bool = Tr
     return state["failure"], state["count"]
 
 
+def skip_too_large(case, backend_name, check):
+    """check(), or where the case does not fit this machine (k3diff.sizing.CaseTooLarge: the
+    estimate before it, or out of memory twice) a verdict skipped with that line: the machine's
+    limit, not the candidate's failure, and not the end of a fuzz run (raised inside Hypothesis it
+    was a failure to shrink and replay, and a run ended in a traceback: an H100 meeting a
+    full-dims bf16 layer case). Its test fails with the line when the search ends (k3diff.plugin)."""
+    from k3diff.sizing import CaseTooLarge
+    from k3diff.verdict import Verdict
+
+    try:
+        return check()
+    except CaseTooLarge as exc:
+        verdict = Verdict(case, backend_name)
+        verdict.skipped, verdict.too_large = str(exc), True
+        return verdict
+
+
 def stop_on_fatal(check, on_case=None, counts=None):
     """The judge every k3diff search uses: `check(value)` -> verdict, told to `on_case(value,
-    verdict)`, counted in `counts` ("judged": not skipped), and the search ended at once (Stop) on a
-    crash or hang verdict."""
+    verdict)`, counted in `counts` ("judged": not skipped; "too_large": the first such line and how
+    many), and the search ended at once (Stop) on a crash or hang verdict. A case too large for this
+    machine is skipped and the search goes on, as in a fuzz run (`skip_too_large`): a hunt on a
+    GPU another run fills ended in a traceback."""
     def judge(value):
-        verdict = check(value)
+        case = value[0] if isinstance(value, tuple) else value      # (case, position): invariance
+        verdict = skip_too_large(case, "", lambda: check(value))
         if on_case is not None:
             on_case(value, verdict)
         if counts is not None:
             counts["judged"] = counts.get("judged", 0) + (not verdict.skipped)
+            if getattr(verdict, "too_large", False):
+                counts.setdefault("too_large_first", verdict.skipped)
+                counts["too_large"] = counts.get("too_large", 0) + 1
         if is_fatal(verdict):
             raise Stop(verdict)
         return verdict

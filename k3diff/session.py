@@ -14,7 +14,7 @@ from pathlib import Path
 
 from k3diff.isolation import InProcessChecker, IsolatedChecker
 from k3diff.schedule import with_schedules
-from k3diff.search import find_failure, stop_on_fatal
+from k3diff.search import find_failure, skip_too_large, stop_on_fatal
 from k3diff.usage import MachineProblem, PathProblem, UsageProblem  # noqa: F401 - the plugin and the CLI name it from here
 
 PROFILES = {
@@ -240,23 +240,6 @@ class Session:
             path = save(verdict.case, verdict.to_dict(), fallback, self.backend_name, check=check, environment=env)
             verdict.notes.append(f"could not write to {self.save_dir} ({exc.strerror or exc}); seed saved in {fallback}")
         return path, replay_command(path, self.backend_name)
-
-
-def skip_too_large(case, backend_name, check):
-    """check(), or where the case does not fit this machine (k3diff.sizing.CaseTooLarge: the
-    estimate before it, or out of memory twice) a verdict skipped with that line: the machine's
-    limit, not the candidate's failure, and not the end of a fuzz run (raised inside Hypothesis it
-    was a failure to shrink and replay, and a run ended in a traceback: an H100 meeting a
-    full-dims bf16 layer case). Its test fails with the line when the search ends (k3diff.plugin)."""
-    from k3diff.sizing import CaseTooLarge
-    from k3diff.verdict import Verdict
-
-    try:
-        return check()
-    except CaseTooLarge as exc:
-        verdict = Verdict(case, backend_name)
-        verdict.skipped, verdict.too_large = str(exc), True
-        return verdict
 
 
 def replay_record(checker, case, record):

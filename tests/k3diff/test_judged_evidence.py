@@ -165,3 +165,43 @@ def test_show_escapes_every_field_and_builds_its_own_replay_command(tmp_path, ca
     plain.write_text(json.dumps(dict(record, backend="torch-blocked")))
     assert cli.main(["show", str(plain)]) == 0
     assert f"replay: k3diff replay '{plain}' --backend torch-blocked" in capsys.readouterr().out
+
+
+def test_a_hunt_goes_on_past_a_case_too_large_and_does_not_call_that_a_pass(monkeypatch, capsys):
+    """A hunt (and the mutants and schedule tables built on one) met a case too large for a GPU
+    another run was filling and ended in a traceback. The case is skipped and the hunt goes on, as
+    in a fuzz run; with no failure found it is not a pass: one line, exit 11 (the machine's)."""
+    from k3diff import sizing
+    from k3diff.search import first_failure_over
+    from k3diff.strategies import cases
+
+    real = sizing.check_fits
+
+    def fits_below_eight(case, device):
+        if case.batch > 8:
+            raise sizing.CaseTooLarge(f"case too large for {device}: needs about 9.0 GiB, 0.1 GiB free ({case.label()})")
+        return real(case, device)
+
+    monkeypatch.setattr(sizing, "check_fits", fits_below_eight)
+    monkeypatch.setattr("k3diff.runner.check_fits", fits_below_eight, raising=False)
+    judged, counts = [], {}
+
+    def check(case):
+        from k3diff.runner import check_case
+        from k3diff.backends.blocked import TorchBlockedBackend
+
+        v = check_case(case, TorchBlockedBackend(), device="cpu")
+        judged.append(case.batch)
+        return v
+
+    verdict, n, _, _ = first_failure_over(["moe"], lambda st: cases(st), check, examples=12, seed=3, counts=counts)
+    assert verdict is None and n == 12
+    assert counts["too_large"] >= 1 and counts["too_large"] + len(judged) == 12, (counts, judged)
+    assert all(b <= 8 for b in judged) and counts["too_large_first"].startswith("case too large for cpu")
+
+    status = cli.main(["hunt", "--backend", "torch-blocked", "--stage", "moe", "--examples", "12", "--seed", "3",
+                       "--isolate", "off"])
+    out, err = capsys.readouterr()
+    assert status == ex.MACHINE, out + err
+    assert err.startswith("k3diff: no failure in 12 examples, but ") and "not a pass" in err
+    assert len(err.splitlines()) == 1 and "rerun: " in out

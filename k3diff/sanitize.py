@@ -10,7 +10,11 @@ shared-memory hazard (racecheck), a barrier misuse (synccheck), an uninitialised
     sanitize racecheck: Race reported between Write access ... [kernel k_mla_attn; block (3,0,0)] in case mla small B=192 ... (seeds/x.json)
 
 with repeats of one finding in one kernel counted, not listed. A finding fails the command like a
-wrong tensor (exit 1), and so does a replay that fails its case; a seed that cannot be read is
+wrong tensor (exit 1), and so does a replay that fails its case. A CUDA API call out of device
+memory (`cudaErrorMemoryAllocation`) is not one: PyTorch's allocator meets it, frees its cache and
+tries again, and the sanitizer reports it all the same; it is the machine's (several replays on one
+GPU), counted on the seed's line, and the replay's own status says whether the case was judged
+(exit 11: not on this machine); a seed that cannot be read is
 exit 9, a machine without compute-sanitizer exit 11 (k3diff/exit_codes.py). `--exclude REGEX`
 drops findings in kernels whose name matches (a library's kernels you do not own). `--jobs N`
 runs up to N seeds at once (each seed's lines printed as it finishes, the summary and status as
@@ -123,6 +127,15 @@ def parse(text: str) -> list[Finding]:
     return list(merged.values())
 
 
+_NO_MEMORY = "cudaErrorMemoryAllocation"
+
+
+def machine_findings(found: list[Finding]) -> tuple[list[Finding], int]:
+    """(the findings, how many reports were the device out of memory: the machine's, not a kernel's)."""
+    kept = [f for f in found if _NO_MEMORY not in f.what]
+    return kept, sum(f.count for f in found if _NO_MEMORY in f.what)
+
+
 def command(tool: str, seed: str, *, sanitizer: str, backend=None, device="cuda") -> list:
     replay = [sys.executable, "-m", "k3diff.cli", "replay", seed, "--isolate", "off", "--device", device]
     return ([sanitizer, "--tool", tool, "--print-limit", "1000", "--target-processes", "all"] + replay
@@ -182,7 +195,9 @@ def _one(args, sanitizer, exclude, path, label, running) -> tuple:
                     exit_codes.FAIL, 0, 0)
         finally:
             running.done(proc)
-    kept = [f for f in parse(out) if not (exclude and f.kernel and exclude.search(f.kernel))]
+    kept, no_memory = machine_findings(parse(out))
+    kept = [f for f in kept if not (exclude and f.kernel and exclude.search(f.kernel))]
+    aside = f"; {no_memory} out-of-memory API error(s) set aside: the machine's" if no_memory else ""
     if kept:
         return ([f"sanitize {args.tool}: {f.line()} in case {label} ({path})" for f in kept],
                 exit_codes.FAIL, len(kept), 0)
@@ -191,10 +206,10 @@ def _one(args, sanitizer, exclude, path, label, running) -> tuple:
         return [f"sanitize {args.tool}: not run: {refused} in case {label} ({path})"], exit_codes.PASS, 0, 1
     if proc.returncode != exit_codes.PASS:      # the case failed, or the replay could not judge it
         tail = " | ".join(line.strip() for line in out.strip().splitlines()[-3:])[:300]
-        return ([f"sanitize {args.tool}: the replay exited {proc.returncode} in case {label} ({path}): {tail}"],
+        return ([f"sanitize {args.tool}: the replay exited {proc.returncode} in case {label} ({path}{aside}): {tail}"],
                 proc.returncode, 0, 0)
     # one line per clean seed too: a watcher sees progress, and a run cut short says how far it got
-    return ([f"sanitize {args.tool}: clean in case {label} ({path}; {time.monotonic() - start:.0f} s)"],
+    return ([f"sanitize {args.tool}: clean in case {label} ({path}; {time.monotonic() - start:.0f} s{aside})"],
             exit_codes.PASS, 0, 0)
 
 

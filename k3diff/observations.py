@@ -41,6 +41,12 @@ def path_beside(results) -> Path:
     return results.with_name(stem + SUFFIX)
 
 
+def results_beside(path) -> Path:
+    """r.observations.jsonl -> r.jsonl (the inverse of path_beside)."""
+    path = Path(path)
+    return path.with_name(path.name[:-len(SUFFIX)] + ".jsonl")
+
+
 def is_observations(path) -> bool:
     """Whether `path` is such a file (a folder of results files holds them beside the results)."""
     return Path(path).name.endswith(SUFFIX)

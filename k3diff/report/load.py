@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from k3diff.observations import is_observations, results_beside
 from k3diff.report import schema
 
 
@@ -71,7 +72,7 @@ def expand(paths) -> list[Path]:
                 found = sorted([*p.rglob("*.jsonl"), *p.rglob("*.jsonl.gz")])
             except (OSError, RuntimeError) as exc:
                 raise ReportInputError(f"{p}: cannot list the folder ({_why(exc)})") from None
-            found = [f for f in found if not f.name.endswith(".observations.jsonl")]   # k3diff/observations.py
+            found = [f for f in found if not is_observations(f)]
             if not found:
                 raise ReportInputError(f"{p}: folder holds no *.jsonl results file")
             out += found
@@ -79,7 +80,14 @@ def expand(paths) -> list[Path]:
             out.append(p)
         else:
             raise ReportInputError(f"{p}: no such results file")
-    return out
+    # a run's observations file (k3diff/observations.py) beside its results: `k3diff report res/*.jsonl`
+    # names both; it is dropped where its results file is given too, else named for what it is
+    given = {str(f) for f in out}
+    for f in out:
+        if is_observations(f) and str(results_beside(f)) not in given:
+            raise ReportInputError(f"{f}: the Hypothesis observations k3diff writes beside a results file, "
+                                   f"not results; give {results_beside(f)}")
+    return [f for f in out if not is_observations(f)]
 
 
 def _open(path: Path):

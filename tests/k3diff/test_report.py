@@ -413,3 +413,21 @@ def test_the_committed_h200_run_reads_compressed_and_a_broken_gz_is_one_line(tmp
         with pytest.raises(ReportInputError) as exc:
             read_file(tmp_path / bad)
         assert "\n" not in str(exc.value)
+
+
+def test_a_runs_observations_file_given_by_name(tmp_path, capsys):
+    """`k3diff report res/*.jsonl` names each run's observations file beside its results (an H100
+    lane's merge stopped on it with "not a k3diff results line"): dropped where its results file is
+    given too, else one line naming the file to give instead."""
+    from k3diff.observations import path_beside
+    from k3diff.report.load import ReportInputError, expand
+
+    res = tmp_path / "r.jsonl"
+    res.write_text("")
+    obs = path_beside(res)
+    obs.write_text('{"type": "test_case"}\n')
+    assert expand([str(res), str(obs)]) == [res]
+    with pytest.raises(ReportInputError) as exc:
+        expand([str(obs)])
+    assert str(exc.value) == (f"{obs}: the Hypothesis observations k3diff writes beside a results file, not results; "
+                              f"give {res}")

@@ -186,6 +186,15 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+class _NoRoom(CandidateFailed):
+    """The candidate's process ran out of device memory receiving a request, before the candidate
+    was called (seen on an H100 that several runs shared; it died with a traceback, a crash of the
+    candidate). Judged as the candidate's own out of memory is (k3diff.judge): again with the
+    caches given back, then the machine's limit (exit 11), unless the case is far below the memory
+    free: then what fills that process is the candidate's, and so is the failure. A candidate that
+    forges the answer gains nothing over running out of memory itself."""
+
+
 def _child_entry(fd: int, parent_pid: int) -> None:
     from k3diff.transfer import encode_parts, forget_received, from_parent
 
@@ -226,9 +235,9 @@ def _child_entry(fd: int, parent_pid: int) -> None:
         except (EOFError, OSError):
             return
         except torch.OutOfMemoryError as exc:
-            # the request's tensors did not fit on the device as they arrived: k3diff's transfer
-            # ran out, not the candidate (which has not been called); the parent takes it as its
-            # own out of memory, the machine's (k3diff.judge), and this process goes on
+            # the request's tensors did not fit on the device as they arrived, before the candidate
+            # was called: this process goes on, and the parent judges the out of memory by the
+            # case's size (_NoRoom)
             forget_received()
             reply("no_room", (str(exc).splitlines() or ["out of memory"])[0][:300])
             del exc
@@ -617,14 +626,12 @@ class IsolatedChecker:
         return answer
 
     def run(self, case, cfg, weights, calls, provides) -> tuple[list, dict]:
-        import torch
-
         token, new = self.tokens.token(weights)
         drop = self.tokens.take_dropped()
         start = time.perf_counter()
         try:
             msg = self._round(("run", case, cfg, token, weights if new else None, drop, calls, sorted(provides)))
-        except torch.OutOfMemoryError:
+        except _NoRoom:
             self.tokens.undelivered(token if new else None, drop)
             raise
         if not (len(msg) == 3 and msg[0] == "done"):
@@ -666,11 +673,8 @@ class IsolatedChecker:
         if not (isinstance(msg, list) and msg and isinstance(msg[0], str)):
             raise self._malformed("not a reply")
         if msg[0] == "no_room" and len(msg) == 2 and isinstance(msg[1], str):
-            import torch
-
-            # raised as this process's own: the judge gives memory back, tries once more, and out
-            # of memory again the case is the machine's (CaseTooLarge), never the candidate's
-            raise torch.OutOfMemoryError(f"out of memory receiving the case in the candidate's process: {msg[1]}")
+            raise _NoRoom(f"{CRASH} out of memory receiving the case in the candidate's process: {msg[1][:300]}",
+                          oom=True)
         if msg[0] == "sticky" and len(msg) == 2:
             self._reap()
             raise CandidateFailed(f"{CRASH} sticky device error: {str(msg[1])[:300]}")

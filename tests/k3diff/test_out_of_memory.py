@@ -95,15 +95,19 @@ def test_this_processs_own_out_of_memory_stays_the_machines(monkeypatch):
         judge("case", Case(stage="moe", batch=3, seed=7), None, TorchBlockedBackend(), "cpu")
 
 
-@pytest.mark.parametrize("times, verdict", [(1, "judged"), (2, "machine")])
-def test_out_of_memory_receiving_the_case_in_the_candidates_process_is_the_machines(tmp_path, times, verdict):
+@pytest.mark.parametrize("times, verdict", [(1, "judged"), (2, "machine"), (2, "candidate")])
+def test_out_of_memory_receiving_the_case_in_the_candidates_process(tmp_path, monkeypatch, times, verdict):
     """The candidate's process runs out of device memory rebuilding the request's tensors, before
     the candidate is called (an H100 shared by several runs: the child died with a traceback and
     the case was saved as the candidate's crash). It answers instead of dying; the case is judged
-    again with the weights sent afresh, and out of memory twice it is the machine's (exit 11)."""
+    again with the weights sent afresh; out of memory twice it is judged by the case's size as a
+    candidate's own out of memory is: the machine's on a case this machine's memory limits (exit
+    11), the candidate's where the case is far below the memory free (what fills its process is
+    its own: a forged answer gains it nothing)."""
     import sys
     from pathlib import Path
 
+    from k3diff import sizing
     from k3diff.isolation import IsolatedChecker
 
     here = str(Path(__file__).parent)
@@ -111,6 +115,8 @@ def test_out_of_memory_receiving_the_case_in_the_candidates_process_is_the_machi
         sys.path.insert(0, here)
     from crashing_candidates import FullOnArrival
 
+    if verdict == "machine":
+        monkeypatch.setattr(sizing, "FAR_BELOW", 1 << 60)       # this machine's memory: the case's limit
     checker = IsolatedChecker("torch-blocked", "torch-blocked", device="cpu", inflight_dir=tmp_path)
     real, runs = checker._round, []
 
@@ -124,13 +130,17 @@ def test_out_of_memory_receiving_the_case_in_the_candidates_process_is_the_machi
     checker._round = full_on_arrival
     case = Case(stage="moe", batch=3, seed=7)
     try:
-        if verdict == "judged":
-            v = checker.check(case)
-            assert v.ok and not v.error, v.error
-        else:
+        if verdict == "machine":
             with pytest.raises(CaseTooLarge) as exc:
                 checker.check(case)
             assert "out of memory twice" in str(exc.value) and exc.value.exit_code == 11
+        else:
+            v = checker.check(case)
+            if verdict == "judged":
+                assert v.ok and not v.error, v.error
+            else:
+                assert not v.ok and v.error.startswith("out of memory on a case of about"), v.error
+                assert "receiving the case in the candidate's process" in v.error and "\n" not in v.error
         assert checker.started == 1                    # the same process answered every request
         assert all(runs[: times + 1]), runs            # every try after a lost one sent the weights again
         again = checker.check(Case(stage="moe", batch=1, seed=8))

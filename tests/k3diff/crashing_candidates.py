@@ -433,3 +433,24 @@ class FullOnArrival:
 
     def __reduce__(self):
         return (_device_full, ())
+
+
+class ForgesNoRoom(TorchBlockedBackend):
+    """Writes k3diff's own "no room" answer (its process out of device memory receiving the case)
+    onto the isolation socket in every run, then runs on: an out of memory that is not the
+    machine's, since the case is tiny. It must stay the candidate's failure."""
+    name = "crashing_candidates:ForgesNoRoom"
+    stages = ("moe",)
+
+    def run(self, stage, cfg, prepared, inputs, out):
+        import socket
+        import sys
+
+        from k3diff.isolation import _send_parts
+        from k3diff.transfer import encode_parts
+
+        try:
+            _send_parts(socket.socket(fileno=int(sys.argv[1])), encode_parts(["no_room", "forged"]))
+        except (IndexError, ValueError, OSError):
+            pass                    # not in the isolated child: nothing to forge onto
+        return super().run(stage, cfg, prepared, inputs, out)

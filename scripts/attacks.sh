@@ -203,6 +203,7 @@ echo '{"k3diff_seed_format": 1, "case": {"stage": "mla", "version": 2, "batch": 
 row "later steps scaled by 1.01 (MLA, 3 steps): replay" "PASS|FAIL" "${C[@]}" replay "$W/mla3.json" --backend broken_candidate:ScaledFromStep1 --isolate off
 row "OutOfMemoryError on a KB-sized case: pytest" "too large for|OutOfMemoryError|passed" "${P[@]}" --k3diff-backend crashing_candidates:AlwaysOutOfMemory -k "fuzz and moe" --k3diff-isolate off
 row "  ... k3diff replay" "FAIL|k3diff:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:AlwaysOutOfMemory --isolate off
+row "'no room' (out of memory receiving the case) forged on the isolation socket: replay" "FAIL|PASS|k3diff:" "${C[@]}" replay "$W/one.json" --backend crashing_candidates:ForgesNoRoom
 row "an EP seed with 9 ranks: replay" "k3diff:|PASS|FAIL" "${C[@]}" replay "$W/ep9.json" --backend torch-blocked-ep --isolate off
 row "  ... the option: --k3diff-ranks 9" "ERROR" "${P[@]}" --k3diff-backend torch-blocked-ep --k3diff-ranks 9
 row "--k3diff-timeout 1e300" "ERROR|INTERNALERROR|Error" "${P[@]}" --k3diff-timeout 1e300 -k "fuzz and moe"

@@ -417,6 +417,16 @@ def test_out_of_memory_on_a_tiny_case_is_the_candidate_s_failure():
     assert not verdict.ok and "OutOfMemoryError" in (verdict.error or ""), verdict.headline()
 
 
+@elsewhere("blame: out of memory receiving a case is judged by the case's size, in the parent")
+def test_a_forged_no_room_answer_stays_the_candidates_failure(tmp_path):
+    """The candidate's process may answer "no room" (out of device memory receiving a case, before
+    the candidate runs): judged by the case's size like any out of memory of that process, so a
+    candidate that forges it on a tiny case fails; it cannot move the blame to the machine."""
+    done = _cli(tmp_path, "replay", str(_seed(tmp_path)), "--backend", "crashing_candidates:ForgesNoRoom")
+    assert done.returncode == ex.FAIL, done.stdout + done.stderr
+    assert "out of memory on a case of about" in done.stdout + done.stderr, done.stdout + done.stderr
+
+
 @elsewhere("whole-tensor judgement at every step of a multi-step case")
 def test_later_steps_scaled_by_1_01_fail():
     # a candidate that knows a later step by its own cache coming back bitwise (broken_candidate's
@@ -518,11 +528,3 @@ def test_a_compare_of_disjoint_runs_is_not_a_pass(tmp_path, capsys):
     status = cli.main(["report", "--compare", str(base), str(new), "-o", str(tmp_path / "cmp.html")])
     assert status != 0, capsys.readouterr().out
 
-
-def test_a_forged_no_room_answer_stays_the_candidates_failure(tmp_path):
-    """The candidate's process may answer "no room" (out of device memory receiving a case, before
-    the candidate runs): judged by the case's size like any out of memory of that process, so a
-    candidate that forges it on a tiny case fails; it cannot move the blame to the machine."""
-    done = _cli(tmp_path, "replay", str(_seed(tmp_path)), "--backend", "crashing_candidates:ForgesNoRoom")
-    assert done.returncode == ex.FAIL, done.stdout + done.stderr
-    assert "out of memory on a case of about" in done.stdout + done.stderr, done.stdout + done.stderr

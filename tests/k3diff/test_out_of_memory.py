@@ -147,3 +147,24 @@ def test_out_of_memory_receiving_the_case_in_the_candidates_process(tmp_path, mo
         assert again.ok, again.failures()
     finally:
         checker.close()
+
+
+def test_a_request_the_candidates_process_could_not_receive_is_sent_again_whole():
+    """What was lost with it goes with the next request: the set it carried for the first time
+    (sent again under a new token) and the sets the candidate's process was to forget (else it
+    would keep them: it only learns of a drop from a request)."""
+    from k3diff.candidate_link import KEEP_SETS, WeightTokens
+
+    tokens = WeightTokens()
+    sets = [{"w": torch.zeros(1)} for _ in range(KEEP_SETS + 1)]
+    for w in sets[:KEEP_SETS]:
+        tokens.token(w)
+    token, new = tokens.token(sets[KEEP_SETS])          # drops the oldest set
+    drop = tokens.take_dropped()
+    assert new and drop == [1]
+    tokens.undelivered(token, drop)
+    again, new = tokens.token(sets[KEEP_SETS])
+    assert new and again != token                        # sent again, under a token of its own
+    assert tokens.take_dropped() == [1]                  # the drop goes with it
+    tokens.undelivered(None, [])                         # a set sent before: nothing to send again
+    assert tokens.token(sets[KEEP_SETS]) == (again, False)

@@ -240,7 +240,6 @@ def _child_entry(fd: int, parent_pid: int) -> None:
             # case's size (_NoRoom)
             forget_received()
             reply("no_room", (str(exc).splitlines() or ["out of memory"])[0][:300])
-            del exc
             continue
         if msg is None:
             return

@@ -130,8 +130,9 @@ def parse(text: str) -> list[Finding]:
 _NO_MEMORY = "cudaErrorMemoryAllocation"
 
 
-def machine_findings(found: list[Finding]) -> tuple[list[Finding], int]:
-    """(the findings, how many reports were the device out of memory: the machine's, not a kernel's)."""
+def split_out_of_memory(found: list[Finding]) -> tuple[list[Finding], int]:
+    """(the findings without the device-out-of-memory reports, how many of those there were: the
+    machine's, not a kernel's)."""
     kept = [f for f in found if _NO_MEMORY not in f.what]
     return kept, sum(f.count for f in found if _NO_MEMORY in f.what)
 
@@ -195,7 +196,7 @@ def _one(args, sanitizer, exclude, path, label, running) -> tuple:
                     exit_codes.FAIL, 0, 0)
         finally:
             running.done(proc)
-    kept, no_memory = machine_findings(parse(out))
+    kept, no_memory = split_out_of_memory(parse(out))
     kept = [f for f in kept if not (exclude and f.kernel and exclude.search(f.kernel))]
     aside = f"; {no_memory} out-of-memory API error(s) set aside: the machine's" if no_memory else ""
     if kept:

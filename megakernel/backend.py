@@ -72,17 +72,17 @@ class MegakernelBackend:
         from megakernel.cute_env import unavailable_reason
         return unavailable_reason()
 
-    # parts of the stage contract the kernels do not implement yet: a verify step (W tokens per
-    # sequence) and the FP8 latent cache (docs/k3-decode.md §14-15); such cases are refused, and
-    # k3diff's summary counts them as refused, not passed
-    NOT_YET = {"verify": "verify steps (W tokens per sequence) are not implemented in the megakernel yet",
-               "fp8_cache": "the FP8 latent cache is not implemented in the megakernel yet"}
+    # the parts of the stage contract beyond a bf16 decode step that the backend serves: a verify
+    # step (W tokens per sequence) and the FP8 latent cache (docs/k3-decode.md §14-15), both by
+    # the decode kernels (verify.py, fp8_cache.py: correct, not at speed); a case needing anything
+    # else is refused, and k3diff's summary counts it as refused, not passed
+    SERVES = ("verify", "fp8_cache")
 
     def supports(self, cfg, stage, features=frozenset()) -> str | None:
         """None when the kernels take these dims, else the one-line reason (the case is skipped)."""
-        missing = sorted(f for f in features if f in self.NOT_YET)
-        if missing:
-            return "; ".join(self.NOT_YET[f] for f in missing)
+        unknown = sorted(f for f in features if f not in self.SERVES)
+        if unknown:
+            return f"the megakernel does not serve {', '.join(unknown)}"
         from megakernel.dims import from_cfg, kda_from_cfg, mla_from_cfg
         try:
             if stage == "layer":          # any layer: the MoE's dims and both attentions'
@@ -151,13 +151,16 @@ class MegakernelBackend:
 
     @staticmethod
     def _run_mla(step, inputs, out) -> None:
-        """The cache row of this step is written in place (a cache the kernel cannot address
-        directly, not contiguous, through a contiguous copy)."""
+        """The cache rows of this step are written in place (a cache the kernel cannot address
+        directly, not contiguous, through a contiguous copy); bf16 or FP8, decode or verify
+        (verify.mla)."""
+        from megakernel import verify
         from megakernel.mla import OUTPUTS as NAMES
         kv = inputs["kv_cache"]
         work = kv if kv.is_contiguous() else kv.contiguous()
         # the splits sized from the capacity, not from max(cache_lens) read back (graph_safe)
-        s = step.launch(inputs["x"].contiguous(), work, inputs["cache_lens"], max_len=capacity_bound(work))
+        s = verify.mla(step, inputs["x"].contiguous(), work, inputs["cache_lens"],
+                       inputs.get("query_lens"), max_len=capacity_bound(work))
         if work is not kv:
             kv.copy_(work)
         for n, buf in out.items():
@@ -169,7 +172,8 @@ class MegakernelBackend:
         contiguous copies where the kernels cannot address them directly); the outputs are
         written into contiguous buffers, then into the framework's."""
         import torch
-        STATE = ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state")
+        STATE = ("prefix", "blocks", "kv_cache", "conv_state", "recurrent_state", "conv_states",
+                 "recurrent_states")
         work = dict(inputs)
         for n in STATE:
             if n in inputs and not inputs[n].is_contiguous():
@@ -190,11 +194,18 @@ class MegakernelBackend:
 
     @staticmethod
     def _run_kda(step, inputs, out) -> None:
-        """The states are updated in place (k3diff.stages.STATE); a state the kernel cannot
-        address directly (not contiguous) is updated through a contiguous copy."""
-        states = [inputs["conv_state"], inputs["recurrent_state"]]
+        """The states (and a verify step's per-token states) are updated in place
+        (k3diff.stages.STATE); a state the kernel cannot address directly (not contiguous) is
+        updated through a contiguous copy. Decode or verify: verify.kda."""
+        from megakernel import verify
+        names = [n for n in ("conv_state", "recurrent_state", "conv_states", "recurrent_states")
+                 if n in inputs]
+        states = [inputs[n] for n in names]
         work = [t if t.is_contiguous() else t.contiguous() for t in states]
-        s = step.launch(inputs["x"].contiguous(), work[0], work[1], inputs["state_idx"])
+        w = dict(zip(names, work))
+        s = verify.kda(step, inputs["x"].contiguous(), w["conv_state"], w["recurrent_state"],
+                       inputs["state_idx"], inputs.get("query_lens"), inputs.get("accepted"),
+                       w.get("conv_states"), w.get("recurrent_states"))
         for t, w in zip(states, work):
             if w is not t:
                 t.copy_(w)

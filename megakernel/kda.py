@@ -93,7 +93,7 @@ class KdaStep(side_stream.Modes):
         for t, dt in ((x, torch.bfloat16), (conv_state, torch.bfloat16), (rec, torch.float32)):
             assert t.dtype == dt and t.is_contiguous()
         s = self.scratch(T)
-        s["sidx"].copy_(state_idx.to(torch.int32))
+        s["sidx"].copy_(state_idx)            # converted in one kernel, no temporary
         named = dict(s, **self._weights, x=x, f_a=s["z"][:, kd.FA0:], gz=s["z"][:, kd.G0:],
                      conv_state=conv_state, rec=rec, T=T, S=S, full_grid=gemv.FULL_GRID,
                      side_grid=self.side_grid(gemv.FULL_GRID))

@@ -1,7 +1,8 @@
 """One K3 decoder layer (docs/k3-decode.md §2.3) as a sequence of launches on the caller's stream:
 
   x_attn = AttnRes(prefix, delta, blocks, pre weights, n = nb, write wi)      k_attn_res.py
-  a      = attention(x_attn)                  KDA (kda.py) or gated MLA (mla.py)
+  a      = attention(x_attn)                  KDA (kda.py) or gated MLA (mla.py); a verify step's
+                                              or an FP8 cache's through verify.py
   prefix = a (a block-write layer) | delta' = a (else)
   x_mlp  = AttnRes(prefix, delta', blocks, post weights, n = nb + W)          k_attn_res.py
   delta  = LatentMoE(x_mlp) (moe.py) | the dense SiTU MLP (layer 0; DenseMLP below)
@@ -12,13 +13,13 @@ the caches and states by the attention step. Every kernel is batch-invariant and
 so the layer is.
 Status: every GPU test and ci case passed at its first H200 run, so the backend
 serves `layer` by default. The whole layer in one persistent launch is not written;
-its schedule is (layer_graph.py, checked on the CPU).
+its schedule is (experimental/layer_graph.py, checked on the CPU).
 """
 from dataclasses import replace
 
 import torch
 
-from megakernel import cache, config, gemv
+from megakernel import cache, config, gemv, verify
 from megakernel.launch_streams import BIND as MOE_BIND, stream
 
 OUTPUTS = ("delta", "x_attn", "attn_out", "x_mlp")
@@ -113,13 +114,14 @@ class LayerStep:
         if cfg.is_kda_layer(i):
             if self.kda is None:
                 raise KeyError(f"megakernel layer {i} is a KDA layer; no attn.* KDA weights given")
-            s = self.kda.launch(out["x_attn"], inputs["conv_state"], inputs["recurrent_state"],
-                                inputs["state_idx"])
+            s = verify.kda(self.kda, out["x_attn"], inputs["conv_state"], inputs["recurrent_state"],
+                           inputs["state_idx"], inputs.get("query_lens"), inputs.get("accepted"),
+                           inputs.get("conv_states"), inputs.get("recurrent_states"))
         else:
             if self.mla is None:
                 raise KeyError(f"megakernel layer {i} is an MLA layer; no attn.* MLA weights given")
-            s = self.mla.launch(out["x_attn"], inputs["kv_cache"], inputs["cache_lens"],
-                                max_len=inputs.get("max_len"))
+            s = verify.mla(self.mla, out["x_attn"], inputs["kv_cache"], inputs["cache_lens"],
+                           inputs.get("query_lens"), max_len=inputs.get("max_len"))
         out["attn_out"].copy_(s["out"])
         if W:
             prefix.copy_(out["attn_out"])      # prefix restarts at the attention output

@@ -59,6 +59,10 @@ STEPS = side_stream.Stages(
     streams="fork", fork="start", side_ctas_per_sm=2)
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
+# the launches up to the cache row's write, and the rest: between them a caller may rewrite the
+# step's cache row before the attention reads it (fp8_cache.py: the row as the FP8 cache holds it)
+ROW_STAGES = ("mla_x", "mla_a", "mla_g", "mla_norm")
+ATTN_STAGES = tuple(n for n in STEPS.stages if n not in ROW_STAGES)
 
 
 def _capturing(device) -> bool:
@@ -108,11 +112,14 @@ class MlaStep(side_stream.Modes):
                 self._scratch = {(T, NS): s}      # one shape kept: the partials can be large
         return s
 
-    def launch(self, x, kv_cache, cache_lens, stages=None, max_len=None):
+    def launch(self, x, kv_cache, cache_lens, stages=None, max_len=None, scratch=None):
         """Enqueue the step on the caller's stream; `kv_cache` [T, Lcap, C] bf16 (contiguous)
         gets row cache_lens[t] of each token written in place. `max_len`: a bound on
         cache_lens known on the host (a CUDA graph cannot hold the host read that finds it
-        otherwise). Returns the scratch dict (the buffers OUTPUTS names hold the results)."""
+        otherwise). `stages`: only those launches; `scratch`: the dict an earlier launch of the
+        same step returned, so a step run in two parts (ROW_STAGES, then ATTN_STAGES) keeps its
+        buffers (under a graph's capture each launch would get new ones). Returns the scratch dict
+        (the buffers OUTPUTS names hold the results)."""
         md = self.md
         T, Lcap = x.shape[0], kv_cache.shape[1]
         for t, dt in ((x, torch.bfloat16), (kv_cache, torch.bfloat16)):
@@ -125,8 +132,10 @@ class MlaStep(side_stream.Modes):
             raise ValueError(f"megakernel MLA: a cache length {n_max - 1} leaves no row for this "
                              f"step in a cache of {Lcap}")
         NS = max_splits(n_max, split_rows(attention_kernel(md, self.settings.attn)))
-        s = self.scratch(T, NS)
-        s["lens"].copy_(cache_lens.to(torch.int32))
+        s = self.scratch(T, NS) if scratch is None else scratch
+        # one conversion kernel into the scratch, no temporary (a temporary and a device copy
+        # were a host-API copy a CUDA graph replays)
+        s["lens"].copy_(cache_lens)
         named = dict(s, **self._weights, x=x, kv_cache=kv_cache, T=T, Lcap=Lcap, NS=NS,
                      gz=s["z"][:, md.G0:], full_grid=gemv.FULL_GRID,
                      side_grid=self.side_grid(gemv.FULL_GRID))

@@ -127,7 +127,7 @@ class LatentMoE:
         s = self.scratch(T)
         forced = forced_ids is not None
         if forced:
-            s["fids"].copy_(forced_ids.to(torch.int32))
+            s["fids"].copy_(forced_ids)
         named = self.buffers(x, s, out)
         if self.streams == "persistent":
             if stages is not None:

@@ -107,27 +107,34 @@ def test_candidates_pass_verify_and_fp8_cases(case, backend):
         assert "kv_cache.fp8_rounding" in names
 
 
-def test_the_megakernel_refuses_verify_and_fp8_and_the_summary_counts_it():
-    from k3diff.features import refusal
+def test_a_candidate_refusing_verify_and_fp8_is_counted_as_refused():
+    from k3diff.features import case_features, refusal
     from k3diff.refusals import refusal_lines
     from megakernel.backend import MegakernelBackend
 
-    mk = MegakernelBackend()
+    class NotYet:                    # a kernel whose verify and FP8 paths are not written
+        def supports(self, cfg, stage, features=frozenset()):
+            return "; ".join(sorted(f"{f} is not implemented" for f in features)) or None
+
     verify = Case(stage="kda", batch=1, n_slots=2, state_idx=(1,), widths=(2,)).validate()
     fp8 = Case(stage="mla", batch=1, cache_lens=(3,), cache_format="fp8").validate()
-    assert "verify steps" in refusal(mk, verify)
-    assert "FP8 latent cache" in refusal(mk, fp8)
-    from k3diff.features import case_features
+    assert refusal(NotYet(), verify) == "verify is not implemented"
+    assert refusal(NotYet(), fp8) == "fp8_cache is not implemented"
     assert case_features(Case(stage="moe", batch=1, widths=(4,)).validate()) == frozenset()   # T tokens only
+    # the megakernel serves both (megakernel/verify.py, fp8_cache.py) and refuses what it does not know
+    mk, cfg = MegakernelBackend(), Case(stage="kda", preset="small", batch=1, n_slots=2, state_idx=(1,)).validate().config()
+    assert mk.supports(cfg, "kda", features=frozenset({"verify", "fp8_cache"})) is None
+    assert "does not serve prefill" in mk.supports(cfg, "kda", features=frozenset({"verify", "prefill"}))
 
     class Old:                       # a supports() written before verify steps existed
         def supports(self, cfg, stage):
             return None
     assert "predates verify" in refusal(Old(), verify)
-    records = [{"stage": c.stage, "id": i, "label": c.label(), "skipped": f"backend 'mk' does not run this case: {refusal(mk, c)}"}
+    records = [{"stage": c.stage, "id": i, "label": c.label(),
+                "skipped": f"backend 'nv' does not run this case: {refusal(NotYet(), c)}"}
                for i, c in enumerate((verify, fp8, verify))]
     line, = refusal_lines(records)
-    assert line.startswith("refused 3 case(s)") and "2 kda: verify steps" in line
+    assert line.startswith("refused 3 case(s)") and "2 kda: verify is not implemented" in line
     # a case this machine could not hold is the machine's, on a line of its own, never a refusal
     big = {"stage": "moe", "id": 9, "label": "moe full B=2",
            "skipped": "case too large for cuda: needs about 56.7 GiB, 55.0 GiB free (moe full B=2)"}

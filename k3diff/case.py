@@ -17,9 +17,11 @@ from k3diff.stages import STAGES
 from reference.config import ConfigError, K3Config, PRESETS, preset
 
 # what a case's numbers mean: 1 drew every input on the CPU; 2 draws a GPU case's caches and states
-# on its GPU (k3diff.materialize.inputs_draw_on). Both replay: a version-1 seed keeps its CPU draws.
-CASE_VERSION = 2
-CASE_VERSIONS = (1, 2)
+# on its GPU (k3diff.materialize.inputs_draw_on); 3 draws its weights, caches and states with
+# reference.counter_draw on the device it runs on: the same bits on every device, so a seed
+# recorded on a GPU replays bit for bit on the CPU. Every version replays as it was drawn.
+CASE_VERSION = 3
+CASE_VERSIONS = (1, 2, 3)
 SEED_LIMIT = 1 << 63
 
 # high_ids: every token routes among the ids past the route kernels' 256-expert edges

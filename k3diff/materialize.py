@@ -43,19 +43,23 @@ def _layer(case: Case) -> int | None:
 
 
 def draw_on(case: Case, device) -> str:
-    """Where the case's weights are drawn: on the device for the `full` preset on a GPU (30 G
-    numbers would take many minutes on the CPU), else on the CPU. The rule reads only the case and
-    the device type, so a full-dims case replays bit for bit on the same kind of device (its
-    weights differ from a CPU draw, which the seed file's device records)."""
+    """How the case's weights are drawn (reference.materialize's draw_on): from version 3 with
+    counter draws on the device (the same bits on every device); before, on the device for the
+    `full` preset on a GPU (30 G numbers would take many minutes on the CPU; bits of that kind of
+    GPU only), else on the CPU. The rule reads only the case and the device type."""
+    if case.version >= 3:
+        return "counter"
     return "device" if case.preset == "full" and torch.device(device).type == "cuda" else "cpu"
 
 
 def inputs_draw_on(case: Case, device) -> str:
-    """Where the case's caches and states are drawn: on a GPU on the GPU from case version 2 (on
-    the CPU they were half of a case's seconds in a GPU nightly: ~0.05 s at small dims, 0.1-0.3 s
-    at full), else on the CPU. Like draw_on, the rule reads only the case and the device type: a
-    GPU case replays bit for bit on the same kind of GPU (CUDA's generator spreads a draw over the
-    SMs, so another GPU model draws other bits); a version-1 seed keeps its CPU draws."""
+    """How the case's caches and states are drawn: from version 3 with counter draws on the device
+    (on the CPU they were half of a case's seconds in a GPU nightly: ~0.05 s at small dims, 0.1-0.3
+    s at full; counter draws are the same bits on every device); version 2 on a GPU with the GPU's
+    generator (CUDA's generator spreads a draw over the SMs, so another GPU model draws other
+    bits, and the CPU cannot replay it); version 1, or version 2 on the CPU, on the CPU."""
+    if case.version >= 3:
+        return "counter"
     return "device" if case.version >= 2 and torch.device(device).type == "cuda" else "cpu"
 
 
@@ -237,11 +241,11 @@ def materialize(case: Case, device="cpu"):
 
         apply_scores(case, cfg, weights, inputs)
     if "state_idx" in inputs:
-        poison_unused_slots(inputs, case.seed, on_device=inputs_draw_on(case, device) == "device")
+        poison_unused_slots(inputs, case.seed, draw=inputs_draw_on(case, device))
     return cfg, weights, inputs
 
 
-def poison_unused_slots(inputs: dict, seed: int = 0, on_device: bool = False) -> None:
+def poison_unused_slots(inputs: dict, seed: int = 0, draw: str = "cpu") -> None:
     """State slots no row of this step owns (the null slot 0 included) hold finite sentinels drawn
     from the case seed (`reference.materialize.finite_sentinels`: random sign, |v| in [2^100, 2^128)),
     and must stay bitwise as they are.
@@ -252,8 +256,9 @@ def poison_unused_slots(inputs: dict, seed: int = 0, on_device: bool = False) ->
     payload on CPUs, so even a random-payload NaN could come back bit-identical. A finite value moved
     by any arithmetic, or replaced by any NaN, shows bitwise. A READ stays visible too: a live row
     that reads a wrong slot takes the huge values into its new state (compared under the error rule)
-    and its outputs, and null rows must output exactly 0 whatever they read. on_device: drawn by
-    a generator on the states' device (inputs_draw_on), else on the CPU and copied there."""
+    and its outputs, and null rows must output exactly 0 whatever they read. `draw` (inputs_draw_on):
+    "cpu" a CPU generator's, copied to the states' device; "device" a generator's on that device;
+    "counter" counter draws on that device."""
     live = inputs["state_idx"][inputs["state_idx"] > 0].to(torch.int64)
     for name in ("conv_state", "recurrent_state"):
         state = inputs[name]
@@ -261,7 +266,7 @@ def poison_unused_slots(inputs: dict, seed: int = 0, on_device: bool = False) ->
         unused[live] = False
         n = int(unused.sum())
         if n:
-            gen = torch.Generator(device=state.device if on_device else "cpu").manual_seed(
-                ref_mat._seed(seed, "unused_slot_sentinel", name))
+            gen = ref_mat._gen(seed, "unused_slot_sentinel", name,
+                               device=state.device if draw != "cpu" else "cpu", counter=draw == "counter")
             fill = ref_mat.finite_sentinels((n,) + tuple(state.shape[1:]), state.dtype, gen)
             state[unused] = fill.to(state.device)

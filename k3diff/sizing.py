@@ -27,6 +27,7 @@ from k3diff import verify_dims
 from k3diff.case import Case
 from k3diff.gpu_share import OUTSIDE_ALLOCATOR, gpu_share
 from k3diff.usage import CaseTooLarge  # noqa: F401 - raised here, named by its callers from here
+from reference import counter_draw
 
 # the reference works in float64 and three backends hold their own copies of inputs and states
 _WORKING_COPIES = 6
@@ -64,7 +65,7 @@ def _moe_bytes(cfg, fmt: str, T: int, draw_on_device: bool) -> int:
     # float64 transients: the largest single matrix converted at once (x2: operand and product)
     total += 8 * max(2 * per_expert, 2 * Is * d, (E + r) * d)
     if draw_on_device:
-        total += 4 * 2 * I * r * 2                                 # one expert's float32 draw + quantise
+        total += 4 * 2 * I * r * 2 + counter_draw.PEAK_BYTES       # one expert's float32 draw + quantise
     total += _WORKING_COPIES * T * 8 * (2 * Is + E + r + cfg.top_k * r)   # activations, f64
     return int(total)
 
@@ -73,7 +74,9 @@ def estimate_bytes(case: Case, device=None) -> int:
     cfg = case.config()
     d, T = cfg.hidden, verify_dims.tokens(case)        # token rows: Σ W_b in a verify step
     total = 0
-    dev_draw = device is not None and case.preset == "full" and torch.device(device).type == "cuda"
+    # weights drawn on the device (k3diff.materialize.draw_on): its temporaries are the device's
+    dev_draw = (device is not None and torch.device(device).type == "cuda"
+                and (case.preset == "full" or case.version >= 3))
     if case.stage in ("moe", "layer"):
         if case.stage == "moe" or cfg.is_moe_layer(case.layer_idx):
             total += _moe_bytes(cfg, case.expert_format, T, dev_draw)

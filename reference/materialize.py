@@ -17,9 +17,12 @@ Full size: the MoE stage of the 'full' preset has 896 experts x 33 M weights (~3
 expert by expert, on the CPU this takes many minutes (and bf16 experts need ~60 GB; use
 expert_format="mxfp4", ~15 GB). ``draw_on="device"`` draws with a generator on `device` (e.g.
 CUDA) instead: fast, deterministic on that device type, but NOT bit-identical to the CPU draws --
-record it in the case. The same argument of `make_inputs` draws a case's caches and states
-(the MLA cache, the KDA conv and recurrent states: the bulk of a case's fresh numbers, ~0.1-0.3 s a
-case on the CPU at full dims) on `device`; the small inputs stay CPU draws.
+record it in the case. ``draw_on="counter"`` draws on `device` with reference.counter_draw: the
+same bits on every device (a GPU's draw replays on the CPU), at the device's speed (on the CPU about
+5x a torch.Generator's time). The same argument of `make_inputs` draws a case's caches and states
+(the MLA cache, the KDA conv and recurrent states, and with "counter" a verify step's per-token
+state buffers: the bulk of a case's fresh numbers, ~0.1-0.3 s a case on the CPU at full dims) on
+`device`; the small inputs stay CPU draws.
 
 Inputs (activations RMS ~ 1): plain, outliers (a few fixed channels x100), large (x30),
 tiny (x1e-3). The value distribution reaches every input a stage reads: x / prefix / delta / blocks,
@@ -48,7 +51,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from . import fp8_cache, mxfp4
+from . import counter_draw, fp8_cache, mxfp4
 from .config import ConfigError, K3Config, check_cache_lens
 
 VALUE_DISTS = {"plain": 1.0, "outliers": 1.0, "large": 30.0, "tiny": 1e-3}
@@ -120,11 +123,29 @@ def _seed(seed: int, *parts) -> int:
     return int.from_bytes(h[:8], "little") & ((1 << 63) - 1)
 
 
-def _gen(seed: int, *parts, device="cpu") -> torch.Generator:
+DRAWS = ("cpu", "device", "counter")
+
+
+def _gen(seed: int, *parts, device="cpu", counter: bool = False):
+    """The generator of one tensor: a torch.Generator on `device`, or with `counter` the
+    device-independent stream of reference.counter_draw (the same bits on any device)."""
+    if counter:
+        return counter_draw.Stream(_seed(seed, *parts), device)
     return torch.Generator(device=device).manual_seed(_seed(seed, *parts))
 
 
+def _source(draw_on: str, device) -> tuple:
+    """(device the bulk draws are made on, whether by counter_draw) of a `draw_on`: "cpu" a CPU
+    generator's bits, copied to `device`; "device" a generator on `device` (its own bits);
+    "counter" counter_draw on `device` (the CPU's bits, at the device's speed)."""
+    if draw_on not in DRAWS:
+        raise ValueError(f"draw_on must be one of {', '.join(DRAWS)}, got {draw_on!r}")
+    return torch.device("cpu" if draw_on == "cpu" else device), draw_on == "counter"
+
+
 def _randn(shape, gen) -> torch.Tensor:
+    if isinstance(gen, counter_draw.Stream):
+        return gen.normal(shape)
     return torch.randn(shape, generator=gen, dtype=torch.float32, device=gen.device)
 
 
@@ -135,20 +156,18 @@ def make_weights(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
                  layer_idx: int | None = None, device="cpu", draw_on: str = "cpu",
                  experts: bool = True) -> dict:
     """All weights of `stage` (for 'layer': of layer `layer_idx`; for 'moe' with a dense layer_idx:
-    the dense MLP). draw_on="cpu" (default, bit-identical everywhere) or "device" (see module doc).
-    experts=False leaves out the routed experts' tensors (`make_experts` draws them)."""
+    the dense MLP). draw_on="cpu" (default, bit-identical everywhere), "device" or "counter" (see
+    module doc). experts=False leaves out the routed experts' tensors (`make_experts` draws them)."""
     cfg.validate()
     if expert_format not in EXPERT_FORMATS:
         raise ValueError(f"expert_format must be one of {EXPERT_FORMATS}, got {expert_format!r}")
-    if draw_on not in ("cpu", "device"):
-        raise ValueError(f"draw_on must be 'cpu' or 'device', got {draw_on!r}")
+    gdev, counter = _source(draw_on, device)
     shapes = _stage_weights(cfg, stage, layer_idx, expert_format)
-    gdev = torch.device(device if draw_on == "device" else "cpu")
     out = {}
     for name, (shape, kind) in shapes.items():
         if kind in EXPERT_KINDS:
             continue
-        g = _gen(seed, "w", _base(stage, name), device=gdev)
+        g = _gen(seed, "w", _base(stage, name), device=gdev, counter=counter)
         fan_in = shape[-1]
         t = {"linear": lambda: _randn(shape, g) / math.sqrt(fan_in),
              "norm": lambda: 1.0 + 0.1 * _randn(shape, g),
@@ -173,7 +192,7 @@ def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
     to draw one set for every E (k3diff.materialize)."""
     shapes = {name: sk for name, sk in _stage_weights(cfg, stage, layer_idx, expert_format).items()
               if sk[1] in EXPERT_KINDS}
-    gdev = torch.device(device if draw_on == "device" else "cpu")
+    gdev, counter = _source(draw_on, device)
     out = {}
     for name, (shape, kind) in shapes.items():
         shape = (cfg.n_experts if n is None else n,) + tuple(shape[1:])
@@ -182,7 +201,7 @@ def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
             # holding every expert twice (a full-dims bf16 set is 59 GB)
             t = out[name] = torch.empty(shape, dtype=torch.bfloat16, device=device)
             for e, w in _expert_draws(seed, _base(stage, name), shape[0], shape[1:], gdev,
-                                      lambda w: w.to(torch.bfloat16)):
+                                      lambda w: w.to(torch.bfloat16), counter):
                 t[e].copy_(w)
         elif kind == "packed":
             # quantised where the result lives: the float draw is the same bits wherever it is made
@@ -197,7 +216,8 @@ def make_experts(cfg: K3Config, stage: str, seed: int, *, expert_format: str = "
             # (a call per expert was most of a small MoE case's drawing time on the CPU)
             chunk = max(1, _QUANTIZE_BYTES // (4 * shape[1] * 2 * shape[2]))
             ws, first = [], 0
-            for e, w in _expert_draws(seed, base, shape[0], (shape[1], 2 * shape[2]), gdev, lambda w: w):
+            for e, w in _expert_draws(seed, base, shape[0], (shape[1], 2 * shape[2]), gdev, lambda w: w,
+                                      counter):
                 ws.append(w)
                 if len(ws) == chunk or e == shape[0] - 1:
                     p, sc = mxfp4.quantize(torch.stack(ws).to(device))
@@ -215,7 +235,7 @@ _POOL: list = []          # one thread pool for the expert draws, made on first 
 _THREADED_NUMEL = 1 << 17  # experts this large are drawn on the pool (the tiny preset's are not)
 
 
-def _expert_draws(seed: int, base: str, n: int, shape, gdev, finish):
+def _expert_draws(seed: int, base: str, n: int, shape, gdev, finish, counter: bool = False):
     """(e, finish(expert e's float weight)) for e = 0 .. n-1, in order. Large experts drawn on the
     CPU come from a pool of threads, a few experts ahead: every expert has its own generator, so
     the bits do not depend on the threads, and torch releases the GIL while it draws. The threads
@@ -224,13 +244,13 @@ def _expert_draws(seed: int, base: str, n: int, shape, gdev, finish):
     threads = min(n, os.cpu_count() or 1, 16)
     if gdev.type != "cpu" or threads < 2 or numel < _THREADED_NUMEL:
         for e in range(n):
-            yield e, finish(_expert_draw(seed, base, e, shape, gdev))
+            yield e, finish(_expert_draw(seed, base, e, shape, gdev, counter))
         return
     if not _POOL:
         _POOL.append(ThreadPoolExecutor(min(os.cpu_count() or 1, 16), thread_name_prefix="k3diff-draw"))
     ahead = collections.deque()
     for e in range(n):
-        ahead.append(_POOL[0].submit(_expert_normals, seed, base, e, shape, gdev))
+        ahead.append(_POOL[0].submit(_expert_normals, seed, base, e, shape, gdev, counter))
         if len(ahead) > 2 * threads:
             yield e - len(ahead) + 1, finish(_fan_in(ahead.popleft().result()))
     for k, fut in enumerate(ahead):
@@ -249,13 +269,13 @@ def _base(stage: str, name: str) -> str:
     return name.split(".", 1)[1] if stage == "layer" and name.startswith(("attn.", "mlp.")) else name
 
 
-def _expert_draw(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
+def _expert_draw(seed: int, base: str, e: int, shape, gdev, counter: bool = False) -> torch.Tensor:
     """Expert e's float weight, shared by the bf16 and the MXFP4 formats."""
-    return _fan_in(_expert_normals(seed, base, e, shape, gdev))
+    return _fan_in(_expert_normals(seed, base, e, shape, gdev, counter))
 
 
-def _expert_normals(seed: int, base: str, e: int, shape, gdev) -> torch.Tensor:
-    return _randn(tuple(shape), _gen(seed, "w", base, e, device=gdev))
+def _expert_normals(seed: int, base: str, e: int, shape, gdev, counter: bool = False) -> torch.Tensor:
+    return _randn(tuple(shape), _gen(seed, "w", base, e, device=gdev, counter=counter))
 
 
 def _fan_in(w: torch.Tensor) -> torch.Tensor:
@@ -290,6 +310,8 @@ def finite_sentinels(shape, dtype: torch.dtype, gen: torch.Generator) -> torch.T
     bitwise (even a canonical NaN or a value passed through arithmetic); a read blows up whatever
     it enters (|v| >= 2^100: products with O(1) weights overflow or dwarf every real value)."""
     shape = tuple(shape)
+    if isinstance(gen, counter_draw.Stream):
+        return gen.finite_sentinels(shape, dtype)
     dev = gen.device
     sign = torch.randint(0, 2, shape, generator=gen, device=dev).to(torch.float64) * 2 - 1
     e = torch.randint(100, 127, shape, generator=gen, device=dev).to(torch.float64)
@@ -310,14 +332,14 @@ def _activations(shape, gen, scale: float, value_dist: str, outliers: torch.Tens
 
 
 def _kv_cache(cfg: K3Config, seed: int, lens: torch.Tensor, cap: int, scale: float, gdev,
-              by_sequence: bool) -> torch.Tensor:
+              by_sequence: bool, counter: bool = False) -> torch.Tensor:
     """The MLA cache [T, cap, cache_dim] bf16: one normal draw for every row, rows < L_b the values
     and the rest the sentinels made from the same (otherwise unused) draws, which costs no second
     pass of the generator. draw_on="cpu": one draw of the whole cache (the bits of every seed so
     far); "device": sequence by sequence from one generator, so the f32 draw in flight stays one
     sequence's (a 32k cache of 256 sequences would be 19 GB of it at once)."""
     T = lens.numel()
-    gen = _gen(seed, "in", "kv_cache", device=gdev)
+    gen = _gen(seed, "in", "kv_cache", device=gdev, counter=counter)
     free = (torch.arange(cap, device=gdev).view(1, cap) >= lens.to(gdev).view(T, 1)).unsqueeze(-1)
     if not by_sequence:
         drawn = _randn((T, cap, cfg.mla_cache_dim), gen).mul_(scale).to(torch.bfloat16)
@@ -354,7 +376,8 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
     """The inputs of one decode step of `stage` for `batch` sequences (see module doc). caches=False
     leaves out the MLA cache and the KDA states (a later decode step carries its own); every other
     input is drawn from its own generator, so its bits do not depend on that choice. draw_on="device"
-    draws the caches and states with generators on `device` (module doc: not the CPU's bits).
+    draws the caches and states with generators on `device` (module doc: not the CPU's bits),
+    "counter" with counter_draw on `device` (the same bits on every device).
 
     A verify step (docs/k3-decode.md §14.1): `widths` W_b per sequence give T = Σ W_b token rows
     (x, prefix, delta, blocks) and the input query_lens [B]; a KDA attention also gets `accepted`
@@ -363,9 +386,7 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
     "fp8": the MLA cache as fp8_cache's uint8 rows. Without them the inputs are bit for bit those
     of a decode step."""
     cfg.validate()
-    if draw_on not in ("cpu", "device"):
-        raise ValueError(f"draw_on must be 'cpu' or 'device', got {draw_on!r}")
-    gdev = torch.device(device if draw_on == "device" else "cpu")
+    gdev, counter = _source(draw_on, device)
     if batch < 0:
         raise ConfigError(f"batch must be >= 0, got {batch}")
     if value_dist not in VALUE_DISTS:
@@ -419,7 +440,7 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         # the same (otherwise unused) draws, which costs no second pass of the generator
         if caches:
             inp["kv_cache"] = _kv_cache(cfg, seed, lens, cap, state_scale(value_dist), gdev,
-                                        by_sequence=draw_on == "device")
+                                        by_sequence=draw_on != "cpu", counter=counter)
             if cache_format == "fp8":
                 if fp8_cache.check(cfg):
                     raise ConfigError(fp8_cache.check(cfg))
@@ -441,10 +462,11 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
         P3, H, D = 3 * cfg.kda_proj, cfg.kda_heads, cfg.kda_head_dim
         sc = state_scale(value_dist)
         if caches:
-            inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1), _gen(seed, "in", "conv_state", device=gdev))
+            inp["conv_state"] = (_randn((S, P3, cfg.conv_width - 1),
+                                        _gen(seed, "in", "conv_state", device=gdev, counter=counter))
                                  * sc).to(torch.bfloat16)
-            inp["recurrent_state"] = _randn((S, H, D, D), _gen(seed, "in", "recurrent_state", device=gdev)
-                                            ).mul_(0.5 * sc)
+            inp["recurrent_state"] = _randn((S, H, D, D), _gen(seed, "in", "recurrent_state", device=gdev,
+                                                               counter=counter)).mul_(0.5 * sc)
         inp["state_idx"] = idx
         if widths is not None:
             acc = widths if accepted is None else [int(a) for a in accepted]
@@ -452,10 +474,13 @@ def make_inputs(cfg: K3Config, stage: str, seed: int, *, batch: int, cache_lens=
                 raise ConfigError(f"accepted must hold {batch} counts in [0, width], got {acc}")
             inp["accepted"] = torch.tensor(acc, dtype=torch.int64)
             # the per-token state buffers: every step has its own (drawn also when caches=False)
+            # on the CPU but with counter draws (the recurrent ones are T x 1.6 M numbers at full dims)
+            sdev = gdev if counter else "cpu"
             inp["conv_states"] = finite_sentinels((T, P3, cfg.conv_width - 1), torch.bfloat16,
-                                                  _gen(seed, "in", "conv_states"))
+                                                  _gen(seed, "in", "conv_states", device=sdev, counter=counter))
             inp["recurrent_states"] = finite_sentinels((T, H, D, D), torch.float32,
-                                                       _gen(seed, "in", "recurrent_states"))
+                                                       _gen(seed, "in", "recurrent_states", device=sdev,
+                                                            counter=counter))
     if widths is not None and kind in ("mla", "kda"):
         inp["query_lens"] = torch.tensor(widths, dtype=torch.int64)
     return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inp.items()}

@@ -6,6 +6,7 @@
     python -m k3diff.tools.throughput --workers 2 --stages mla     # two processes per side, as pytest -n 2
     python -m k3diff.tools.throughput --profile /tmp/prof --stages moe     # cProfile of the current code
     python -m k3diff.tools.throughput --isolate on --compare-with 850aeff --repeat 2 --cases 24
+    python -m k3diff.tools.throughput --device cuda --preset full --compare-with 9e08121 --baseline-version 2
 
 The cases are drawn once, by the current code's strategies (the space of `--preset`), and written to
 a JSON file; each side then runs in its own subprocesses with its own PYTHONPATH: the current tree,
@@ -27,7 +28,10 @@ isolated checker (`k3diff.isolation.IsolatedChecker`: the candidate in a child p
 before the clock starts): where the baseline ran the whole check in the child and the current code
 runs only the candidate there and judges in the parent, the table is the cost of that move on the
 same cases. Cases the baseline cannot read (fields it does not know: verify steps, the FP8 cache,
-schedules) are left out of a comparison. `--repeat N` runs the two sides N times, alternating
+schedules) are left out of a comparison. `--baseline-version V`: the baseline judges each case
+at case version V, i.e. drawn the way that version draws (k3diff/case.py), and the current code at
+its own: how a change of drawing moves the speed. The numbers then differ by construction, so the
+verdicts are compared by outcome alone ("outcomes same (other draws)"). `--repeat N` runs the two sides N times, alternating
 which goes first, and rates each side by its fastest run (a loaded machine slows runs, it never
 speeds one up); every run's seconds are printed.
 """
@@ -334,6 +338,9 @@ def main(argv=None) -> int:
     p.add_argument("--isolate", choices=("on", "off"), default="off",
                    help="judge through each tree's own isolated checker, the candidate in a child process "
                         "(as a default pytest run; default off: check_case in the worker)")
+    p.add_argument("--baseline-version", type=int, default=None, metavar="V",
+                   help="the baseline judges the same cases at case version V (its draws: a change of "
+                        "how cases are drawn timed against the old way); verdicts compared by outcome")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run both sides N times, alternating which goes first; each rated by its fastest run")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -349,6 +356,8 @@ def main(argv=None) -> int:
                 "leave it out with --isolate on")
     if args.worker:
         return _worker(args)
+    if args.baseline_version is not None and args.compare_with in ("none", ""):
+        p.error("--baseline-version needs a baseline: name one with --compare-with")
 
     from k3diff import backends
 
@@ -375,17 +384,27 @@ def _bench(args, backend_name, backend, base) -> int:
                            args.seed, backend)
         if args.keep_preset:
             drawn = [d for d in drawn if d["preset"] == args.keep_preset]
+        # the baseline's copy of each case: at --baseline-version, the same case drawn the old way
+        other = bool(base) and args.baseline_version is not None
+        theirs = [dict(d, version=args.baseline_version) for d in drawn] if other else drawn
         if base:
             n = len(drawn)
-            drawn = readable_by(base, drawn)
+            read = {id(d) for d in readable_by(base, theirs)}
+            pairs = [(a, b) for a, b in zip(drawn, theirs) if id(b) in read]
+            drawn, theirs = [a for a, _ in pairs], [b for _, b in pairs]
             if n and not drawn:
                 print(f"python -m k3diff.tools.throughput: the baseline {args.compare_with} reads none of the "
                       f"{n} {stage} cases drawn (their fields or case version are newer): compare with a "
                       "newer revision", file=sys.stderr)
                 return SEED
-        drawn = drawn[:args.cases]
+        drawn, theirs = drawn[:args.cases], theirs[:args.cases]
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(drawn, f)
+        cases_of = {"baseline": f.name, "now": f.name}
+        if other:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as g:
+                json.dump(theirs, g)
+            cases_of["baseline"] = g.name
         prof = f"{args.profile}-{stage}.prof" if args.profile else None
         new = old = None
         for r in range(args.repeat):
@@ -393,7 +412,7 @@ def _bench(args, backend_name, backend, base) -> int:
             for side in (("now", "baseline") if r % 2 == 0 else ("baseline", "now")):
                 if side == "baseline" and not base:
                     continue
-                got = _run_side(ROOT if side == "now" else base, f.name, backend_name, args.device,
+                got = _run_side(ROOT if side == "now" else base, cases_of[side], backend_name, args.device,
                                 prof if side == "now" and r == 0 else None, args.workers, args.weights_first,
                                 args.isolate)
                 print(f"  {stage}: {side} {got['cases']} cases in {got['seconds']:.2f} s{_drew(got)}", flush=True)
@@ -411,6 +430,9 @@ def _bench(args, backend_name, backend, base) -> int:
         if old is not None:
             pairs = list(zip(old["verdicts"] + old["invariance"], new["verdicts"] + new["invariance"]))
             same = min((agreement(a, b) for a, b in pairs), key=AGREEMENT.index, default="bitwise")
+            if args.baseline_version is not None and same == "DIFFERENT" and all(
+                    outcome(a) == outcome(b) for a, b in pairs):
+                same = "outcomes same (other draws)"      # other numbers by construction
             if same == "DIFFERENT":
                 mismatches += 1
                 if all(outcome(a) == outcome(b) for a, b in pairs):
@@ -426,7 +448,8 @@ def _bench(args, backend_name, backend, base) -> int:
         fails = sum(1 for v in new["verdicts"] if not v["ok"] and not v["skipped"])
         rows.append((stage, len(drawn), fails, old and old["cases"] / old["seconds"],
                      new["cases"] / new["seconds"], same))
-        os.unlink(f.name)
+        for name in set(cases_of.values()):
+            os.unlink(name)
     # ratio: after / before, of cases per second (above 1: the current code is faster)
     print(f"{'stage':7} {'cases':>6} {'fail':>5} {'before/s':>9} {'after/s':>9} {'ratio':>8}  verdicts")
     for stage, n, fails, before, after, same in rows:

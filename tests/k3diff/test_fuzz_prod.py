@@ -126,10 +126,11 @@ def test_a_batch_invariance_check_is_sized_like_a_case(monkeypatch):
     assert "\n" not in str(exc.value) and "GiB" in str(exc.value) and not drawn
 
 
-def test_full_weights_are_drawn_on_the_gpu_only():
-    assert materialize.draw_on(Case(stage="moe", preset="full"), "cuda") == "device"
-    assert materialize.draw_on(Case(stage="moe", preset="full"), "cpu") == "cpu"
-    assert materialize.draw_on(Case(stage="moe", preset="small"), "cuda") == "cpu"
+def test_weights_are_drawn_where_the_case_version_says():
+    assert materialize.draw_on(Case(stage="moe", preset="full", version=2), "cuda") == "device"
+    assert materialize.draw_on(Case(stage="moe", preset="full", version=2), "cpu") == "cpu"
+    assert materialize.draw_on(Case(stage="moe", preset="small", version=2), "cuda") == "cpu"
+    assert materialize.draw_on(Case(stage="moe", preset="small"), "cuda") == "counter"
 
 
 def test_coverage_names_a_boundary_never_crossed():
@@ -167,7 +168,8 @@ def test_expert_sets_of_every_e_are_views_of_one_draw(fmt):
     for e in (16, 8, 12, 16):
         case = Case(stage="moe", overrides=(("n_experts", e),), expert_format=fmt, weight_seed=2).validate()
         got[e] = materialize.weights_for(case, "cpu")
-        fresh = ref_mat.make_weights(case.config(), "moe", 2, expert_format=fmt)
+        fresh = ref_mat.make_weights(case.config(), "moe", 2, expert_format=fmt,
+                                     draw_on=materialize.draw_on(case, "cpu"))
         assert list(got[e]) == list(fresh)
         for name in fresh:
             assert torch.equal(got[e][name], fresh[name]), (e, name)

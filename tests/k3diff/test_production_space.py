@@ -168,7 +168,8 @@ def test_moe_and_layer_share_one_expert_draw():
     wm, wl = materialize.weights_for(moe, "cpu"), materialize.weights_for(layer, "cpu")
     assert len(materialize._EXPERT_CACHE) == 1
     assert wl["mlp.experts.w13_packed"].data_ptr() == wm["experts.w13_packed"].data_ptr()
-    fresh = ref_mat.make_weights(layer.config(), "layer", 1, expert_format="mxfp4", layer_idx=3)
+    fresh = ref_mat.make_weights(layer.config(), "layer", 1, expert_format="mxfp4", layer_idx=3,
+                                 draw_on=materialize.draw_on(layer, "cpu"))
     assert list(fresh) == list(wl) and all(torch.equal(fresh[n], wl[n]) for n in fresh)
 
 

@@ -149,3 +149,17 @@ def test_isolated_sides_judge_the_same_cases_alike():
     assert "ratio" in got.stdout.splitlines()[-2]
     for side in ("now", "baseline"):        # each side's time, once, in the pytest summary's words
         assert got.stdout.count(f"  kda ({side}) time per case: median ") == 1, got.stdout
+
+
+def test_a_baseline_version_times_the_old_draws_on_the_same_cases():
+    """--baseline-version 2: the baseline (here this very tree) judges each case drawn as version
+    2 draws it, the current code at version 3; numbers differ by construction, outcomes must not."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    got = _tool("--stages", "kda", "--cases", "3", "--compare-with", str(root), "--baseline-version", "2")
+    assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
+    row = next(line for line in got.stdout.splitlines() if line.startswith("kda "))
+    assert "outcomes same (other draws)" in row
+    bad = _tool("--stages", "kda", "--cases", "3", "--baseline-version", "2")
+    assert bad.returncode == 2 and "needs a baseline" in bad.stderr

@@ -21,6 +21,15 @@ lane() {
   echo "+ [$name] $*" >> "$R/commands.txt"
   ( timeout -s INT -k 25 "$left" "$@" > "$R/$name.txt" 2>&1; echo "$name rc=$? at $(( $(date +%s) - T0 ))s" >> "$R/lanes.txt" ) &
 }
+# seq_lane NAME CMD...: in the foreground, one run alone on the card, cut at END like lane
+seq_lane() {
+  local name=$1; shift
+  local left=$((END - ($(date +%s) - T0)))
+  [ "$left" -gt 0 ] || { echo "$name not started: the deadline passed" >> "$R/lanes.txt"; return; }
+  echo "+ [$name] $*" >> "$R/commands.txt"
+  timeout -s INT -k 25 "$left" "$@" > "$R/$name.txt" 2>&1
+  echo "$name rc=$? at $(( $(date +%s) - T0 ))s" >> "$R/lanes.txt"
+}
 finish() {
   wait
   echo "=== lanes"; cat "$R/lanes.txt"

@@ -25,7 +25,7 @@ def _model_words(key: int, first: int, n: int) -> np.ndarray:
 
 def _model_normal(key: int, n: int) -> np.ndarray:
     z = _model_words(key, 0, (n + 1) // 2)
-    nums = np.stack([z >> np.uint64(32), z & np.uint64(0xFFFFFFFF)], axis=1).reshape(-1)[:n]
+    nums = np.stack([z & np.uint64(0xFFFFFFFF), z >> np.uint64(32)], axis=1).reshape(-1)[:n]   # low, high
     q, dq = (t.numpy() for t in cd.table("cpu"))
     k = (nums >> np.uint64(16)).astype(np.int64)
     u = (nums & np.uint64(0xFFFF)).astype(np.float32) * np.float32(2.0 ** -16)

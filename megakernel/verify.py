@@ -30,16 +30,17 @@ def _capturing() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_current_stream_capturing())
 
 
-def launches(query_lens: torch.Tensor, T: int) -> int:
+def launches(query_lens: torch.Tensor, T: int, widest: int | None = None) -> int:
     """J, the decode launches a verify step of T tokens over these sequences takes: the widest
-    sequence's width where it can be read, else (a graph being captured) the widest the shapes
+    sequence's width where it can be read, else (a graph being captured) `widest` where the
+    caller knows it on the host (a fixed-width verify step: its width), else the widest the shapes
     allow; the launches past the widest change no bit (module docstring)."""
     B = query_lens.shape[0]
-    J = min(T - B + 1, MAX_WIDTH)
+    J = min(T - B + 1, MAX_WIDTH) if widest is None else widest
     if _capturing():
         return J
     w = query_lens.tolist()
-    if not w or min(w) < 1 or max(w) > J or sum(w) != T:
+    if not w or min(w) < 1 or max(w) > min(J, MAX_WIDTH) or sum(w) != T:
         raise ValueError(f"megakernel verify: widths {w} for {T} tokens (each 1..{MAX_WIDTH}, "
                          "summing to the token count)")
     return max(w)
@@ -76,10 +77,10 @@ def _stack(stacked: dict, j: int, J: int, s: dict, names) -> None:
         stacked[n][j].copy_(s[n])
 
 
-def mla(step, x, kv_cache, cache_lens, query_lens=None, max_len=None) -> dict:
+def mla(step, x, kv_cache, cache_lens, query_lens=None, max_len=None, widest=None) -> dict:
     """The MLA step (mla.MlaStep) of a decode (query_lens None) or verify step on a bf16 cache
-    [B, Lcap, C] or an FP8 one (uint8, fp8_cache.py), rows written in place. Returns
-    {scratch name (mla.OUTPUTS' values): [T, ...]}."""
+    [B, Lcap, C] or an FP8 one (uint8, fp8_cache.py), rows written in place; `widest`: the widest
+    width, where the caller knows it (`launches`). Returns {scratch name (mla.OUTPUTS' values): [T, ...]}."""
     from megakernel.mla import OUTPUTS
 
     def one(xr, lens):
@@ -90,7 +91,7 @@ def mla(step, x, kv_cache, cache_lens, query_lens=None, max_len=None) -> dict:
     if query_lens is None:
         return one(x, cache_lens)
     T = x.shape[0]
-    J = launches(query_lens, T)
+    J = launches(query_lens, T, widest)
     first, w, seq, pos = layout(query_lens, T)
     stacked = {}
     for j in range(J):
@@ -101,14 +102,14 @@ def mla(step, x, kv_cache, cache_lens, query_lens=None, max_len=None) -> dict:
 
 
 def kda(step, x, conv_state, rec, state_idx, query_lens=None, accepted=None, conv_states=None,
-        recurrent_states=None) -> dict:
+        recurrent_states=None, widest=None) -> dict:
     """The KDA step (kda.KdaStep) of a decode or verify step; the slots, and in a verify step the
-    per-token states, updated in place. Returns {kda.OUTPUTS name: [T, ...]}."""
+    per-token states, updated in place; `widest` as mla's. Returns {kda.OUTPUTS name: [T, ...]}."""
     from megakernel.kda import OUTPUTS
     if query_lens is None:
         return step.launch(x, conv_state, rec, state_idx)
     T = x.shape[0]
-    J = launches(query_lens, T)
+    J = launches(query_lens, T, widest)
     first, w, seq, pos = layout(query_lens, T)
     idx = state_idx.to(torch.int64)
     live = idx > 0

@@ -1,4 +1,4 @@
-"""CPU: the GEMV tools, bench_mla, bench_layer, tune_attn, tune_fork, timeline and ep_time refuse
+"""CPU: the GEMV tools, bench_mla, bench_verify, bench_layer, tune_attn, tune_fork, timeline and ep_time refuse
 a machine without a GPU with one line and exit 2, whatever the arguments; bench_layer, tune_fork,
 persistent_regs, timeline, ep_time and `megakernel compile` (an arch or dims it does not build)
 refuse bad arguments (timeline: bad --modes) with one line and exit 2 on any machine."""
@@ -63,6 +63,7 @@ def refused(tool, args):
 @pytest.mark.parametrize("tool,args", [("tune_gemv", []), ("tune_gemv", ["--shapes", "nope"]),
                                        ("gemv_choice", []), ("gemv_choice", ["--steps", "mla"]),
                                        ("bench_mla", []), ("bench_kda", []), ("bench_layer", []),
+                                       ("bench_verify", []), ("bench_verify", ["--widths", "9"]),
                                        ("megakernel bench", []),
                                        ("tune_attn", []), ("tune_fork", []),
                                        ("timeline", []), ("timeline", ["--step", "kda"]),

@@ -164,3 +164,34 @@ def test_an_eager_verify_step_launches_as_many_as_its_widest_sequence():
     verify.mla(mla, torch.zeros(6, 8), torch.zeros(3, 12, 5), torch.tensor([4, 0, 7]),
                torch.tensor([3, 1, 2]), max_len=11)
     assert len(mla.calls) == 3
+
+
+def test_a_caller_knowing_the_width_saves_a_captured_steps_launches(monkeypatch):
+    """Captured, the launch count is the shapes' bound (8 for 8 sequences of 2), unless the caller
+    gives the width it knows (a fixed-width verify step: 2); eagerly a wrong one is one error."""
+    from megakernel.mla import OUTPUTS as MLA
+    args = (torch.zeros(16, 8), torch.zeros(8, 12, 5), torch.zeros(8, dtype=torch.int64), torch.full((8,), 2))
+    with monkeypatch.context() as m:
+        m.setattr(verify, "_capturing", lambda: True)
+        bound, known = _Launches(MLA.values()), _Launches(MLA.values())
+        verify.mla(bound, *args, max_len=11)
+        verify.mla(known, *args, max_len=11, widest=2)
+    assert (len(bound.calls), len(known.calls)) == (8, 2)
+    with pytest.raises(ValueError, match="widths"):
+        verify.mla(_Launches(MLA.values()), *args, max_len=11, widest=1)
+
+
+def test_the_verify_benchs_floor_counts_what_a_verify_step_must_do():
+    """bench_verify's two limits at K3's dims: one weight read for the W tokens, each cache row
+    read once, token j attending L + j + 1 rows; FP8 rows of 656 bytes instead of 1152."""
+    from megakernel.dims import KDA_FULL, MLA_FULL
+    from megakernel.tools import bench_mla, bench_verify as bv
+
+    md, w = MLA_FULL, bench_mla.weight_elements(MLA_FULL)
+    assert bv.mla_bytes(md, 8, 1, 1024, "bf16") == bench_mla.step_bytes(md, 8, 1024)   # W 1: decode's
+    assert bv.mla_flops(md, 8, 1, 1024) == bench_mla.step_flops(md, 8, 1024)
+    assert bv.mla_bytes(md, 2, 4, 100, "fp8") == 2 * w + 2 * 656 * (100 + 8)
+    assert bv.mla_flops(md, 2, 4, 100) == 2 * 8 * w + 2 * 2 * (101 + 102 + 103 + 104) * 96 * (576 + 512)
+    kd = KDA_FULL
+    state = 4 * 96 * 128 * 128 + 2 * 3 * kd.P * 3
+    assert bv.kda_bytes(kd, 3, 2) - bv.kda_bytes(kd, 3, 1) == 3 * state      # one more token's state

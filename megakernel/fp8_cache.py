@@ -2,13 +2,14 @@
 kernels.
 
 One cache row per token, uint8: [kv_c as e4m3 (R) | one f32 scale per tile of TILE values |
-k_pe as bf16]. The step (`launch`):
-  1. the cache is read into a bf16 working copy: e4m3 * scale in f32, then bf16 (the contract's read);
-  2. the step's projections and norms run (mla.ROW_STAGES) and write its bf16 row into the copy;
-  3. that row is quantised into the FP8 cache (per tile: scale = max(f32(amax / 448), FLT_MIN),
-     each value e4m3(f32(v / scale)), round to nearest even: the cast) and its dequantised value
-     replaces the bf16 row, so the token reads its own entry as the FP8 cache holds it;
-  4. the attention runs on the copy (mla.ATTN_STAGES).
+k_pe as bf16]. A step on it (verify.mla):
+  1. the step's projections and norms run on its tokens (mla.TOKEN_STAGES), each token's
+     [kv_c | k_pe] written into a scratch row;
+  2. those rows are quantised into the FP8 cache (`write`: per tile scale = max(f32(amax / 448),
+     FLT_MIN), each value e4m3(f32(v / scale)), round to nearest even: the cast);
+  3. the cache is read into a bf16 working copy (e4m3 * scale in f32, then bf16: the contract's
+     read), the step's own rows as the FP8 cache holds them;
+  4. the attention runs on the copy (mla.CACHE_STAGES).
 Correct, not fast: the copy is 1152 bytes a row written and read again beside the 656 read, every
 row of every step (the attention reading e4m3 itself is not written). Host-side torch ops, no host
 read: a CUDA graph holds the step.
@@ -52,20 +53,12 @@ def quantise(kv_c: torch.Tensor, k_pe: torch.Tensor, md) -> torch.Tensor:
                       k_pe.to(torch.bfloat16).contiguous().view(torch.uint8).view(n, -1)], dim=-1)
 
 
-def launch(step, x, cache, cache_lens, max_len=None):
-    """The MLA decode step (mla.MlaStep) on an FP8 cache [T, Lcap, row_bytes] uint8: row
-    cache_lens[t] of token t is written in place, quantised. Returns the step's scratch dict."""
-    md = step.md
+def write(cache: torch.Tensor, seq: torch.Tensor, pos: torch.Tensor, rows: torch.Tensor, md) -> torch.Tensor:
+    """Rows [n, R + RP] bf16 (the step's [kv_c | k_pe]) quantised into the FP8 cache [B, Lcap,
+    row_bytes] at (seq, pos); returns the whole cache read into bf16 (`read`), those rows as the
+    cache now holds them."""
     if cache.shape[-1] != row_bytes(md):
         raise ValueError(f"megakernel MLA: an FP8 cache row of {cache.shape[-1]} bytes, the layout "
                          f"of these dims has {row_bytes(md)}")
-    work = read(cache, md)
-    from megakernel.mla import ATTN_STAGES, ROW_STAGES
-    s = step.launch(x, work, cache_lens, stages=ROW_STAGES, max_len=max_len)
-    T = x.shape[0]
-    tok = torch.arange(T, device=x.device)
-    pos = cache_lens.to(torch.int64)
-    entry = quantise(s["kvc"], s["kpe"], md)
-    cache[tok, pos] = entry
-    work[tok, pos] = read(entry, md)
-    return step.launch(x, work, cache_lens, stages=ATTN_STAGES, max_len=max_len, scratch=s)
+    cache[seq, pos] = quantise(rows[:, :md.R], rows[:, md.R:], md)
+    return read(cache, md)

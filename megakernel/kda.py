@@ -44,6 +44,15 @@ STEPS = side_stream.Stages(
     # ~10 us, and the two GEMVs side by side end later than one after the other): fused
     streams="fused", fork="start", side_ctas_per_sm=0)
 OUTPUTS = ("out", "conv_out", "decay", "beta", "core", "normed")
+# The launches by what they depend on (verify.py runs a verify step this way): per token, on the
+# step's T rows, the projections; per sequence, on its slot, the conv and the core (they advance
+# the states); per token again, the gated norm and the output GEMV. The state launches read and
+# write these token rows (k_kda_conv.py, k_kda_core.py ARGS; tests/megakernel/test_mk_verify.py).
+TOKEN_STAGES = ("kda_x", "kda_in", "kda_g", "kda_fb")
+STATE_STAGES = ("kda_conv", "kda_core")
+OUT_STAGES = ("kda_norm", "kda_out")
+STATE_READS = ("z", "graw")
+STATE_WRITES = ("conv_out", "decay", "beta", "core")
 _INT31 = 1 << 31
 
 

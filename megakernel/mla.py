@@ -59,10 +59,16 @@ STEPS = side_stream.Stages(
     streams="fork", fork="start", side_ctas_per_sm=2)
 OUTPUTS = dict(out="out", q_c="qc", kv_c="kvc", k_pe="kpe", ql="ql", attn_latent="lat",
                attn_out="o", gated="gated")        # the stage's output name -> scratch buffer
-# the launches up to the cache row's write, and the rest: between them a caller may rewrite the
-# step's cache row before the attention reads it (fp8_cache.py: the row as the FP8 cache holds it)
-ROW_STAGES = ("mla_x", "mla_a", "mla_g", "mla_norm")
-ATTN_STAGES = tuple(n for n in STEPS.stages if n not in ROW_STAGES)
+# The launches by what they depend on (verify.py runs a verify step this way): per token, on
+# the step's T rows, the x-side GEMV, the norms (which write a token's cache row), q_b and the
+# absorb; per sequence, over its cache, the attention and the merge; per token again, the value
+# projection and the output GEMV. The cache launches read and write these token rows (their
+# kernels' ARGS: k_mla_attn*.py, k_mla_merge.py; tests/megakernel/test_mk_verify.py checks it).
+TOKEN_STAGES = ("mla_x", "mla_a", "mla_g", "mla_norm", "mla_qb", "mla_absorb")
+CACHE_STAGES = ("mla_attn", "mla_merge")
+OUT_STAGES = ("mla_uv", "mla_out")
+CACHE_READS = ("q", "ql", "z")
+CACHE_WRITES = ("lat", "o", "gated")      # o and gated: the CUDA-core merge's (value path)
 
 
 def _capturing(device) -> bool:
@@ -92,12 +98,13 @@ class MlaStep(side_stream.Modes):
                              kv_norm=bf(w["kv_a_norm"]))
         self._scratch = {}
 
-    def scratch(self, T, NS):
+    def scratch(self, T, NS, keep=True):
         """The step's buffers for batch T and NS splits. One shape is kept (the partials can be
         large) and replaced when another runs; so while a CUDA graph is being captured the step
         gets buffers of its own, allocated in the graph's private pool (which keeps them for the
-        graph's replays and gives them to no eager allocation), never the eager ones."""
-        capturing = _capturing(self.device)
+        graph's replays and gives them to no eager allocation), never the eager ones. keep=False:
+        new buffers, the kept ones left as they are (a verify step's two batches, verify.py)."""
+        capturing = _capturing(self.device) or not keep
         s = None if capturing else self._scratch.get((T, NS))
         if s is None:
             md, dev = self.md, self.device
@@ -116,10 +123,10 @@ class MlaStep(side_stream.Modes):
         """Enqueue the step on the caller's stream; `kv_cache` [T, Lcap, C] bf16 (contiguous)
         gets row cache_lens[t] of each token written in place. `max_len`: a bound on
         cache_lens known on the host (a CUDA graph cannot hold the host read that finds it
-        otherwise). `stages`: only those launches; `scratch`: the dict an earlier launch of the
-        same step returned, so a step run in two parts (ROW_STAGES, then ATTN_STAGES) keeps its
-        buffers (under a graph's capture each launch would get new ones). Returns the scratch dict
-        (the buffers OUTPUTS names hold the results)."""
+        otherwise). `stages`: only those launches; `scratch`: the buffers to use (a dict from
+        `scratch`, or one an earlier launch returned: a step run in parts keeps its buffers, where
+        under a graph's capture each launch would get new ones). Returns the scratch dict (the
+        buffers OUTPUTS names hold the results)."""
         md = self.md
         T, Lcap = x.shape[0], kv_cache.shape[1]
         for t, dt in ((x, torch.bfloat16), (kv_cache, torch.bfloat16)):
@@ -131,7 +138,7 @@ class MlaStep(side_stream.Modes):
         if n_max > Lcap:
             raise ValueError(f"megakernel MLA: a cache length {n_max - 1} leaves no row for this "
                              f"step in a cache of {Lcap}")
-        NS = max_splits(n_max, split_rows(attention_kernel(md, self.settings.attn)))
+        NS = self.splits(n_max)
         s = self.scratch(T, NS) if scratch is None else scratch
         # one conversion kernel into the scratch, no temporary (a temporary and a device copy
         # were a host-API copy a CUDA graph replays)
@@ -142,6 +149,10 @@ class MlaStep(side_stream.Modes):
 
         self.run(named, T, md, stages)
         return s
+
+    def splits(self, n_max):
+        """The attention's splits over caches of up to n_max rows."""
+        return max_splits(n_max, split_rows(attention_kernel(self.md, self.settings.attn)))
 
     def heads_mma(self):
         """Absorb and value projection on the tensor cores (k_mla_heads.py): with the attention's

@@ -13,9 +13,9 @@ as a serving engine knows it). Columns: µs, "x W1" its time over the decode ste
   KDA  bytes: the weights once, each sequence's state (f32 D x D per head, its conv history) read
        once and written once, and each token's state written (the per-token states the contract
        keeps); flops: the GEMVs for each token.
-The steps as served today launch the decode step W times (each reads every weight again; MLA
-reads the cache W times), so W x the decode step's time is what they cost, and the share shows
-how far that is from a kernel that takes the W query rows at once.
+The steps as served today (verify.py) read every weight once but run the cache or state launches
+W times (MLA reads its cache W times): the share shows how far that is from a kernel that takes a
+sequence's W query rows at once.
 """
 import argparse
 import sys

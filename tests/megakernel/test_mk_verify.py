@@ -59,13 +59,13 @@ def _per_tensor_quantise(kv_c, k_pe, md):         # one scale for a row's every 
                       k_pe.to(torch.bfloat16).contiguous().view(torch.uint8).view(n, -1)], dim=-1)
 
 
-def _own_row_unquantised(step, x, cache, cache_lens, max_len=None):
-    """fp8_cache.launch without step 3's second half: the token attends its own bf16 row."""
-    from megakernel.mla import ATTN_STAGES, ROW_STAGES
-    work = fp8_cache.read(cache, step.md)
-    s = step.launch(x, work, cache_lens, stages=ROW_STAGES, max_len=max_len)
-    cache[torch.arange(x.shape[0]), cache_lens.to(torch.int64)] = fp8_cache.quantise(s["kvc"], s["kpe"], step.md)
-    return step.launch(x, work, cache_lens, stages=ATTN_STAGES, max_len=max_len, scratch=s)
+def _own_row_unquantised(cache, seq, pos, rows, md):
+    """fp8_cache.write with the step's own rows put into the bf16 copy as computed, not as the
+    FP8 cache holds them."""
+    work = fp8_cache.read(cache, md)
+    cache[seq, pos] = fp8_cache.quantise(rows[:, :md.R], rows[:, md.R:], md)
+    work[seq, pos] = rows
+    return work
 
 
 PLANTED = {
@@ -80,7 +80,7 @@ PLANTED = {
     # the subtlest: one row of a token's L + 1 off by e4m3's rounding; the error rule's whole-tensor
     # bound sees it (2.3-2.4x the baseline's error), within 4-17 FP8 cases at seeds 1-3
     "mla: a token reads its own FP8 entry unquantised":
-        (("mla",), frozenset({"fp8_cache"}), lambda mp: mp.setattr(fp8_cache, "launch", _own_row_unquantised), 40),
+        (("mla",), frozenset({"fp8_cache"}), lambda mp: mp.setattr(fp8_cache, "write", _own_row_unquantised), 40),
 }
 
 
@@ -133,65 +133,83 @@ class _NoRead(torch.Tensor):
 
 
 class _Launches:
-    """A decode step that records its launches and returns zeros of the scratch's shapes."""
+    """A decode step (mla.MlaStep's or kda.KdaStep's launch, scratch and splits) that records each
+    launch's stages and leaves its buffers as they are: zeros, 4 wide."""
 
-    def __init__(self, names):
-        self.names, self.calls = names, []
+    def __init__(self, names, C=5):
+        from types import SimpleNamespace
+        self.names, self.calls, self.md, self.kept = tuple(names), [], SimpleNamespace(C=C), {}
 
-    def launch(self, x, *args, **kw):
-        self.calls.append(args)
-        return {n: torch.zeros(x.shape[0], 4) for n in self.names}
+    def scratch(self, T, NS=1, keep=True):
+        return self.kept.setdefault(T, {n: torch.zeros(T, 4) for n in self.names + ("z", "q", "graw")})
+
+    def splits(self, n_max):
+        return 1
+
+    def launch(self, x, *args, stages=None, scratch=None, **kw):
+        self.calls.append(stages)
+        return scratch if scratch is not None else self.scratch(x.shape[0])
+
+    def count(self, stages):
+        return sum(1 for c in self.calls if c == stages)
 
 
 def test_a_verify_step_reads_nothing_back_so_a_graph_holds_it(monkeypatch):
-    from megakernel.kda import OUTPUTS as KDA
-    from megakernel.mla import OUTPUTS as MLA
+    from megakernel.kda import OUTPUTS as KDA, STATE_STAGES
+    from megakernel.mla import CACHE_STAGES, OUTPUTS as MLA
     monkeypatch.setattr(verify, "_capturing", lambda: True)
     nr = lambda *v: torch.tensor(v).as_subclass(_NoRead)          # noqa: E731
     widths, T = nr(3, 1, 2), 6
     mla = _Launches(MLA.values())
-    out = verify.mla(mla, torch.zeros(T, 8), torch.zeros(3, 12, 5), nr(4, 0, 7), widths, max_len=11)
-    assert len(mla.calls) == T - 3 + 1 and out["out"].shape == (T, 4)
+    out = verify.mla(mla, torch.zeros(T, 8), torch.zeros(3, 12, 5, dtype=torch.bfloat16), nr(4, 0, 7), widths, max_len=11)
+    assert mla.count(CACHE_STAGES) == T - 3 + 1 and out["out"].shape == (T, 4)
+    assert len(mla.calls) == T - 3 + 1 + 2              # and the per-token launches, once each
     kda = _Launches(KDA)
     out = verify.kda(kda, torch.zeros(T, 8), torch.zeros(5, 2, 3), torch.zeros(5, 2, 2, 2),
                      nr(1, 0, 4), widths, nr(2, 1, 0), torch.zeros(T, 2, 3), torch.zeros(T, 2, 2, 2))
-    assert len(kda.calls) == T - 3 + 1 and out["core"].shape == (T, 4)
+    assert kda.count(STATE_STAGES) == T - 3 + 1 and out["core"].shape == (T, 4)
 
 
 def test_an_eager_verify_step_launches_as_many_as_its_widest_sequence():
-    from megakernel.mla import OUTPUTS as MLA
+    from megakernel.mla import CACHE_STAGES, OUTPUTS as MLA
     mla = _Launches(MLA.values())
-    verify.mla(mla, torch.zeros(6, 8), torch.zeros(3, 12, 5), torch.tensor([4, 0, 7]),
+    verify.mla(mla, torch.zeros(6, 8), torch.zeros(3, 12, 5, dtype=torch.bfloat16), torch.tensor([4, 0, 7]),
                torch.tensor([3, 1, 2]), max_len=11)
-    assert len(mla.calls) == 3
+    assert mla.count(CACHE_STAGES) == 3
 
 
 def test_a_caller_knowing_the_width_saves_a_captured_steps_launches(monkeypatch):
     """Captured, the launch count is the shapes' bound (8 for 8 sequences of 2), unless the caller
     gives the width it knows (a fixed-width verify step: 2); eagerly a wrong one is one error."""
-    from megakernel.mla import OUTPUTS as MLA
-    args = (torch.zeros(16, 8), torch.zeros(8, 12, 5), torch.zeros(8, dtype=torch.int64), torch.full((8,), 2))
+    from megakernel.mla import CACHE_STAGES, OUTPUTS as MLA
+    args = (torch.zeros(16, 8), torch.zeros(8, 12, 5, dtype=torch.bfloat16), torch.zeros(8, dtype=torch.int64), torch.full((8,), 2))
     with monkeypatch.context() as m:
         m.setattr(verify, "_capturing", lambda: True)
         bound, known = _Launches(MLA.values()), _Launches(MLA.values())
         verify.mla(bound, *args, max_len=11)
         verify.mla(known, *args, max_len=11, widest=2)
-    assert (len(bound.calls), len(known.calls)) == (8, 2)
+    assert (bound.count(CACHE_STAGES), known.count(CACHE_STAGES)) == (8, 2)
     with pytest.raises(ValueError, match="widths"):
         verify.mla(_Launches(MLA.values()), *args, max_len=11, widest=1)
 
 
-def test_the_verify_benchs_floor_counts_what_a_verify_step_must_do():
-    """bench_verify's two limits at K3's dims: one weight read for the W tokens, each cache row
-    read once, token j attending L + j + 1 rows; FP8 rows of 656 bytes instead of 1152."""
-    from megakernel.dims import KDA_FULL, MLA_FULL
-    from megakernel.tools import bench_mla, bench_verify as bv
+def test_the_parts_of_a_step_are_the_kernels_reads_and_writes():
+    """verify.py moves a launch's token rows by name (mla.CACHE_READS / CACHE_WRITES, kda.STATE_*):
+    the names must be every per-token buffer the cache or state kernels take (their ARGS), and
+    the three parts every launch of the step."""
+    pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
+    from megakernel import kda, mla
+    from megakernel.k_kda_conv import KdaConv
+    from megakernel.k_kda_core import KdaCore
+    from megakernel.k_mla_attn import MlaAttn
+    from megakernel.k_mla_merge import MlaMerge
 
-    md, w = MLA_FULL, bench_mla.weight_elements(MLA_FULL)
-    assert bv.mla_bytes(md, 8, 1, 1024, "bf16") == bench_mla.step_bytes(md, 8, 1024)   # W 1: decode's
-    assert bv.mla_flops(md, 8, 1, 1024) == bench_mla.step_flops(md, 8, 1024)
-    assert bv.mla_bytes(md, 2, 4, 100, "fp8") == 2 * w + 2 * 656 * (100 + 8)
-    assert bv.mla_flops(md, 2, 4, 100) == 2 * 8 * w + 2 * 2 * (101 + 102 + 103 + 104) * 96 * (576 + 512)
-    kd = KDA_FULL
-    state = 4 * 96 * 128 * 128 + 2 * 3 * kd.P * 3
-    assert bv.kda_bytes(kd, 3, 2) - bv.kda_bytes(kd, 3, 1) == 3 * state      # one more token's state
+    assert set(mla.TOKEN_STAGES + mla.CACHE_STAGES + mla.OUT_STAGES) == set(mla.STEPS.stages)
+    assert set(kda.TOKEN_STAGES + kda.STATE_STAGES + kda.OUT_STAGES) == set(kda.STEPS.stages)
+    # the per-token buffers of each step (its scratch, less the split partials and the slots)
+    mla_rows = {"z", "qc", "kvc", "kpe", "q", "ql", "lat", "o", "gated", "out"}
+    kda_rows = {"z", "graw", "conv_out", "decay", "beta", "core", "normed", "out"}
+    taken = {n for k in (MlaAttn, MlaMerge) for n, _ in k.ARGS} & mla_rows
+    assert taken == set(mla.CACHE_READS) | set(mla.CACHE_WRITES)
+    taken = {n for k in (KdaConv, KdaCore) for n, _ in k.ARGS} & kda_rows
+    assert taken == set(kda.STATE_READS) | set(kda.STATE_WRITES)

@@ -1,38 +1,48 @@
 """The megakernel's verify steps and FP8 cache (megakernel/verify.py, fp8_cache.py) judged by k3diff
-on the CPU: the backend's run paths over CPU stand-ins of its decode steps (cpu_steps.py), on
-verify and FP8 cases only; and planted bugs in what the backend builds around the kernels, each
-caught. The kernels themselves are judged on the GPU (the ci profile with the megakernel)."""
+on the CPU: the backend's run paths and the real MLA and KDA steps over emulated kernels
+(emulated_kernels.py), on verify and FP8 cases at the small preset's dims; and planted bugs in
+what the backend builds around the kernels, each caught. The kernels themselves are judged on the
+GPU (the ci profile with the megakernel)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from k3diff.features import case_features
-from k3diff.mutants import first_failure
-from k3diff.session import choose_space
-from megakernel import fp8_cache, verify
-from tests.megakernel.cpu_steps import CpuMla, CpuStepsBackend
+pytest.importorskip("cutlass", reason="nvidia-cutlass-dsl not installed")
 
-EXAMPLES = 12          # a stage: enough verify and FP8 cases to catch each planted bug below
+from k3diff.features import case_features  # noqa: E402
+from k3diff.mutants import first_failure  # noqa: E402
+from k3diff.session import choose_space  # noqa: E402
+from megakernel import fp8_cache, verify  # noqa: E402
+from tests.megakernel import emulated_kernels as emu  # noqa: E402
+
+EXAMPLES = 8           # a stage: enough verify and FP8 cases to catch each planted bug below
+
+
+@pytest.fixture(autouse=True)
+def _emulated(monkeypatch):
+    emu.emulate(monkeypatch)
 
 
 def _hunt(stages=("kda", "mla"), seed=1, need=frozenset(), examples=EXAMPLES):
     seen = []
 
     def keep(case):
+        # small cases (the emulated attention is a loop over tokens)
         f = case_features(case)
-        if f and need <= f:
+        if f and need <= f and case.batch <= 16 and max(case.cache_lens, default=0) <= 700:
             seen.append(f)
             return True
         return False
 
-    verdict, count, _, _ = first_failure(CpuStepsBackend(), stages, examples_per_stage=examples,
-                                         seed=seed, space=choose_space("cpu"), case_filter=keep)
+    verdict, count, _, _ = first_failure(emu.EmulatedBackend(), stages, examples_per_stage=examples,
+                                         seed=seed, space=choose_space("cpu", preset="small"),
+                                         case_filter=keep)
     return verdict, count, seen
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_verify_and_fp8_cases_pass_through_the_decode_launches(seed):
+def test_verify_and_fp8_cases_pass_through_the_steps_three_parts(seed):
     verdict, count, seen = _hunt(seed=seed)
     assert verdict is None, verdict.headline()
     assert count == 2 * EXAMPLES
@@ -68,13 +78,25 @@ def _own_row_unquantised(cache, seq, pos, rows, md):
     return work
 
 
+def _sees_next(n, bind, md, **v):                 # token j also attends row L + j + 1
+    n["lens"][:n["T"]] += 1
+    emu._mla_attn(n, bind, md, **v)
+    n["lens"][:n["T"]] -= 1
+
+
+def _plant_kernel(mp, names, fn):
+    for name in names:
+        mp.setitem(emu.KERNELS, name, fn)
+
+
 PLANTED = {
     "kda: the slot continues from the token before the last accepted":
         (("kda",), frozenset({"verify"}), lambda mp: mp.setattr(verify, "_accepted_row", _early_commit)),
     "mla and kda: a sequence's tokens run in reverse order":
         (("kda", "mla"), frozenset({"verify"}), lambda mp: mp.setattr(verify, "_token_rows", _reversed_tokens)),
     "mla: token j also attends row L + j + 1 (the causal mask among the drafts)":
-        (("mla",), frozenset({"verify"}), lambda mp: mp.setattr(CpuMla, "see_next", True)),
+        (("mla",), frozenset({"verify"}),
+         lambda mp: _plant_kernel(mp, ("mla_attn", "mla_attn_mma", "mla_attn_wg", "mla_attn_tma"), _sees_next)),
     "mla: the FP8 scale taken per row, not per tile":
         (("mla",), frozenset({"fp8_cache"}), lambda mp: mp.setattr(fp8_cache, "quantise", _per_tensor_quantise)),
     # the subtlest: one row of a token's L + 1 off by e4m3's rounding; the error rule's whole-tensor

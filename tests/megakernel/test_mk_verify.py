@@ -24,13 +24,13 @@ def _emulated(monkeypatch):
     emu.emulate(monkeypatch)
 
 
-def _hunt(stages=("kda", "mla"), seed=1, need=frozenset(), examples=EXAMPLES):
+def _hunt(stages=("kda", "mla"), seed=1, need=frozenset(), examples=EXAMPLES, decode=False):
     seen = []
 
     def keep(case):
-        # small cases (the emulated attention is a loop over tokens)
+        # small cases (the emulated attention is a loop over tokens); decode: those alone
         f = case_features(case)
-        if f and need <= f and case.batch <= 16 and max(case.cache_lens, default=0) <= 700:
+        if (not f if decode else f and need <= f) and case.batch <= 16 and max(case.cache_lens, default=0) <= 700:
             seen.append(f)
             return True
         return False
@@ -47,6 +47,13 @@ def test_verify_and_fp8_cases_pass_through_the_steps_three_parts(seed):
     assert verdict is None, verdict.headline()
     assert count == 2 * EXAMPLES
     assert any("verify" in f for f in seen) and any("fp8_cache" in f for f in seen)
+
+
+def test_decode_cases_pass_through_the_same_steps():
+    """The decode step's own path (query_lens absent, a bf16 cache) through the real steps."""
+    verdict, count, seen = _hunt(seed=3, decode=True)
+    assert verdict is None, verdict.headline()
+    assert count == 2 * EXAMPLES and not any(seen)
 
 
 def _early_commit(first, accepted):             # the state of the token before the last accepted

@@ -96,8 +96,9 @@ def _normal_of(nums: torch.Tensor) -> torch.Tensor:
     q, dq = table(nums.device)
     k = (nums >> 16) & 0xFFFF
     u = (nums & 0xFFFF).to(torch.float32).mul_(2.0 ** -16)
-    x = dq[k].mul_(u)                  # two ops, each rounded: no fused multiply-add
-    return x.add_(q[k])
+    # index_select, not t[k]: 1.6x faster on the CPU, the same values
+    x = torch.index_select(dq, 0, k).mul_(u)      # two ops, each rounded: no fused multiply-add
+    return x.add_(torch.index_select(q, 0, k))
 
 
 def normal(key: int, shape, device, offset: int = 0) -> torch.Tensor:

@@ -22,7 +22,8 @@
 #             red when one is not caught
 #   sanitize  compute-sanitizer memcheck over the moe regression seeds and each step's GPU tests
 #   side      the attention steps' side stream: every stream mode's bits, tune_fork side by side
-#   bench     the steps' benches (µs, roofline, torch beside): moe, kda, mla, the layer
+#   bench     the steps' benches (µs, roofline, torch beside): moe, kda, mla, the layer, and the
+#             attention steps at verify widths and on the FP8 cache
 #   soak      the false-alarm soak: a correct candidate (BACKEND, default the megakernel) under the
 #             nightly profile, seed after seed, until TARGET judged runs or LIMIT seconds
 #   adapters  the public-library candidates fla (KDA) and flashinfer (MLA), where installed
@@ -148,6 +149,10 @@ lane_mutants() {
   plant layer_prefix k_attn_res.py 's/m\[e\] = wn \* pv\[e\]/m[e] = Float32(0.0)/' layer
   plant side_ldy k_gemv_mma.py 's/stride=(self.ldy, 1)))/stride=(self.N, 1)))/' mla
   plant side_gate k_kda_norm.py 's/Z\[t, kd.G0 + c0\]/Z[t, 3 * P + c0]/' kda
+  # a verify step's token j also attending row L + j + 1, its next draft's (the causal mask among
+  # the drafts), and a KDA slot continuing from the token before the last accepted (verify.py)
+  plant verify_causal verify.py 's/lens + jj, stages=CACHE_STAGES/torch.minimum(lens + jj + 1, lens + w - 1), stages=CACHE_STAGES/' mla
+  plant verify_accept verify.py 's/return first + torch.clamp(accepted - 1, min=0)/return first + torch.clamp(accepted - 2, min=0)/' kda
 }
 
 lane_sanitize() {
@@ -169,6 +174,7 @@ lane_bench() {
   run bench_moe python3 -m megakernel bench --out "$LO"
   run bench_kda python3 -m megakernel.tools.bench_kda --dims full
   run bench_mla python3 -m megakernel.tools.bench_mla --dims full
+  run bench_verify python3 -m megakernel.tools.bench_verify --dims full
   run bench_layer env PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 scripts/bench_layer.py
 }
 

@@ -49,7 +49,7 @@ def test_the_full_lane_runs_every_stage_at_the_full_preset_in_the_ci_profile(tmp
 def test_every_planted_bug_applies_and_a_stale_one_is_red(tmp_path):
     r, _ = _run(tmp_path / "ok", "mutants", GPU_CHECK_DRY="1")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert (tmp_path / "ok" / "mutants" / "commands.txt").read_text().count("plant ") == 10
+    assert (tmp_path / "ok" / "mutants" / "commands.txt").read_text().count("plant ") == 12
     # the route kernel changed under the expression: the dry run says so and fails
     tree = tmp_path / "tree"
     (tree / "scripts").mkdir(parents=True)

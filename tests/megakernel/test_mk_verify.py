@@ -242,3 +242,35 @@ def test_the_parts_of_a_step_are_the_kernels_reads_and_writes():
     assert taken == set(mla.CACHE_READS) | set(mla.CACHE_WRITES)
     taken = {n for k in (KdaConv, KdaCore) for n, _ in k.ARGS} & kda_rows
     assert taken == set(kda.STATE_READS) | set(kda.STATE_WRITES)
+
+
+def _gpu_check_plants():
+    """gpu_check.sh's plants in verify.py: (name, sed expression, stage)."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh").read_text()
+    return re.findall(r"^\s*plant (\w+) verify\.py '([^']+)' (\w+)$", text, flags=re.M)
+
+
+@pytest.mark.parametrize("name,expr,stage", _gpu_check_plants() or [("none", "", "")])
+def test_the_gpu_checks_verify_plants_are_caught_here_too(name, expr, stage, monkeypatch, tmp_path):
+    """The bugs gpu_check.sh's mutants lane plants in a throwaway copy of verify.py (by its own sed
+    expression), caught by k3diff through the emulated steps: the expression plants a real bug."""
+    import importlib.util
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import megakernel
+    assert expr, "gpu_check.sh plants nothing in verify.py"
+    src = Path(verify.__file__)
+    copy = tmp_path / "verify.py"
+    copy.write_text(subprocess.run(["sed", expr, str(src)], capture_output=True, text=True, check=True).stdout)
+    assert copy.read_text() != src.read_text(), f"{name}: the expression plants nothing"
+    spec = importlib.util.spec_from_file_location("megakernel.verify", copy)
+    planted = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(planted)
+    monkeypatch.setitem(sys.modules, "megakernel.verify", planted)
+    monkeypatch.setattr(megakernel, "verify", planted)
+    verdict, count, _ = _hunt((stage,), need=frozenset({"verify"}))
+    assert verdict is not None and not verdict.error, f"{name}: not caught in {count} cases"

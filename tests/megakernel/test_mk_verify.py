@@ -274,3 +274,22 @@ def test_the_gpu_checks_verify_plants_are_caught_here_too(name, expr, stage, mon
     monkeypatch.setattr(megakernel, "verify", planted)
     verdict, count, _ = _hunt((stage,), need=frozenset({"verify"}))
     assert verdict is not None and not verdict.error, f"{name}: not caught in {count} cases"
+
+
+def test_the_verify_bench_runs_its_rows_through_the_emulated_steps(monkeypatch, capsys):
+    """bench_verify's rows end to end on the CPU (small dims, the emulated kernels, each timed
+    step run once instead of captured): its calls into verify.py and fp8_cache.py are the ones a
+    GPU will time, so a GPU call is not spent finding a wrong argument."""
+    from megakernel.tools import bench_kda, bench_mla, bench_verify as bv, roofline
+
+    cpu = torch.device("cpu")
+    for mod in (bv, bench_kda, bench_mla):
+        monkeypatch.setattr(mod, "DEV", cpu)
+    monkeypatch.setattr(bv, "no_gpu", lambda tool: False)
+    monkeypatch.setattr(bv, "graph_us", lambda fn, R: [fn(i) for i in range(R)] and 10.0)
+    monkeypatch.setattr(roofline, "measure", lambda dev: roofline.Machine(3e12, 7e14))
+    assert bv.main(["--dims", "small", "--batches", "2", "--widths", "1,3", "--lens", "40"]) == 0
+    rows = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln.startswith(("mla ", "kda "))]
+    assert [(r[0], r[1], r[4]) for r in rows] == [("mla", "bf16", "1"), ("mla", "bf16", "3"),
+                                                 ("mla", "fp8", "1"), ("mla", "fp8", "3"),
+                                                 ("kda", "-", "1"), ("kda", "-", "3")]

@@ -130,7 +130,35 @@ def _kda_norm(n, bind, kd, **v):
     n["normed"][live] = _bf(o * rms_scale(o, kd.eps) * n["o_norm"].to(F32) * gate).view(-1, P)
 
 
-KERNELS = {"mla_norm": _mla_norm, "mla_absorb": _mla_absorb, "mla_absorb_mma": _mla_absorb,
+def _attn_res(n, bind, dm, **v):
+    T, ns, wi, d = n["T"], n["n"], n["wi"], dm.d
+    P = n["prefix"]
+    if n["has_delta"]:
+        P[:T] = _bf(P[:T].to(F32) + n["delta"][:T].to(F32))
+    if wi >= 0:
+        n["blocks"][:T, wi] = P[:T]
+    if ns == 0:
+        m = P[:T].to(F32)
+    else:
+        src = torch.cat([n["blocks"][:T, :ns], P[:T].unsqueeze(1)], 1).to(F32)       # [T, n + 1, d]
+        logit = (src @ n["u"]) * torch.rsqrt(src.pow(2).mean(-1) + dm.eps)
+        m = (torch.softmax(logit, 1).unsqueeze(-1) * src).sum(1)
+    n["out"][:T] = _bf(m * torch.rsqrt(m.pow(2).mean(-1, keepdim=True) + dm.eps) * n["w_out"].to(F32))
+
+
+class TorchMoE:
+    """moe.LatentMoE's launch over torch-blocked's MoE (the layer's MoE is not the subject);
+    `cfg` is set by EmulatedBackend.prepare after the layer is built."""
+
+    def __init__(self, dims, weights, device, settings=None):
+        self.weights, self.cfg = weights, None
+
+    def launch(self, x, forced_ids=None, out=None):
+        from k3diff.backends.blocked_moe import prepare_moe, run_moe
+        out.copy_(run_moe(self.cfg, prepare_moe(self.cfg, self.weights), x, forced_ids)["out"])
+
+
+KERNELS = {"attn_res": _attn_res, "mla_norm": _mla_norm, "mla_absorb": _mla_absorb, "mla_absorb_mma": _mla_absorb,
            "mla_attn": _mla_attn, "mla_attn_mma": _mla_attn, "mla_attn_wg": _mla_attn,
            "mla_attn_tma": _mla_attn, "mla_merge": _mla_merge, "mla_uv": _mla_uv,
            "kda_conv": _kda_conv, "kda_core": _kda_core, "kda_norm": _kda_norm}
@@ -148,7 +176,10 @@ class _Launch:
 def emulate(monkeypatch) -> None:
     from megakernel import cache, launch_plan
 
+    from megakernel import layer, moe
     monkeypatch.setattr(cache, "compiled", lambda name, dims, fresh=False, **v: _Launch(name, dims, v))
+    monkeypatch.setattr(moe, "LatentMoE", TorchMoE)
+    monkeypatch.setattr(layer, "stream", lambda: None)
     monkeypatch.setattr(launch_plan.TwoStreams, "run",
                         lambda self, steps, go, one_stream=False: [go(s, None) for s in launch_plan.launches(steps)])
 
@@ -157,7 +188,7 @@ class EmulatedBackend(MegakernelBackend):
     """The megakernel backend (its supports(), its run paths) with its MLA and KDA steps on the
     CPU, fused stream mode, over the emulated kernels (`emulate` first)."""
     name = "megakernel-emulated"
-    stages = ("kda", "mla")
+    stages = ("kda", "mla", "layer")
     boundaries = None
 
     def available(self):
@@ -168,6 +199,15 @@ class EmulatedBackend(MegakernelBackend):
         from megakernel.kda import KdaStep
         from megakernel.mla import MlaStep
         self.provides(stage)
+        if stage == "layer":            # its attention steps in the fused mode too
+            from megakernel.layer import LayerStep
+            layer = LayerStep(cfg, weights, "cpu")
+            for step in (layer.kda, layer.mla):
+                if step is not None:
+                    step.streams = "fused"
+            if layer.moe is not None:
+                layer.moe.cfg = cfg
+            return layer
         if stage == "kda":
             return KdaStep(kda_from_cfg(cfg), weights, "cpu", streams="fused")
         return MlaStep(mla_from_cfg(cfg), weights, "cpu", streams="fused")

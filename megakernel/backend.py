@@ -45,7 +45,8 @@ class MegakernelBackend:
     # other tokens (checked on the GPU in tests/megakernel/test_mk_gpu.py)
     batch_invariant = True
     # capturable into a CUDA graph (k3diff's `graph` schedule replays each step as a serving engine
-    # does): nothing on the step's path reads the device back or keeps a per-call decision. The MLA
+    # does): nothing on the step's path reads the device back or keeps a per-call decision while
+    # a graph is captured (a verify step reads its widths back only when it is not: verify.py). The MLA
     # split count is sized from the cache's capacity (the shape) rather than max(cache_lens) read
     # to the host (splits past a row's length add exact zeros, so the bits are the same; the
     # capacity k3diff gives is max(cache_lens) plus the step's rows, so the splits are about as

@@ -72,21 +72,15 @@ def _keep(mask, new, old):
 
 
 def _gather(into: dict, frm: dict, names, rows) -> None:
-    """into[n] = frm[n]'s `rows`, into the buffer there is (a step's scratch is its own)."""
+    """into[n] = frm[n]'s `rows`, copied into the buffer there (a step's scratch is its own)."""
     for n in names:
-        if n in frm:
-            got = frm[n].index_select(0, rows)
-            if n in into and into[n].shape == got.shape:
-                into[n].copy_(got)
-            else:
-                into[n] = got
+        into[n].copy_(frm[n].index_select(0, rows))
 
 
 def _put_back(into: dict, frm: dict, names, rows, on) -> None:
     """into[n]'s `rows` = frm[n] where `on` (the sequences launch j ran a token of)."""
     for n in names:
-        if n in frm and n in into:
-            into[n].index_copy_(0, rows, _keep(on, frm[n], into[n].index_select(0, rows)))
+        into[n].index_copy_(0, rows, _keep(on, frm[n], into[n].index_select(0, rows)))
 
 
 def mla(step, x, kv_cache, cache_lens, query_lens=None, max_len=None, widest=None) -> dict:

@@ -73,7 +73,7 @@ def mla_row(step, md, B, W, L, fmt, R=2):
 def kda_row(step, kd, B, W, R=2):
     """µs of one verify step of B sequences x W tokens, each step's sequences in fresh slots."""
     T = B * W
-    x, conv, rec, idx = bench_kda.step_inputs(kd, B, R)
+    _, conv, rec, idx = bench_kda.step_inputs(kd, B, R)         # the states, each step's B slots
     x = torch.randn(T, kd.d, device=DEV).to(torch.bfloat16)
     if W == 1:                                      # the decode step
         return graph_us(lambda i: verify.kda(step, x, conv, rec, idx[i]), R)
